@@ -1,0 +1,53 @@
+"""Every exception fusegraph raises on purpose. Each names the culprit: the op, the node, the input."""
+
+from __future__ import annotations
+
+
+class FusegraphError(Exception):
+    """Base of all fusegraph errors; the CLI prints these as one line and exits 2."""
+
+
+class ModelLoadError(FusegraphError):
+    """The model file or bytes could not be read as an ONNX model (missing, malformed, truncated)."""
+
+
+class UnsupportedOpError(FusegraphError):
+    """The model uses an operator (or an opset of one) that fusegraph cannot convert."""
+
+    def __init__(self, op_type: str, domain: str = "", opset: int | None = None, node: str = ""):
+        self.op_type, self.domain, self.opset, self.node = op_type, domain, opset, node
+        where = f" (node {node!r})" if node else ""
+        dom = f"{domain}." if domain and domain != "ai.onnx" else ""
+        ver = f" at opset {opset}" if opset is not None else ""
+        super().__init__(f"unsupported operator {dom}{op_type}{ver}{where}")
+
+
+class ParseError(FusegraphError):
+    """A node is valid ONNX in form but its attributes or inputs cannot be honoured."""
+
+
+class ShapeError(FusegraphError):
+    """Shape or type inference failed for an op: names the op/node and the shapes involved."""
+
+
+class IRError(FusegraphError):
+    """The IR is malformed (failed verify(), or its text form could not be parsed)."""
+
+
+class InputError(FusegraphError):
+    """A run was given a missing, unknown, wrong-shape or wrong-dtype input."""
+
+
+class CompileError(FusegraphError):
+    """A program could not be compiled for a target (e.g. an op with no lowering)."""
+
+
+class TargetError(FusegraphError):
+    """An unknown target, or a target whose dependencies are missing on this machine."""
+
+
+class UnknownModelError(FusegraphError, KeyError):
+    """A name that is neither a file nor a built-in model."""
+
+    def __str__(self) -> str:  # KeyError would print the repr of the message
+        return str(self.args[0]) if self.args else ""

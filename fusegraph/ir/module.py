@@ -1,0 +1,222 @@
+"""Instructions and modules: the single-level IR.
+
+A `Module` is an ordered, topologically sorted list of `Instruction`s ending in one `@return`.
+Every instruction knows its op, its inputs, its users and its shape from the moment it is made.
+Instructions of a submodule (If/Loop bodies) may use instructions of the enclosing modules.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from ..errors import FusegraphError, IRError, ShapeError
+from .builtin import GetTupleElem, Literal, Param, Return
+from .op import Op, OpKind
+from .shape import AnyShape
+
+_ids = itertools.count()
+
+
+class Instruction:
+    __slots__ = ("op", "inputs", "shape", "module_args", "users", "module", "uid")
+
+    def __init__(self, op: Op, inputs: Sequence[Instruction], shape: AnyShape,
+                 module_args: Sequence[Module] = ()):
+        self.op = op
+        self.inputs: list[Instruction] = list(inputs)
+        self.shape = shape
+        self.module_args: list[Module] = list(module_args)
+        self.users: list[Instruction] = []
+        self.module: Module | None = None
+        self.uid = next(_ids)  # creation order; stable tie-breaker for passes
+
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    @property
+    def is_param(self) -> bool:
+        return isinstance(self.op, Param)
+
+    @property
+    def is_literal(self) -> bool:
+        return isinstance(self.op, Literal)
+
+    @property
+    def literal(self) -> np.ndarray:
+        assert isinstance(self.op, Literal)
+        return self.op.value
+
+    def __repr__(self) -> str:
+        return f"<{self.op.name} #{self.uid} {self.shape}>"
+
+
+def _compute_shape(op: Op, inputs: Sequence[Instruction], module_args: Sequence[Module]) -> AnyShape:
+    try:
+        if module_args:
+            return op.compute_shape_with_modules([i.shape for i in inputs], module_args)  # type: ignore[attr-defined]
+        return op.infer_shape([i.shape for i in inputs])
+    except FusegraphError:
+        raise
+    except (ValueError, IndexError, TypeError, ArithmeticError, AssertionError) as e:
+        shapes = ", ".join(str(i.shape) for i in inputs)
+        raise ShapeError(f"{op}: cannot compute the output shape from ({shapes}): {e}") from e
+
+
+class Module:
+    def __init__(self, name: str = "main", parent: Module | None = None):
+        self.name = name
+        self.parent = parent
+        self.instructions: list[Instruction] = []
+
+    # -- building ---------------------------------------------------------------------------------
+    def _attach(self, ins: Instruction, index: int | None) -> Instruction:
+        ins.module = self
+        for i in ins.inputs:
+            i.users.append(ins)
+        if index is None:
+            self.instructions.append(ins)
+        else:
+            self.instructions.insert(index, ins)
+        return ins
+
+    def add(self, op: Op, *inputs: Instruction, module_args: Sequence[Module] = ()) -> Instruction:
+        """Append an instruction before the return (if any) and infer its shape."""
+        ins = Instruction(op, inputs, _compute_shape(op, inputs, module_args), module_args)
+        ret = self.return_ins
+        return self._attach(ins, None if ret is None else len(self.instructions) - 1)
+
+    def insert(self, before: Instruction, op: Op, *inputs: Instruction,
+               module_args: Sequence[Module] = ()) -> Instruction:
+        ins = Instruction(op, inputs, _compute_shape(op, inputs, module_args), module_args)
+        return self._attach(ins, self.index(before))
+
+    def add_parameter(self, name: str, shape: AnyShape) -> Instruction:
+        if any(p.op.param_name == name for p in self.parameters):
+            raise IRError(f"module {self.name}: parameter {name!r} defined twice")
+        ins = Instruction(Param(name, shape), [], shape)
+        # parameters come first, in declaration order
+        return self._attach(ins, len(self.parameters))
+
+    def add_literal(self, value) -> Instruction:
+        value = np.asarray(value)
+        op = Literal(value)
+        ins = Instruction(op, [], op.compute_shape([]))
+        return self._attach(ins, len(self.parameters))
+
+    def add_return(self, *outputs: Instruction) -> Instruction:
+        if self.return_ins is not None:
+            self.remove(self.return_ins)
+        ins = Instruction(Return(), outputs, Return().infer_shape([o.shape for o in outputs]))
+        return self._attach(ins, None)
+
+    def tuple_elem(self, ins: Instruction, index: int) -> Instruction:
+        return self.insert_after(ins, GetTupleElem(index), ins)
+
+    def insert_after(self, after: Instruction, op: Op, *inputs: Instruction) -> Instruction:
+        ins = Instruction(op, inputs, _compute_shape(op, inputs, ()))
+        return self._attach(ins, self.index(after) + 1)
+
+    # -- editing ----------------------------------------------------------------------------------
+    def replace(self, old: Instruction, new: Instruction) -> None:
+        """Make every user of `old` use `new` instead (old stays until dead-code elimination)."""
+        if old is new:
+            return
+        for u in list(old.users):
+            u.inputs = [new if i is old else i for i in u.inputs]
+            new.users.append(u)
+        old.users = []
+
+    def replace_inputs(self, ins: Instruction, inputs: Sequence[Instruction]) -> None:
+        for i in ins.inputs:
+            i.users.remove(ins)
+        ins.inputs = list(inputs)
+        for i in ins.inputs:
+            i.users.append(ins)
+
+    def remove(self, ins: Instruction) -> None:
+        if ins.users:
+            raise IRError(f"cannot remove {ins}: still used by {ins.users}")
+        for i in ins.inputs:
+            i.users.remove(ins)
+        self.instructions.remove(ins)
+        ins.module = None
+
+    def move_before(self, ins: Instruction, before: Instruction) -> None:
+        self.instructions.remove(ins)
+        self.instructions.insert(self.index(before), ins)
+
+    # -- queries ----------------------------------------------------------------------------------
+    def index(self, ins: Instruction) -> int:
+        for k, x in enumerate(self.instructions):
+            if x is ins:
+                return k
+        raise IRError(f"{ins} is not in module {self.name}")
+
+    def __iter__(self) -> Iterator[Instruction]:
+        return iter(list(self.instructions))
+
+    def __len__(self) -> int:
+        return len(self.instructions)
+
+    @property
+    def parameters(self) -> list[Instruction]:
+        return [i for i in self.instructions if i.is_param]
+
+    @property
+    def return_ins(self) -> Instruction | None:
+        if self.instructions and isinstance(self.instructions[-1].op, Return):
+            return self.instructions[-1]
+        return None
+
+    @property
+    def outputs(self) -> list[Instruction]:
+        ret = self.return_ins
+        return list(ret.inputs) if ret is not None else []
+
+    def get_parameter(self, name: str) -> Instruction:
+        for p in self.parameters:
+            if p.op.param_name == name:
+                return p
+        raise IRError(f"module {self.name} has no parameter {name!r}")
+
+    def visible(self) -> set[int]:
+        """uids of instructions this module's instructions may use (its own and its ancestors')."""
+        seen: set[int] = set()
+        m: Module | None = self
+        while m is not None:
+            seen.update(i.uid for i in m.instructions)
+            m = m.parent
+        return seen
+
+    # -- checking ---------------------------------------------------------------------------------
+    def verify(self) -> None:
+        """Raise IRError unless the module is well formed: SSA order, consistent use lists, shapes."""
+        defined: set[int] = set()
+        m = self.parent
+        while m is not None:
+            defined.update(i.uid for i in m.instructions)
+            m = m.parent
+        for pos, ins in enumerate(self.instructions):
+            if ins.module is not self:
+                raise IRError(f"{self.name}[{pos}] {ins}: belongs to another module")
+            for i in ins.inputs:
+                if i.uid not in defined:
+                    raise IRError(f"{self.name}[{pos}] {ins.op}: input {i} is not defined before use")
+                if ins not in i.users:
+                    raise IRError(f"{self.name}[{pos}] {ins.op}: missing from the users of {i}")
+            for u in ins.users:
+                if ins not in u.inputs:
+                    raise IRError(f"{self.name}[{pos}] {ins.op}: stale user {u}")
+            if isinstance(ins.op, Return) and pos != len(self.instructions) - 1:
+                raise IRError(f"{self.name}: @return is not the last instruction")
+            if ins.op.kind is not OpKind.BUILTIN or isinstance(ins.op, Return):
+                expected = _compute_shape(ins.op, ins.inputs, ins.module_args)
+                if str(expected) != str(ins.shape):
+                    raise IRError(f"{self.name}[{pos}] {ins.op}: shape {ins.shape} but its rule gives {expected}")
+            defined.add(ins.uid)
+        if self.return_ins is None:
+            raise IRError(f"module {self.name} has no @return")

@@ -1,0 +1,116 @@
+"""A `Program`: the main module plus the submodules of control-flow ops, and its compiled form."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+from ..errors import CompileError
+from .module import Module
+from .shape import AnyShape
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+class Program:
+    def __init__(self, empty: bool = False):
+        self.modules: dict[str, Module] = {}
+        if not empty:
+            self.modules["main"] = Module("main")
+        self.executable: Any = None  # set by compile()
+        self.target_name: str | None = None
+        self.metadata: dict[str, str] = {}
+
+    # -- modules ----------------------------------------------------------------------------------
+    @property
+    def main(self) -> Module:
+        return self.modules["main"]
+
+    def create_module(self, name: str, parent: Module | None = None) -> Module:
+        base, k = name, 0
+        while name in self.modules:
+            k += 1
+            name = f"{base}_{k}"
+        mod = Module(name, parent if parent is not None else self.main)
+        self.modules[name] = mod
+        return mod
+
+    def get_or_create_module(self, name: str) -> Module:
+        if name not in self.modules:
+            self.modules[name] = Module(name)
+        return self.modules[name]
+
+    def modules_in_order(self) -> list[Module]:
+        """main first, then submodules in the order the instructions refer to them."""
+        order: list[Module] = []
+        seen: set[str] = set()
+
+        def visit(m: Module) -> None:
+            if m.name in seen:
+                return
+            seen.add(m.name)
+            order.append(m)
+            for ins in m.instructions:
+                for sub in ins.module_args:
+                    visit(sub)
+
+        visit(self.main)
+        return order
+
+    def verify(self) -> None:
+        for mod in self.modules_in_order():
+            mod.verify()
+
+    def remove_unused_modules(self) -> None:
+        used = {m.name for m in self.modules_in_order()}
+        for name in list(self.modules):
+            if name not in used:
+                del self.modules[name]
+
+    # -- shapes -----------------------------------------------------------------------------------
+    def get_parameter_shapes(self) -> dict[str, AnyShape]:
+        return {p.op.param_name: p.shape for p in self.main.parameters}
+
+    def get_parameter_names(self) -> list[str]:
+        return [p.op.param_name for p in self.main.parameters]
+
+    def get_output_shapes(self) -> list[AnyShape]:
+        return [o.shape for o in self.main.outputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        names = self.metadata.get("output_names")
+        return names.split("\x1f") if names else [f"output{i}" for i in range(len(self.main.outputs))]
+
+    # -- text -------------------------------------------------------------------------------------
+    def to_text(self, full: bool = True) -> str:
+        from .text import print_program
+
+        return print_program(self, full=full)
+
+    @staticmethod
+    def from_text(text: str) -> Program:
+        from .text import parse_program
+
+        return parse_program(text)
+
+    def __str__(self) -> str:
+        return self.to_text(full=False)
+
+    # -- compile and run --------------------------------------------------------------------------
+    def compile(self, target: Any, options: Any = None) -> Program:
+        """Optimize this program for `target` (from `fusegraph.get_target`) in place; build its executable."""
+        if not hasattr(target, "compile"):
+            raise CompileError(f"not a target: {target!r} (use fusegraph.get_target(name))")
+        self.executable = target.compile(self, options)
+        self.target_name = target.name
+        return self
+
+    @property
+    def is_compiled(self) -> bool:
+        return self.executable is not None
+
+    def run(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+        if self.executable is None:
+            raise CompileError("the program is not compiled: call program.compile(target) first")
+        return self.executable.run(inputs)

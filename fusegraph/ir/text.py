@@ -1,0 +1,320 @@
+"""The stable text form of the IR: `print_program` writes it, `parse_program` reads it back.
+
+    module main
+      %0 = @param[param_name="x"] : float32[1,3,224,224]
+      %1 = @literal[b64:AAAA...] : float32[64,3,7,7]
+      %2 = convolution[padding=(3, 3, 3, 3), stride=(2, 2)](%0, %1) : float32[1,64,112,112]
+      %3 = if(%c) <then_0, else_0> : (float32[2], int64[])
+      @return(%2)
+
+Instructions are numbered across the whole program so submodules can name outer values.
+Large literals print as base64 of their bytes (or a digest with `full=False`, which cannot be read back).
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import dataclasses
+import hashlib
+import math
+import re
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import IRError
+from .dtypes import DType
+from .op import Op, get_op_class
+from .shape import AnyShape, Dim, Shape, TupleShape
+
+if TYPE_CHECKING:
+    from .module import Instruction, Module
+    from .program import Program
+
+INLINE_LITERAL_MAX = 16
+
+
+# -- values -----------------------------------------------------------------------------------------
+def format_value(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return repr(v)
+    if isinstance(v, DType):
+        return v.value
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
+    if isinstance(v, (int, str)):
+        return repr(v)
+    if isinstance(v, (Shape, TupleShape)):
+        return f"shape({str(v)!r})"
+    if isinstance(v, tuple):
+        inner = ", ".join(format_value(x) for x in v)
+        return f"({inner},)" if len(v) == 1 else f"({inner})"
+    raise IRError(f"cannot print attribute value {v!r} of type {type(v).__name__}")
+
+
+def parse_value(text: str) -> Any:
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError as e:
+        raise IRError(f"bad attribute value {text!r}") from e
+    return _value(node, text)
+
+
+def _value(node: ast.AST, text: str) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Tuple) or isinstance(node, ast.List):
+        return tuple(_value(e, text) for e in node.elts)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_value(node.operand, text)
+    if isinstance(node, ast.Name):
+        if node.id in ("inf", "nan"):
+            return float(node.id)
+        try:
+            return DType(node.id)
+        except ValueError:
+            pass
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "shape"
+            and len(node.args) == 1 and isinstance(node.args[0], ast.Constant)):
+        return parse_shape(node.args[0].value)
+    raise IRError(f"bad attribute value {ast.unparse(node)!r} in {text!r}")
+
+
+# -- shapes -----------------------------------------------------------------------------------------
+_DIM = re.compile(r"\{(\d+)\.\.(\d+|\?)(?::([\d,]+))?\}|(\d+)")
+
+
+def parse_shape(text: str) -> AnyShape:
+    text = text.strip()
+    if text.startswith("("):
+        inner = text[1:-1].strip()
+        return TupleShape(tuple(parse_shape(p) for p in _split_top(inner, ",") if p.strip()))
+    m = re.fullmatch(r"(\w+)\[([^\]]*)\](?:@\[([^\]]*)\])?", text)
+    if not m:
+        raise IRError(f"bad shape {text!r}")
+    try:
+        dtype = DType(m.group(1))
+    except ValueError:
+        raise IRError(f"bad dtype in shape {text!r}") from None
+    dims = []
+    for part in _split_top(m.group(2), ","):
+        part = part.strip()
+        if not part:
+            continue
+        d = _DIM.fullmatch(part)
+        if not d:
+            raise IRError(f"bad dimension {part!r} in {text!r}")
+        if d.group(4) is not None:
+            dims.append(Dim.fixed(int(d.group(4))))
+        else:
+            hi = None if d.group(2) == "?" else int(d.group(2))
+            opts = tuple(int(x) for x in d.group(3).split(",")) if d.group(3) else ()
+            dims.append(Dim(int(d.group(1)), hi, opts))
+    if m.group(3) is not None:
+        return Shape.of(dtype, [d.min for d in dims], [int(x) for x in m.group(3).split(",") if x])
+    return Shape(dtype, tuple(dims))
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """Split on `sep` outside brackets and quotes."""
+    parts, depth, start, quote = [], 0, 0, None
+    for k, c in enumerate(text):
+        if quote:
+            if c == "\\":
+                continue
+            if c == quote and text[k - 1] != "\\":
+                quote = None
+        elif c in "\"'":
+            quote = c
+        elif c in "([{<":
+            depth += 1
+        elif c in ")]}>":
+            depth -= 1
+        elif c == sep and depth == 0:
+            parts.append(text[start:k])
+            start = k + 1
+    parts.append(text[start:])
+    return parts
+
+
+# -- ops --------------------------------------------------------------------------------------------
+def format_op(op: Op) -> str:
+    attrs = op.attributes()
+    if not attrs:
+        return op.name
+    return op.name + "[" + ", ".join(f"{k}={format_value(v)}" for k, v in attrs.items()) + "]"
+
+
+def format_literal(value: np.ndarray, full: bool = True) -> str:
+    if value.dtype == object:
+        return "[" + ", ".join(repr(str(x)) for x in value.reshape(-1)) + "]"
+    if value.size <= INLINE_LITERAL_MAX:
+        return "[" + ", ".join(format_value(_py(x)) for x in value.reshape(-1).tolist()) + "]"
+    raw = np.ascontiguousarray(value).tobytes()
+    if not full:
+        return f"[sha1:{hashlib.sha1(raw).hexdigest()[:12]}]"
+    return "[b64:" + base64.b64encode(raw).decode() + "]"
+
+
+def _py(x):
+    return float(x) if isinstance(x, float) or (hasattr(x, "dtype") and x.dtype.kind == "f") else x
+
+
+def _parse_literal(body: str, shape: Shape) -> np.ndarray:
+    body = body.strip()
+    dt = shape.dtype.np
+    if body.startswith("sha1:"):
+        raise IRError("literal data was elided from this text (printed with full=False)")
+    if body.startswith("b64:"):
+        raw = base64.b64decode(body[4:])
+        arr = np.frombuffer(raw, dtype=dt)
+        if arr.size != math.prod(shape.lens):
+            raise IRError(f"literal holds {arr.size} elements, shape {shape} needs {math.prod(shape.lens)}")
+        return arr.reshape(shape.lens).copy()
+    items = parse_value("[" + body + "]") if body else ()
+    if shape.dtype == DType.string:
+        return np.array(items, dtype=object).reshape(shape.lens)
+    arr = np.array(items, dtype=np.float64 if shape.dtype.is_float else None)
+    return arr.astype(dt).reshape(shape.lens)
+
+
+# -- programs ---------------------------------------------------------------------------------------
+def print_program(program: Program, full: bool = True) -> str:
+    names: dict[int, str] = {}
+    lines: list[str] = []
+    counter = 0
+    for mod in program.modules_in_order():
+        header = f"module {mod.name}" + (f" parent {mod.parent.name}" if mod.parent is not None else "")
+        lines.append(header)
+        for ins in mod.instructions:
+            names[ins.uid] = f"%{counter}"
+            counter += 1
+            lines.append("  " + _format_ins(ins, names, full))
+    return "\n".join(lines) + "\n"
+
+
+def _format_ins(ins: Instruction, names: dict[int, str], full: bool) -> str:
+    from .builtin import Literal, Return
+
+    args = ", ".join(names.get(i.uid, f"%?{i.uid}") for i in ins.inputs)
+    if isinstance(ins.op, Return):
+        return f"@return({args})"
+    head = ins.op.name + format_literal(ins.op.value, full) if isinstance(ins.op, Literal) else format_op(ins.op)
+    if ins.op.name == "@param":
+        head = f'@param[param_name={ins.op.param_name!r}]'
+    text = f"{names[ins.uid]} = {head}"
+    if ins.inputs:
+        text += f"({args})"
+    if ins.module_args:
+        text += " <" + ", ".join(m.name for m in ins.module_args) + ">"
+    return f"{text} : {ins.shape}"
+
+
+_LINE = re.compile(r"(%\d+) = ([^\[\(<:\s]+)")
+
+
+def parse_program(text: str) -> Program:
+    from .program import Program
+
+    program = Program.__new__(Program)
+    program.__init__(empty=True)
+    values: dict[str, Instruction] = {}
+    current: Module | None = None
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            if line.startswith("module "):
+                parts = line.split()
+                parent = program.get_or_create_module(parts[3]) if len(parts) == 4 and parts[2] == "parent" else None
+                current = program.get_or_create_module(parts[1])
+                current.parent = parent
+                continue
+            if current is None:
+                raise IRError("instruction outside a module")
+            _parse_ins(line, current, program, values)
+        except IRError as e:
+            raise IRError(f"line {lineno}: {e}") from None
+    return program
+
+
+def _parse_ins(line: str, mod: Module, program: Program, values: dict[str, Instruction]) -> None:
+    from .builtin import Literal
+
+    if line.startswith("@return"):
+        inner = line[len("@return("):-1]
+        mod.add_return(*[_lookup(values, a) for a in _split_top(inner, ",") if a.strip()])
+        return
+    m = _LINE.match(line)
+    if not m:
+        raise IRError(f"cannot read {line!r}")
+    name, opname = m.group(1), m.group(2)
+    rest = line[m.end():]
+    attrs_text = ""
+    if rest.startswith("["):
+        end = _matching(rest, 0)
+        attrs_text, rest = rest[1:end], rest[end + 1:]
+    inputs: list[Instruction] = []
+    if rest.startswith("("):
+        end = _matching(rest, 0)
+        inputs = [_lookup(values, a) for a in _split_top(rest[1:end], ",") if a.strip()]
+        rest = rest[end + 1:]
+    rest = rest.strip()
+    module_args = []
+    if rest.startswith("<"):
+        end = _matching(rest, 0)
+        module_args = [program.get_or_create_module(n.strip()) for n in rest[1:end].split(",")]
+        rest = rest[end + 1:].strip()
+    if not rest.startswith(":"):
+        raise IRError(f"missing ': shape' in {line!r}")
+    shape = parse_shape(rest[1:])
+    if opname == "@literal":
+        ins = mod.add_literal(_parse_literal(attrs_text, shape))
+        ins.op = Literal(ins.op.value.reshape(shape.lens)) if ins.shape != shape else ins.op
+    elif opname == "@param":
+        pname = parse_value(attrs_text.split("=", 1)[1])
+        ins = mod.add_parameter(pname, shape)
+    else:
+        cls = get_op_class(opname)
+        kwargs = {}
+        for item in _split_top(attrs_text, ","):
+            if item.strip():
+                key, _, val = item.partition("=")
+                kwargs[key.strip()] = parse_value(val)
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(kwargs) - fields
+        if unknown:
+            raise IRError(f"op {opname} has no attributes {sorted(unknown)}")
+        ins = mod.add(cls(**kwargs), *inputs, module_args=module_args)
+        if str(ins.shape) != str(shape):
+            raise IRError(f"{opname}: text says {shape}, the shape rule gives {ins.shape}")
+    values[name] = ins
+
+
+def _lookup(values: dict[str, Instruction], ref: str) -> Instruction:
+    ref = ref.strip()
+    if ref not in values:
+        raise IRError(f"undefined value {ref}")
+    return values[ref]
+
+
+def _matching(text: str, start: int) -> int:
+    pairs = {"[": "]", "(": ")", "<": ">", "{": "}"}
+    open_c, close_c = text[start], pairs[text[start]]
+    depth, quote = 0, None
+    for k in range(start, len(text)):
+        c = text[k]
+        if quote:
+            if c == quote and text[k - 1] != "\\":
+                quote = None
+        elif c in "\"'":
+            quote = c
+        elif c == open_c:
+            depth += 1
+        elif c == close_c:
+            depth -= 1
+            if depth == 0:
+                return k
+    raise IRError(f"unbalanced {open_c!r} in {text!r}")

@@ -1,0 +1,141 @@
+"""What a converter works with: the module being built, constant evaluation, broadcasting helpers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from ..errors import FusegraphError, ParseError, ShapeError
+from ..ir.dtypes import DType
+from ..ir.module import Instruction, Module
+from ..ir.op import Op, OpKind, make_op
+from ..ir.shape import Shape
+
+if TYPE_CHECKING:
+    from .parser import OnnxParser
+
+
+class Context:
+    """Builder handed to converters. `add` appends an instruction to the current module."""
+
+    def __init__(self, parser: OnnxParser, module: Module, opsets: dict[str, int]):
+        self.parser = parser
+        self.module = module
+        self.opsets = opsets
+        self.node: Any = None  # the Node being converted, for error messages
+
+    @property
+    def opset(self) -> int:
+        return self.opsets.get("", 1)
+
+    @property
+    def program(self):
+        return self.parser.program
+
+    # -- building ---------------------------------------------------------------------------------
+    def add(self, op: Op | str, *inputs: Instruction, module_args: Sequence[Module] = (), **attrs: Any) -> Instruction:
+        if isinstance(op, str):
+            op = make_op(op, **attrs)
+        for i, x in enumerate(inputs):
+            if not isinstance(x, Instruction):
+                raise ParseError(f"{self._where()}input {i} of {op.name} is missing")
+        try:
+            return self.module.add(op, *inputs, module_args=module_args)
+        except ShapeError as e:
+            raise ShapeError(f"{self._where()}{e}") from None
+
+    def literal(self, value: Any, dtype: DType | None = None) -> Instruction:
+        arr = np.asarray(value) if dtype is None else np.asarray(value, dtype=dtype.np)
+        return self.module.add_literal(arr)
+
+    def scalar_like(self, value: Any, like: Instruction) -> Instruction:
+        return self.literal(np.asarray(value, dtype=like.shape.dtype.np))
+
+    def _where(self) -> str:
+        n = self.node
+        return f"node {n.name!r} ({n.op_type}): " if n is not None else ""
+
+    def error(self, msg: str) -> ParseError:
+        return ParseError(f"{self._where()}{msg}")
+
+    # -- constants --------------------------------------------------------------------------------
+    def const(self, ins: Instruction | None) -> np.ndarray | None:
+        """The value of `ins` if it can be computed now (from literals only), else None."""
+        if ins is None:
+            return None
+        if ins.is_literal:
+            return ins.literal
+        cache = self.parser.const_cache
+        if ins.uid in cache:
+            return cache[ins.uid]
+        # Iterative post-order walk over the constant cone; give up at the first non-constant.
+        stack = [ins]
+        while stack:
+            top = stack[-1]
+            if top.uid in cache or top.is_literal:
+                stack.pop()
+                continue
+            op = top.op
+            if (op.kind in (OpKind.BUILTIN, OpKind.CONTROL) or not op.deterministic or top.module_args):
+                return None
+            pending = [i for i in top.inputs if i.uid not in cache and not i.is_literal]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            args = [i.literal if i.is_literal else cache[i.uid] for i in top.inputs]
+            try:
+                cache[top.uid] = op.compute(args)
+            except FusegraphError:
+                return None
+            except (ValueError, TypeError, IndexError, ArithmeticError):
+                return None
+        return cache.get(ins.uid)
+
+    def const_ints(self, ins: Instruction | None, what: str) -> list[int] | None:
+        v = self.const(ins)
+        if v is None:
+            return None
+        return [int(x) for x in np.asarray(v).reshape(-1)]
+
+    def require_const(self, ins: Instruction | None, what: str) -> np.ndarray:
+        v = self.const(ins)
+        if v is None:
+            raise self.error(f"{what} must be a constant (computed at run time is not supported)")
+        return v
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def broadcast(self, *xs: Instruction) -> list[Instruction]:
+        """Numpy-style multidirectional broadcast: every result has the common lens."""
+        shapes = [x.shape for x in xs]
+        if all(s.dims == shapes[0].dims for s in shapes):
+            return list(xs)
+        if any(s.is_dynamic for s in shapes):
+            out = []
+            for x in xs:
+                others = [y for y in xs if y is not x]
+                out.append(self.add("broadcast_like", x, *others))
+            return out
+        try:
+            lens = np.broadcast_shapes(*[s.lens for s in shapes])
+        except ValueError:
+            raise ShapeError(f"{self._where()}cannot broadcast {', '.join(map(str, shapes))}") from None
+        return [x if x.shape.lens == tuple(lens) else self.add("broadcast", x, out_lens=tuple(lens)) for x in xs]
+
+    def pointwise(self, name: str, *xs: Instruction, **attrs: Any) -> Instruction:
+        return self.add(name, *self.broadcast(*xs), **attrs)
+
+    def convert(self, x: Instruction, dtype: DType) -> Instruction:
+        if x.shape.dtype == dtype:
+            return x
+        return self.add("convert", x, to=dtype)
+
+    def reshape(self, x: Instruction, lens: Sequence[int]) -> Instruction:
+        lens = tuple(int(n) for n in lens)
+        if isinstance(x.shape, Shape) and not x.shape.is_dynamic and x.shape.lens == lens:
+            return x
+        return self.add("reshape", x, dims=lens)
+
+    def parse_subgraph(self, graph: Any, name: str, input_shapes: Sequence[Any] | None = None) -> Module:
+        return self.parser.parse_subgraph(graph, name, self, input_shapes)

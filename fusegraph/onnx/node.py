@@ -1,0 +1,91 @@
+"""A read-only view of an ONNX node with decoded attributes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from onnx import AttributeProto, NodeProto, numpy_helper
+
+from ..errors import ParseError
+
+_REQUIRED = object()
+
+
+def tensor_to_array(t) -> np.ndarray:
+    arr = numpy_helper.to_array(t)
+    if arr.dtype.kind in "SU":
+        arr = arr.astype(object)
+    return arr
+
+
+def decode_attribute(a: AttributeProto) -> Any:
+    T = AttributeProto
+    if a.type == T.FLOAT:
+        return float(a.f)
+    if a.type == T.INT:
+        return int(a.i)
+    if a.type == T.STRING:
+        return a.s.decode("utf-8", errors="replace")
+    if a.type == T.TENSOR:
+        return tensor_to_array(a.t)
+    if a.type == T.GRAPH:
+        return a.g
+    if a.type == T.FLOATS:
+        return [float(x) for x in a.floats]
+    if a.type == T.INTS:
+        return [int(x) for x in a.ints]
+    if a.type == T.STRINGS:
+        return [s.decode("utf-8", errors="replace") for s in a.strings]
+    if a.type == T.TENSORS:
+        return [tensor_to_array(t) for t in a.tensors]
+    if a.type == T.GRAPHS:
+        return list(a.graphs)
+    if a.type == T.SPARSE_TENSOR:
+        from onnx.numpy_helper import to_array
+
+        dense = np.zeros(tuple(a.sparse_tensor.dims), dtype=to_array(a.sparse_tensor.values).dtype)
+        idx = to_array(a.sparse_tensor.indices)
+        vals = to_array(a.sparse_tensor.values)
+        if idx.ndim == 1:
+            dense.reshape(-1)[idx] = vals
+        else:
+            dense[tuple(idx.T)] = vals
+        return dense
+    if a.type == T.TYPE_PROTO:
+        return a.tp
+    if a.type == T.TYPE_PROTOS:
+        return list(a.type_protos)
+    raise ParseError(f"attribute {a.name!r}: unsupported attribute type {a.type}")
+
+
+class Node:
+    def __init__(self, proto: NodeProto, opset: int):
+        self.proto = proto
+        self.op_type = proto.op_type
+        self.domain = proto.domain if proto.domain != "ai.onnx" else ""
+        self.name = proto.name or (proto.output[0] if proto.output else proto.op_type)
+        self.inputs = list(proto.input)
+        self.outputs = list(proto.output)
+        self.opset = opset
+        self.attrs = {a.name: a for a in proto.attribute}
+
+    def has(self, name: str) -> bool:
+        return name in self.attrs
+
+    def attr(self, name: str, default: Any = _REQUIRED) -> Any:
+        a = self.attrs.get(name)
+        if a is None:
+            if default is _REQUIRED:
+                raise ParseError(f"node {self.name!r} ({self.op_type}): missing required attribute {name!r}")
+            return default
+        if a.ref_attr_name:
+            raise ParseError(f"node {self.name!r}: attribute references (functions) are not supported")
+        return decode_attribute(a)
+
+    @property
+    def n_outputs(self) -> int:
+        return len(self.outputs)
+
+    def __repr__(self) -> str:
+        return f"{self.op_type} node {self.name!r}"

@@ -1,0 +1,238 @@
+"""ONNX model -> Program. Walks the graph once, calling one converter per node."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from ..errors import FusegraphError, ModelLoadError, ParseError, UnsupportedOpError
+from ..ir.dtypes import DType
+from ..ir.module import Instruction, Module
+from ..ir.program import Program
+from ..ir.shape import Dim, Shape
+from . import converters  # noqa: F401  (registers every converter)
+from .context import Context
+from .node import Node, tensor_to_array
+from .registry import lookup
+
+DimSpec = Any  # int | Dim | (min, max) | (min, max, optimals)
+
+
+def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto:
+    """Read an ONNX model from a path, bytes or a ModelProto, with clear errors for bad input."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    try:
+        if isinstance(model, (bytes, bytearray, memoryview)):
+            proto = onnx.load_from_string(bytes(model))
+        else:
+            path = Path(model)
+            if not path.is_file():
+                raise ModelLoadError(f"no such model file: {path}")
+            proto = onnx.load(str(path), load_external_data=True)
+    except FusegraphError:
+        raise
+    except DecodeError as e:
+        raise ModelLoadError(f"not a valid ONNX model (malformed or truncated protobuf): {e}") from None
+    except (OSError, ValueError, RuntimeError) as e:
+        raise ModelLoadError(f"cannot read ONNX model: {e}") from None
+    if not proto.HasField("graph") or (not proto.graph.node and not proto.graph.output):
+        raise ModelLoadError("not a valid ONNX model: it has no graph (empty, truncated or not ONNX)")
+    return proto
+
+
+class OnnxParser:
+    def __init__(self, map_input_dims: Mapping[str, Sequence[int]] | None = None,
+                 map_dyn_input_dims: Mapping[str, Sequence[DimSpec]] | None = None,
+                 default_dim_value: int | None = None, skip_unknown_operators: bool = False):
+        self.map_input_dims = dict(map_input_dims or {})
+        self.map_dyn_input_dims = dict(map_dyn_input_dims or {})
+        self.default_dim_value = 1 if default_dim_value is None else int(default_dim_value)
+        self.skip_unknown_operators = skip_unknown_operators
+        self.program = Program()
+        self.const_cache: dict[int, Any] = {}
+        self.opsets: dict[str, int] = {}
+        self.functions: dict[tuple[str, str], onnx.FunctionProto] = {}
+
+    # -- model ------------------------------------------------------------------------------------
+    def parse(self, model: onnx.ModelProto) -> Program:
+        self.opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+        self.opsets.setdefault("", 1 if model.ir_version < 3 else 1)
+        self.functions = {(f.domain, f.name): f for f in model.functions}
+        graph = model.graph
+        main = self.program.main
+        scope: dict[str, Instruction] = {}
+        ctx = Context(self, main, self.opsets)
+        for init in graph.initializer:
+            scope[init.name] = ctx.literal(self._initializer(init))
+        for sparse in graph.sparse_initializer:
+            scope[sparse.values.name] = ctx.literal(_sparse_to_dense(sparse))
+        for vi in graph.input:
+            if vi.name in scope:
+                continue  # an initializer listed as an input (opset < 9 style): a constant
+            scope[vi.name] = main.add_parameter(vi.name, self._input_shape(vi))
+        self._parse_nodes(graph, ctx, [scope])
+        outs = []
+        for o in graph.output:
+            if o.name not in scope:
+                raise ParseError(f"graph output {o.name!r} is not produced by any node")
+            outs.append(scope[o.name])
+        main.add_return(*outs)
+        self.program.metadata["output_names"] = "\x1f".join(o.name for o in graph.output)
+        return self.program
+
+    def _initializer(self, t: onnx.TensorProto):
+        try:
+            return tensor_to_array(t)
+        except (ValueError, TypeError, OSError) as e:
+            raise ModelLoadError(f"initializer {t.name!r} cannot be read: {e}") from None
+
+    def _input_shape(self, vi: onnx.ValueInfoProto) -> Shape:
+        name = vi.name
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            raise ParseError(f"input {name!r}: only tensor inputs are supported at the top level")
+        try:
+            dtype = DType.from_onnx(tt.elem_type)
+        except TypeError as e:
+            raise ParseError(f"input {name!r}: {e}") from None
+        if name in self.map_input_dims:
+            return Shape.of(dtype, self.map_input_dims[name])
+        if name in self.map_dyn_input_dims:
+            return Shape.dynamic(dtype, [_dim(d) for d in self.map_dyn_input_dims[name]])
+        lens = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else self.default_dim_value
+                for d in tt.shape.dim]
+        return Shape.of(dtype, lens)
+
+    # -- graphs -----------------------------------------------------------------------------------
+    def _parse_nodes(self, graph: onnx.GraphProto, ctx: Context, scopes: list[dict[str, Instruction]]) -> None:
+        scope = scopes[-1]
+
+        def resolve(name: str, node: Node) -> Instruction | None:
+            if name == "":
+                return None
+            for s in reversed(scopes):
+                if name in s:
+                    return s[name]
+            raise ParseError(f"node {node.name!r} ({node.op_type}): input {name!r} is not defined")
+
+        for proto in graph.node:
+            node = Node(proto, self.opsets.get(proto.domain if proto.domain != "ai.onnx" else "", 1))
+            args = [resolve(n, node) for n in node.inputs]
+            ctx.node = node
+            ctx.scopes = scopes  # type: ignore[attr-defined]
+            results = self._convert(ctx, node, args)
+            for out_name, ins in zip(node.outputs, results):
+                if out_name:
+                    scope[out_name] = ins
+        ctx.node = None
+
+    def _convert(self, ctx: Context, node: Node, args: list[Instruction | None]) -> list[Instruction]:
+        fn = lookup(node.domain, node.op_type, node.opset)
+        if fn is None and (node.domain, node.op_type) in self.functions:
+            from .functions import expand_function
+
+            return expand_function(ctx, node, args, self.functions[(node.domain, node.op_type)])
+        if fn is None:
+            if self.skip_unknown_operators:
+                return self._unknown(ctx, node, args)
+            raise UnsupportedOpError(node.op_type, node.domain, node.opset, node.name)
+        try:
+            out = fn(ctx, node, args)
+        except UnsupportedOpError:
+            raise
+        except FusegraphError as e:
+            if f"node {node.name!r}" in str(e):
+                raise
+            raise type(e)(f"node {node.name!r} ({node.op_type}): {e}") from None
+        except (ValueError, TypeError, IndexError, KeyError, ArithmeticError, NotImplementedError) as e:
+            raise ParseError(f"node {node.name!r} ({node.op_type}): {type(e).__name__}: {e}") from e
+        results = list(out) if isinstance(out, (list, tuple)) else [out]
+        if len(results) < len([o for o in node.outputs if o]):
+            raise ParseError(f"node {node.name!r} ({node.op_type}): converter gave {len(results)} outputs, "
+                             f"the node has {len(node.outputs)}")
+        return results
+
+    def _unknown(self, ctx: Context, node: Node, args: list[Instruction | None]) -> list[Instruction]:
+        present = [a for a in args if a is not None]
+        out = ctx.add("unknown", *present, op_type=node.op_type, domain=node.domain)
+        return [out] * max(1, len(node.outputs))
+
+    def parse_subgraph(self, graph: onnx.GraphProto, name: str, parent_ctx: Context,
+                       input_shapes: Sequence[Any] | None = None) -> Module:
+        """Parse a subgraph into a new submodule whose parameters are the graph's inputs.
+
+        `input_shapes` gives the parameters' shapes where the caller knows them (Loop, Scan);
+        otherwise they come from the subgraph's declared input types."""
+        mod = self.program.create_module(name, parent_ctx.module)
+        ctx = Context(self, mod, self.opsets)
+        scope: dict[str, Instruction] = {}
+        for init in graph.initializer:
+            scope[init.name] = ctx.literal(self._initializer(init))
+        for k, vi in enumerate(graph.input):
+            shape = input_shapes[k] if input_shapes is not None else self._subgraph_input_shape(vi)
+            scope[vi.name] = mod.add_parameter(vi.name, shape)
+        scopes = list(getattr(parent_ctx, "scopes", [])) + [scope]
+        saved = parent_ctx.node
+        self._parse_nodes(graph, ctx, scopes)
+        parent_ctx.node = saved
+        outs = []
+        for o in graph.output:
+            found = next((s[o.name] for s in reversed(scopes) if o.name in s), None)
+            if found is None:
+                raise ParseError(f"subgraph {graph.name!r}: output {o.name!r} is not defined")
+            if found.module is not mod:
+                found = ctx.add("identity", found)  # a subgraph output may be an outer value
+            outs.append(found)
+        mod.add_return(*outs)
+        return mod
+
+    def _subgraph_input_shape(self, vi: onnx.ValueInfoProto):
+        from .types import shape_from_type
+
+        return shape_from_type(vi.type, vi.name)
+
+
+def _dim(d: DimSpec) -> Dim:
+    if isinstance(d, Dim):
+        return d
+    if isinstance(d, int):
+        return Dim.fixed(d)
+    d = tuple(d)
+    return Dim(int(d[0]), None if d[1] is None else int(d[1]), tuple(d[2]) if len(d) > 2 else ())
+
+
+def _sparse_to_dense(sparse: onnx.SparseTensorProto):
+    import numpy as np
+
+    vals = tensor_to_array(sparse.values)
+    idx = tensor_to_array(sparse.indices)
+    dense = np.zeros(tuple(sparse.dims), dtype=vals.dtype)
+    if idx.ndim == 1:
+        dense.reshape(-1)[idx] = vals
+    else:
+        dense[tuple(idx.T)] = vals
+    return dense
+
+
+def parse_onnx(model: str | os.PathLike | bytes | onnx.ModelProto, *,
+               map_input_dims: Mapping[str, Sequence[int]] | None = None,
+               map_dyn_input_dims: Mapping[str, Sequence[DimSpec]] | None = None,
+               default_dim_value: int | None = None,
+               skip_unknown_operators: bool = False) -> Program:
+    """Parse an ONNX model (path, bytes or ModelProto) into a Program.
+
+    Inputs with symbolic or unknown dimensions take `default_dim_value` (1) unless
+    `map_input_dims` fixes their whole shape or `map_dyn_input_dims` gives dynamic ranges.
+    """
+    proto = load_model(model)
+    parser = OnnxParser(map_input_dims, map_dyn_input_dims, default_dim_value, skip_unknown_operators)
+    unknown = set(map_input_dims or {}) | set(map_dyn_input_dims or {})
+    names = {i.name for i in proto.graph.input}
+    if unknown - names:
+        raise ParseError(f"map_input_dims names unknown input(s) {sorted(unknown - names)}; inputs are {sorted(names)}")
+    return parser.parse(proto)

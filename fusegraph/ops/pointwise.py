@@ -1,0 +1,267 @@
+"""Pointwise ops: each is its scalar body, written once (see `scalar.py`).
+
+Inputs of a pointwise op all have the same lens (the frontend inserts explicit `broadcast`s), so a
+pointwise op never broadcasts by itself: code generators see one index space.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Callable, ClassVar, Sequence
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..ir.dtypes import DType
+from ..ir.op import Op, OpKind, register_op
+from ..ir.shape import Shape
+from .scalar import Expr, Var, call, const, convert, evaluate, parse_expr
+
+
+class PointwiseOp(Op):
+    kind: ClassVar[OpKind] = OpKind.POINTWISE
+    arity: ClassVar[int] = 1
+    # None: the output dtype is the first input's; otherwise a fixed dtype (e.g. bool for compares)
+    result_dtype: ClassVar[DType | None] = None
+
+    def body(self, *xs: Expr) -> Expr:
+        raise NotImplementedError
+
+    @functools.cached_property
+    def expr(self) -> Expr:
+        return self.body(*[Var(i) for i in range(self.arity)])
+
+    def output_dtype(self, dtypes: Sequence[DType]) -> DType:
+        return self.result_dtype or dtypes[0]
+
+    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
+        if len(inputs) != self.arity:
+            raise ShapeError(f"{self.name}: expects {self.arity} inputs, got {len(inputs)}")
+        lens = inputs[0].lens
+        for s in inputs[1:]:
+            if s.lens != lens:
+                raise ShapeError(f"{self.name}: inputs must have equal lens, got {[str(i) for i in inputs]}")
+        return Shape.of(self.output_dtype([s.dtype for s in inputs]), lens)
+
+    def compute_dynamic_shape(self, inputs):
+        return Shape(self.output_dtype([s.dtype for s in inputs]), inputs[0].dims)
+
+    def compute(self, args: list[np.ndarray]) -> np.ndarray:
+        out = evaluate(self.expr, args)
+        dt = self.output_dtype([DType.from_numpy(np.asarray(a).dtype) for a in args]).np
+        return np.asarray(out).astype(dt, copy=False)
+
+
+def pointwise(name: str, fn: Callable[..., Expr], result_dtype: DType | None = None) -> type[PointwiseOp]:
+    """Define and register an attribute-free pointwise op from a body function."""
+    arity = len(inspect.signature(fn).parameters)
+    cls = type(
+        "".join(p.capitalize() for p in name.split("_")),
+        (PointwiseOp,),
+        {"name": name, "arity": arity, "result_dtype": result_dtype,
+         "body": lambda self, *xs: fn(*xs), "__module__": __name__},
+    )
+    return register_op(cls)
+
+
+c = call
+# -- the table: name, body ---------------------------------------------------------------------------
+for _name, _fn in [
+    ("add", lambda a, b: a + b),            # a+b
+    ("sub", lambda a, b: a - b),
+    ("mul", lambda a, b: a * b),
+    ("div", lambda a, b: a / b),
+    ("pow", lambda a, b: c("pow", a, b)),
+    ("max", lambda a, b: c("max", a, b)),
+    ("min", lambda a, b: c("min", a, b)),
+    ("fmod", lambda a, b: c("fmod", a, b)),
+    ("mod", lambda a, b: c("mod", a, b)),
+    ("bitand", lambda a, b: c("bitand", a, b)),
+    ("bitor", lambda a, b: c("bitor", a, b)),
+    ("bitxor", lambda a, b: c("bitxor", a, b)),
+    ("shl", lambda a, b: c("shl", a, b)),
+    ("shr", lambda a, b: c("shr", a, b)),
+    ("neg", lambda x: -x),
+    ("abs", lambda x: c("abs", x)),
+    ("sign", lambda x: c("sign", x)),
+    ("exp", lambda x: c("exp", x)),
+    ("log", lambda x: c("log", x)),
+    ("sqrt", lambda x: c("sqrt", x)),
+    ("rsqrt", lambda x: 1.0 / c("sqrt", x)),
+    ("reciprocal", lambda x: 1.0 / x),
+    ("erf", lambda x: c("erf", x)),
+    ("tanh", lambda x: c("tanh", x)),
+    ("sigmoid", lambda x: c("sigmoid", x)),
+    ("relu", lambda x: c("max", x, 0)),     # max(x, 0)
+    ("sin", lambda x: c("sin", x)), ("cos", lambda x: c("cos", x)), ("tan", lambda x: c("tan", x)),
+    ("asin", lambda x: c("asin", x)), ("acos", lambda x: c("acos", x)), ("atan", lambda x: c("atan", x)),
+    ("sinh", lambda x: c("sinh", x)), ("cosh", lambda x: c("cosh", x)),
+    ("asinh", lambda x: c("asinh", x)), ("acosh", lambda x: c("acosh", x)),
+    ("atanh", lambda x: c("atanh", x)),
+    ("floor", lambda x: c("floor", x)), ("ceil", lambda x: c("ceil", x)), ("round", lambda x: c("round", x)),
+    ("bitnot", lambda x: c("bitnot", x)),
+    ("softplus", lambda x: c("log", c("exp", x) + 1)),
+    ("softsign", lambda x: x / (c("abs", x) + 1)),
+    ("gelu", lambda x: x * 0.5 * (c("erf", x * 0.7071067811865476) + 1)),
+    ("gelu_tanh", lambda x: x * 0.5 * (c("tanh", (x + x * x * x * 0.044715) * 0.7978845608028654) + 1)),
+    ("silu", lambda x: x * c("sigmoid", x)),
+    ("mish", lambda x: x * c("tanh", c("log", c("exp", x) + 1))),
+    ("identity", lambda x: x),
+]:
+    pointwise(_name, _fn)
+
+for _name, _fn in [
+    ("less", lambda a, b: c("lt", a, b)), ("less_equal", lambda a, b: c("le", a, b)),
+    ("greater", lambda a, b: c("gt", a, b)), ("greater_equal", lambda a, b: c("ge", a, b)),
+    ("equal", lambda a, b: c("eq", a, b)), ("not_equal", lambda a, b: c("ne", a, b)),
+    ("logical_and", lambda a, b: c("and", a, b)), ("logical_or", lambda a, b: c("or", a, b)),
+    ("logical_xor", lambda a, b: c("xor", a, b)), ("logical_not", lambda x: c("not", x)),
+    ("isnan", lambda x: c("isnan", x)),
+]:
+    pointwise(_name, _fn, result_dtype=DType.bool)
+
+
+# -- pointwise ops with attributes --------------------------------------------------------------------
+@register_op
+class Convert(PointwiseOp):
+    name = "convert"
+    to: DType = DType.float32
+
+    def body(self, x):
+        return convert(x, self.to)
+
+    def output_dtype(self, dtypes):
+        return self.to
+
+
+@register_op
+class Where(PointwiseOp):
+    name = "where"
+    arity = 3
+
+    def body(self, cond, a, b):
+        return c("where", cond, a, b)
+
+    def output_dtype(self, dtypes):
+        return dtypes[1]
+
+
+@register_op
+class IsInf(PointwiseOp):
+    name = "isinf"
+    result_dtype = DType.bool
+    detect_positive: bool = True
+    detect_negative: bool = True
+
+    def body(self, x):
+        pos = c("and", c("isinf", x), c("gt", x, 0)) if self.detect_positive else const(False)
+        neg = c("and", c("isinf", x), c("lt", x, 0)) if self.detect_negative else const(False)
+        return c("or", pos, neg)
+
+
+@register_op
+class Clip(PointwiseOp):
+    """min(max(x, lo), hi) with lo and hi as inputs (they may be computed)."""
+
+    name = "clip"
+    arity = 3
+
+    def body(self, x, lo, hi):
+        return c("min", c("max", x, lo), hi)
+
+
+@register_op
+class LeakyRelu(PointwiseOp):
+    name = "leaky_relu"
+    alpha: float = 0.01
+
+    def body(self, x):
+        return c("where", c("ge", x, 0), x, x * self.alpha)
+
+
+@register_op
+class Elu(PointwiseOp):
+    name = "elu"
+    alpha: float = 1.0
+
+    def body(self, x):
+        return c("where", c("ge", x, 0), x, (c("exp", x) - 1) * self.alpha)
+
+
+@register_op
+class Celu(PointwiseOp):
+    name = "celu"
+    alpha: float = 1.0
+
+    def body(self, x):
+        return c("max", x, 0) + c("min", (c("exp", x / self.alpha) - 1) * self.alpha, 0)
+
+
+@register_op
+class Selu(PointwiseOp):
+    name = "selu"
+    alpha: float = 1.67326319217681884765625
+    gamma: float = 1.05070102214813232421875
+
+    def body(self, x):
+        return c("where", c("gt", x, 0), x * self.gamma, (c("exp", x) * self.alpha - self.alpha) * self.gamma)
+
+
+@register_op
+class HardSigmoid(PointwiseOp):
+    name = "hard_sigmoid"
+    alpha: float = 0.2
+    beta: float = 0.5
+
+    def body(self, x):
+        return c("max", c("min", x * self.alpha + self.beta, 1), 0)
+
+
+@register_op
+class HardSwish(PointwiseOp):
+    name = "hard_swish"
+
+    def body(self, x):
+        return x * c("max", c("min", x * (1 / 6) + 0.5, 1), 0)
+
+
+@register_op
+class ThresholdedRelu(PointwiseOp):
+    name = "thresholded_relu"
+    alpha: float = 1.0
+
+    def body(self, x):
+        return c("where", c("gt", x, self.alpha), x, 0)
+
+
+@register_op
+class Shrink(PointwiseOp):
+    name = "shrink"
+    bias: float = 0.0
+    lambd: float = 0.5
+
+    def body(self, x):
+        return c("where", c("lt", x, -self.lambd), x + self.bias,
+                 c("where", c("gt", x, self.lambd), x - self.bias, 0))
+
+
+@register_op
+class FusedPointwise(PointwiseOp):
+    """A chain of pointwise ops fused into one kernel; its body travels as expression text."""
+
+    name = "fused_pointwise"
+    body_text: str = "x0"
+    n_inputs: int = 1
+    out_type: DType | None = None
+
+    @functools.cached_property
+    def expr(self) -> Expr:
+        return parse_expr(self.body_text)
+
+    @property
+    def arity(self) -> int:  # type: ignore[override]
+        return self.n_inputs
+
+    def output_dtype(self, dtypes):
+        return self.out_type or dtypes[0]

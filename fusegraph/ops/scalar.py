@@ -1,0 +1,275 @@
+"""Scalar expressions: the single definition of pointwise math.
+
+A pointwise op's body is an `Expr` tree over its inputs (`Var(i)`), constants and scalar functions.
+The reference evaluates it with numpy (`evaluate`); code generators walk the same tree and render
+each function with their own template. The tree has a text form (`str(expr)`) that `parse_expr`
+reads back, so fused bodies travel inside the IR text and compiled files.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..errors import IRError
+from ..ir.dtypes import DType
+
+
+class Expr:
+    """Base of expression nodes; arithmetic operators build calls."""
+
+    def __add__(self, o): return call("add", self, o)
+    def __radd__(self, o): return call("add", o, self)
+    def __sub__(self, o): return call("sub", self, o)
+    def __rsub__(self, o): return call("sub", o, self)
+    def __mul__(self, o): return call("mul", self, o)
+    def __rmul__(self, o): return call("mul", o, self)
+    def __truediv__(self, o): return call("div", self, o)
+    def __rtruediv__(self, o): return call("div", o, self)
+    def __neg__(self): return call("neg", self)
+
+
+@dataclass(frozen=True, eq=True)
+class Var(Expr):
+    index: int
+
+    def __str__(self) -> str:
+        return f"x{self.index}"
+
+
+@dataclass(frozen=True, eq=True)
+class Const(Expr):
+    value: float | int | bool
+
+    def __str__(self) -> str:
+        v = self.value
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, float):
+            if math.isnan(v):
+                return "nan"
+            if math.isinf(v):
+                return "inf" if v > 0 else "-inf"
+            return repr(v)
+        return str(v)
+
+
+@dataclass(frozen=True, eq=True)
+class Call(Expr):
+    fn: str
+    args: tuple[Expr, ...]
+
+    def __str__(self) -> str:
+        return f"{self.fn}({', '.join(map(str, self.args))})"
+
+
+def const(v) -> Expr:
+    if isinstance(v, Expr):
+        return v
+    if isinstance(v, (bool, np.bool_)):
+        return Const(bool(v))
+    if isinstance(v, (int, np.integer)):
+        return Const(int(v))
+    return Const(float(v))
+
+
+def call(fn: str, *args) -> Expr:
+    if fn not in SCALAR_FUNCS and not fn.startswith("convert_"):
+        raise IRError(f"unknown scalar function {fn!r}")
+    return Call(fn, tuple(const(a) for a in args))
+
+
+def convert(x, dtype: DType) -> Expr:
+    return call(f"convert_{dtype.value}", x)
+
+
+# -- numpy implementations --------------------------------------------------------------------------
+def _erf(x):
+    # Exact (math.erf) on small tensors, a 1.2e-7-accurate Chebyshev form on large ones.
+    x = np.asarray(x)
+    if x.size <= 4096:
+        return np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64)).astype(x.dtype)
+    return _erf_fast(x)
+
+
+def _erf_fast(x):
+    # Max abs error ~1.2e-7 (Numerical Recipes erfc, Chebyshev), computed in float64.
+    z = np.abs(x.astype(np.float64))
+    t = 1.0 / (1.0 + 0.5 * z)
+    r = t * np.exp(
+        -z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (
+            -0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (
+                -0.82215223 + t * 0.17087277))))))))
+    )
+    return np.where(x >= 0, 1.0 - r, r - 1.0).astype(x.dtype)
+
+
+def _div(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        with np.errstate(divide="ignore"):
+            q = np.floor_divide(a, b)
+            fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
+        return (q + fix.astype(q.dtype)).astype(q.dtype)  # C-style truncation toward zero
+    return np.divide(a, b)
+
+
+def _round(x):
+    return np.round(x)  # numpy rounds half to even, as ONNX Round requires
+
+
+def _sigmoid(x):
+    x = np.asarray(x)
+    with np.errstate(over="ignore"):
+        return (1.0 / (1.0 + np.exp(-x))).astype(x.dtype)
+
+
+def _where(c, a, b):
+    return np.where(c, a, b)
+
+
+def _pow(a, b):
+    a = np.asarray(a)
+    if a.dtype.kind in "iu":
+        return np.power(a.astype(np.float64), np.asarray(b).astype(np.float64)).astype(a.dtype)
+    return np.power(a, np.asarray(b).astype(a.dtype) if np.ndim(b) else b)
+
+
+def _fmod(a, b):
+    return np.fmod(a, b)
+
+
+def _mod(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.mod(a, b)
+
+
+@dataclass(frozen=True)
+class ScalarFunc:
+    name: str
+    arity: int
+    numpy: Callable
+
+
+_F = ScalarFunc
+SCALAR_FUNCS: dict[str, ScalarFunc] = {f.name: f for f in [
+    _F("add", 2, np.add), _F("sub", 2, np.subtract), _F("mul", 2, np.multiply), _F("div", 2, _div),
+    _F("fmod", 2, _fmod), _F("mod", 2, _mod), _F("pow", 2, _pow),
+    _F("max", 2, np.maximum), _F("min", 2, np.minimum),
+    _F("neg", 1, np.negative), _F("abs", 1, np.abs), _F("sign", 1, np.sign),
+    _F("exp", 1, np.exp), _F("log", 1, np.log), _F("sqrt", 1, np.sqrt), _F("erf", 1, _erf),
+    _F("tanh", 1, np.tanh), _F("sigmoid", 1, _sigmoid),
+    _F("sin", 1, np.sin), _F("cos", 1, np.cos), _F("tan", 1, np.tan),
+    _F("asin", 1, np.arcsin), _F("acos", 1, np.arccos), _F("atan", 1, np.arctan),
+    _F("sinh", 1, np.sinh), _F("cosh", 1, np.cosh), _F("asinh", 1, np.arcsinh),
+    _F("acosh", 1, np.arccosh), _F("atanh", 1, np.arctanh),
+    _F("floor", 1, np.floor), _F("ceil", 1, np.ceil), _F("round", 1, _round),
+    _F("isnan", 1, np.isnan), _F("isinf", 1, np.isinf),
+    _F("lt", 2, np.less), _F("le", 2, np.less_equal), _F("gt", 2, np.greater),
+    _F("ge", 2, np.greater_equal), _F("eq", 2, np.equal), _F("ne", 2, np.not_equal),
+    _F("and", 2, np.logical_and), _F("or", 2, np.logical_or), _F("xor", 2, np.logical_xor),
+    _F("not", 1, np.logical_not),
+    _F("bitand", 2, np.bitwise_and), _F("bitor", 2, np.bitwise_or), _F("bitxor", 2, np.bitwise_xor),
+    _F("bitnot", 1, np.invert), _F("shl", 2, np.left_shift), _F("shr", 2, np.right_shift),
+    _F("where", 3, _where),
+]}
+
+
+# -- evaluation -------------------------------------------------------------------------------------
+def evaluate(expr: Expr, args: list[np.ndarray]):
+    """Evaluate `expr` over equally shaped numpy arrays (numpy's dtype rules, weak scalars)."""
+    memo: dict[int, object] = {}
+
+    def ev(e: Expr):
+        key = id(e)
+        if key in memo:
+            return memo[key]
+        if isinstance(e, Var):
+            r = args[e.index]
+        elif isinstance(e, Const):
+            r = e.value
+        elif e.fn.startswith("convert_"):
+            r = _convert(ev(e.args[0]), DType(e.fn[len("convert_"):]))
+        else:
+            with np.errstate(all="ignore"):
+                r = SCALAR_FUNCS[e.fn].numpy(*[ev(a) for a in e.args])
+        memo[key] = r
+        return r
+
+    return ev(expr)
+
+
+def _convert(x, dtype: DType):
+    x = np.asarray(x)
+    target = dtype.np
+    if dtype.is_int and x.dtype.kind == "f":
+        # Saturating casts are not ONNX semantics; truncate toward zero like C.
+        with np.errstate(invalid="ignore"):
+            return np.trunc(x).astype(target)
+    return x.astype(target)
+
+
+def variables(expr: Expr) -> set[int]:
+    if isinstance(expr, Var):
+        return {expr.index}
+    if isinstance(expr, Call):
+        return set().union(*(variables(a) for a in expr.args)) if expr.args else set()
+    return set()
+
+
+# -- text form --------------------------------------------------------------------------------------
+_TOKEN = re.compile(r"\s*(?:(-?inf|nan|true|false)|(x\d+)|([A-Za-z_][A-Za-z_0-9]*)\(|"
+                    r"(-?\d+\.\d*(?:e[-+]?\d+)?|-?\d+e[-+]?\d+|-?\d+)|(\))|(,))")
+
+
+def parse_expr(text: str) -> Expr:
+    pos = 0
+
+    def err(msg: str) -> IRError:
+        return IRError(f"bad scalar expression at {pos}: {msg} in {text!r}")
+
+    def next_token():
+        nonlocal pos
+        m = _TOKEN.match(text, pos)
+        if not m:
+            raise err("unexpected character")
+        pos = m.end()
+        return m
+
+    def parse() -> Expr:
+        m = next_token()
+        word, var, fn, num = m.group(1), m.group(2), m.group(3), m.group(4)
+        if word:
+            return Const({"inf": math.inf, "-inf": -math.inf, "nan": math.nan,
+                          "true": True, "false": False}[word])
+        if var:
+            return Var(int(var[1:]))
+        if num:
+            return Const(float(num) if any(c in num for c in ".e") else int(num))
+        if fn:
+            args = []
+            while True:
+                save = pos
+                m2 = next_token()
+                if m2.group(5):
+                    break
+                if m2.group(6):
+                    continue
+                _rewind(save)  # not a separator: parse an argument from there
+                args.append(parse())
+            return call(fn, *args)
+        raise err("expected an expression")
+
+    def _rewind(p: int) -> None:
+        nonlocal pos
+        pos = p
+
+    e = parse()
+    if text[pos:].strip():
+        raise err("trailing text")
+    return e

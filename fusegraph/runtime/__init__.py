@@ -1,0 +1,1 @@
+"""Executables, input validation, and (later) the compiled-file format."""

@@ -1,0 +1,76 @@
+"""The reference interpreter: evaluates a module's instructions in order with each op's numpy reference."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ...errors import FusegraphError, InputError
+from ...ir.builtin import Literal, Param, Return
+from ...ir.module import Instruction, Module
+from ...ir.op import OpKind
+
+
+class ExecutionError(FusegraphError):
+    """An op's reference failed on actual data (names the instruction)."""
+
+
+def last_uses(module: Module) -> dict[int, list[int]]:
+    """For each position, the uids whose last use in this module is that instruction."""
+    last: dict[int, int] = {}
+    for pos, ins in enumerate(module.instructions):
+        for i in ins.inputs:
+            last[i.uid] = pos
+    frees: dict[int, list[int]] = {}
+    own = {i.uid for i in module.instructions}
+    for uid, pos in last.items():
+        if uid in own:
+            frees.setdefault(pos, []).append(uid)
+    return frees
+
+
+def run_module(module: Module, params: Mapping[str, Any] | Sequence[Any],
+               outer: Mapping[int, Any] | None = None) -> list[Any]:
+    """Evaluate `module`. `params` maps parameter names (or positions) to values; `outer` holds the
+    values of enclosing modules that a submodule may use."""
+    env: dict[int, Any] = dict(outer) if outer else {}
+    frees = last_uses(module)
+    keep = {i.uid for i in module.outputs}
+    positional = not isinstance(params, Mapping)
+    k_param = 0
+    for pos, ins in enumerate(module.instructions):
+        op = ins.op
+        if isinstance(op, Param):
+            if positional:
+                env[ins.uid] = params[k_param]  # type: ignore[index]
+                k_param += 1
+            else:
+                if op.param_name not in params:  # type: ignore[operator]
+                    raise InputError(f"missing input {op.param_name!r}")
+                env[ins.uid] = params[op.param_name]  # type: ignore[index]
+            continue
+        if isinstance(op, Return):
+            return [env[i.uid] for i in ins.inputs]
+        if isinstance(op, Literal):
+            env[ins.uid] = op.value
+            continue
+        args = [env[i.uid] for i in ins.inputs]
+        env[ins.uid] = evaluate(ins, args, env)
+        for uid in frees.get(pos, ()):
+            if uid not in keep:
+                env.pop(uid, None)
+    raise ExecutionError(f"module {module.name} has no @return")
+
+
+def evaluate(ins: Instruction, args: list[Any], env: Mapping[int, Any]) -> Any:
+    op = ins.op
+    try:
+        if op.kind is OpKind.CONTROL:
+            return op.compute_control(args, ins.module_args, lambda m, p: run_module(m, p, env))  # type: ignore[attr-defined]
+        return op.compute(args)
+    except FusegraphError:
+        raise
+    except Exception as e:  # the op's reference failed on these values: say which instruction
+        shapes = ", ".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(np.shape(a))}" for a in args)
+        raise ExecutionError(f"{op} failed on inputs ({shapes}): {type(e).__name__}: {e}") from e

@@ -1,0 +1,5 @@
+import os
+import sys
+
+# Tests import their helpers as `tests.helpers...` / `from tests.util import ...`.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
