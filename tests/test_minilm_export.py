@@ -6,7 +6,8 @@ import collections
 
 import numpy as np
 import pytest
-from helpers import minilm
+
+from tests.helpers import minilm
 
 pytestmark = pytest.mark.slow
 

@@ -43,6 +43,8 @@ def sessions():
         if name not in cache:
             opts = ort.SessionOptions()
             opts.intra_op_num_threads = 2
+            # idle ORT threads otherwise spin and starve the numpy-heavy builds in later tests
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
             cache[name] = ort.InferenceSession(
                 get_model(name).SerializeToString(), opts, providers=["CPUExecutionProvider"]
             )

@@ -49,6 +49,10 @@ class Context:
         arr = np.asarray(value) if dtype is None else np.asarray(value, dtype=dtype.np)
         return self.module.add_literal(arr)
 
+    def tuple_elems(self, ins: Instruction, n: int) -> list[Instruction]:
+        """Split a multi-output instruction into its `n` results."""
+        return [self.add("get_tuple_elem", ins, index=k) for k in range(n)]
+
     def scalar_like(self, value: Any, like: Instruction) -> Instruction:
         return self.literal(np.asarray(value, dtype=like.shape.dtype.np))
 

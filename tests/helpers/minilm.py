@@ -7,9 +7,11 @@ Exporting needs ``torch`` and ``transformers``; nothing is downloaded at run tim
 
 Export choices (all of them keep the export deterministic and dependency-light):
 
-* ``BertModel`` is loaded with ``attn_implementation="eager"``: the attention becomes the classic
-  ``MatMul -> Div -> Add(mask) -> Softmax -> MatMul`` chain, as in the ONNX files published for BERT
-  models. The default "sdpa" path exports a bigger graph (extra ``IsNaN``/``Where`` guards per layer).
+* ``BertModel`` is loaded with ``attn_implementation="eager"``: each attention becomes the plain
+  ``MatMul -> Mul(1/sqrt(32)) -> Add(mask) -> Softmax -> MatMul`` chain. The default "sdpa" path
+  exports a bigger graph (extra ``IsNaN``/``Where`` guards in every layer). The additive mask
+  ([batch, 1, sequence, sequence], 0 or float32 min) is built once from ``attention_mask`` by a
+  small Range/GreaterOrEqual/And/Gather/Where subgraph (transformers 5 masking code).
 * ``torch.onnx.export(..., dynamo=False)``: the classic TorchScript exporter. The default dynamo
   exporter imports ``onnxscript``, which is not installed (and not otherwise needed); the
   TorchScript exporter works with torch alone, takes about a second and is byte-for-byte
