@@ -105,7 +105,14 @@ class Module:
         value = np.asarray(value)
         op = Literal(value)
         ins = Instruction(op, [], op.compute_shape([]))
-        return self._attach(ins, len(self.parameters))
+        return self._attach(ins, self._prologue_end())
+
+    def _prologue_end(self) -> int:
+        """Index after the leading parameters and literals (where new literals go, in order)."""
+        k = 0
+        while k < len(self.instructions) and isinstance(self.instructions[k].op, (Param, Literal)):
+            k += 1
+        return k
 
     def add_return(self, *outputs: Instruction) -> Instruction:
         if self.return_ins is not None:
