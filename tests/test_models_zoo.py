@@ -162,3 +162,28 @@ def test_import_is_light():
     code = "import sys, fusegraph.models; print(sorted(m for m in ('torch', 'onnxruntime', 'scipy') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [  # op counts of the reference exports these graphs imitate
+        ("resnet50", {"Conv": 53, "BatchNormalization": 53, "Relu": 49, "Add": 16, "Gemm": 1}),
+        ("yolov8n", {"Conv": 64, "Resize": 2, "MaxPool": 3, "Softmax": 1, "BatchNormalization": 0}),
+        ("bert_small", {"LayerNormalization": 5, "Softmax": 2, "Erf": 2, "MatMul": 16, "Gemm": 1}),
+        ("unet", {"ConvTranspose": 4, "Concat": 4, "MaxPool": 4, "BatchNormalization": 18}),
+    ],
+)
+def test_structure_matches_reference_exports(name, expected):
+    ops = [n.op_type for n in get_model(name).graph.node]
+    assert {op: ops.count(op) for op in expected} == expected
+    assert "Identity" not in ops  # outputs are named by their producers, as exporters do
+
+
+def test_yolo_output_decodes_to_plausible_boxes(sessions):
+    out = _run(sessions("yolov8n"), sample_inputs("yolov8n"))["output0"][0]
+    cx, cy, w, h = out[:4]
+    assert (w > 0).all() and (h > 0).all()
+    # DFL distances are at most 15 strides per side around anchors inside the image
+    assert -15 * 32 <= cx.min() and cx.max() <= 640 + 15 * 32 and abs(cy.mean() - 320) < 40
+    scores = out[4:]
+    assert ((scores > 0) & (scores < 1)).all() and scores.mean() < 0.1  # low class prior, like bias_init

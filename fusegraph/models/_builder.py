@@ -22,7 +22,7 @@ Dim = int | str | None
 
 
 # -- numpy evaluation of a probe batch ------------------------------------------------------------------
-# Just enough ops to push a small probe input through conv backbones while they are built, so that
+# Just enough ops to push a probe batch through conv backbones while they are built, so that
 # `conv_fused_bn` can fold *measured* BatchNorm statistics into a conv, as real exports do. Ops without
 # an entry simply produce no probe value; a conv that needs one then fails loudly.
 def _windows(x: np.ndarray, k: list[int], strides: list[int], pads: list[int], fill: float) -> np.ndarray:
@@ -52,7 +52,7 @@ def _resize(x, roi, scales, **_):
 
 _EVAL = {
     "Conv": _conv,
-    "Sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "Sigmoid": lambda x: 0.5 * (1.0 + np.tanh(0.5 * x)),  # the tanh form cannot overflow
     "Relu": lambda x: np.maximum(x, 0),
     "Mul": np.multiply,
     "Add": np.add,
@@ -89,12 +89,25 @@ class GraphBuilder:
     def input(self, name: str, elem_type: int, shape: Sequence[Dim]) -> str:
         self.inputs.append(helper.make_tensor_value_info(name, elem_type, list(shape)))
         if self.probe is not None and name in self.probe:
-            self.values[name] = self.probe[name]
+            # float64 so BLAS summation order (machine, thread count) cannot change the measured stats
+            self.values[name] = self.probe[name].astype(np.float64)
         return name
 
     def output(self, value: str, name: str, elem_type: int, shape: Sequence[Dim]) -> str:
-        """Declares `value` as a graph output called `name` (renamed through Identity if needed)."""
-        if value != name:
+        """Declares `value` as a graph output called `name`; use the returned name from then on.
+
+        Like an exporter, the producing node's output is renamed rather than copied through Identity.
+        """
+        producers = [n for n in self.nodes if value in n.output]
+        if value != name and producers:
+            for n in self.nodes:
+                for field in (n.input, n.output):
+                    for i, v in enumerate(field):
+                        if v == value:
+                            field[i] = name
+            if value in self.values:
+                self.values[name] = self.values.pop(value)
+        elif value != name:  # a graph input or initializer passed straight through
             self.nodes.append(helper.make_node("Identity", [value], [name], name=self.unique("Identity")))
         self.outputs.append(helper.make_tensor_value_info(name, elem_type, list(shape)))
         return name
@@ -124,7 +137,7 @@ class GraphBuilder:
         if self.probe is not None and op in _EVAL and all(i in self.values for i in inputs if i):
             result = _EVAL[op](*(self.values.get(i) for i in inputs), **attrs)
             for out, value in zip(outs, result if n_out > 1 else [result], strict=True):
-                self.values[out] = value.astype(np.float32, copy=False)
+                self.values[out] = value
         return outs[0] if n_out == 1 else outs
 
     # -- random weights -----------------------------------------------------------------------------
@@ -188,6 +201,8 @@ class GraphBuilder:
         attrs = dict(kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4, dilations=[1, 1])
         y = _conv(self.values[x], w, **attrs)
         mean, std = y.mean(axis=(0, 2, 3)), y.std(axis=(0, 2, 3)) + 1e-5
+        # float64 probe + fp16-rounded stats: builds are bit-identical across machines in practice
+        mean, std = (v.astype(np.float16).astype(np.float32) for v in (mean, std))
         gamma = self.rng.uniform(0.8, 1.2, c_out).astype(np.float32)
         beta = self.rng.uniform(-0.2, 0.2, c_out).astype(np.float32)
         w *= (gamma / std)[:, None, None, None]

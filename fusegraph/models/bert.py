@@ -107,7 +107,7 @@ def build_bert(cfg: BertConfig = BERT_BASE, seed: int = 0, name: str = "bert_bas
     bias = _mask_bias(g, mask)
     for i in range(cfg.layers):
         x = _layer(g, cfg, x, bias, i)
-    g.output(x, "last_hidden_state", TensorProto.FLOAT, [*dims, cfg.hidden])
+    x = g.output(x, "last_hidden_state", TensorProto.FLOAT, [*dims, cfg.hidden])
 
     # pooler: dense + tanh on the [CLS] token, exported as Gather(axis=1) + Gemm
     first = g.node("Gather", [x, g.const(0, np.int64)], axis=1)

@@ -76,7 +76,7 @@ def _detect(g: GraphBuilder, feats: list[str], chans: list[int], nc: int, image_
         p = f"model.22.cv3.{i}"
         cls = _conv(g, _conv(g, x, c, c3, 3, name=f"{p}.0"), c3, c3, 3, name=f"{p}.1")
         w = g.normal([nc, c3, 1, 1], 1.0 / math.sqrt(c3), f"{p}.2.weight")
-        b = g.const(np.full(nc, cls_bias, np.float32))
+        b = g.initializer(np.full(nc, cls_bias, np.float32), f"{p}.2.bias")
         cls = g.node("Conv", [cls, w, b], name=f"{p}.2", kernel_shape=[1, 1])
         y = g.node("Concat", [box, cls], axis=1)
         levels.append(g.node("Reshape", [y, g.const([0, 4 * _REG_MAX + nc, -1], np.int64)]))
