@@ -8,7 +8,7 @@ Instructions of a submodule (If/Loop bodies) may use instructions of the enclosi
 from __future__ import annotations
 
 import itertools
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -71,6 +71,7 @@ class Module:
         self.name = name
         self.parent = parent
         self.instructions: list[Instruction] = []
+        self.memory_plan: Any = None  # set by passes.memory_coloring
 
     # -- building ---------------------------------------------------------------------------------
     def _attach(self, ins: Instruction, index: int | None) -> Instruction:
@@ -200,8 +201,9 @@ class Module:
         return seen
 
     # -- checking ---------------------------------------------------------------------------------
-    def verify(self) -> None:
-        """Raise IRError unless the module is well formed: SSA order, consistent use lists, shapes."""
+    def verify(self, check_shapes: bool = True) -> None:
+        """Raise IRError unless the module is well formed: SSA order, consistent use lists, and
+        (with `check_shapes`) every shape equal to what its op's rule gives now."""
         defined: set[int] = set()
         m = self.parent
         while m is not None:
@@ -220,7 +222,7 @@ class Module:
                     raise IRError(f"{self.name}[{pos}] {ins.op}: stale user {u}")
             if isinstance(ins.op, Return) and pos != len(self.instructions) - 1:
                 raise IRError(f"{self.name}: @return is not the last instruction")
-            if ins.op.kind is not OpKind.BUILTIN or isinstance(ins.op, Return):
+            if check_shapes and (ins.op.kind is not OpKind.BUILTIN or isinstance(ins.op, Return)):
                 expected = _compute_shape(ins.op, ins.inputs, ins.module_args)
                 if str(expected) != str(ins.shape):
                     raise IRError(f"{self.name}[{pos}] {ins.op}: shape {ins.shape} but its rule gives {expected}")

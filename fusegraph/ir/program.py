@@ -57,9 +57,9 @@ class Program:
         visit(self.main)
         return order
 
-    def verify(self) -> None:
+    def verify(self, check_shapes: bool = True) -> None:
         for mod in self.modules_in_order():
-            mod.verify()
+            mod.verify(check_shapes)
 
     def remove_unused_modules(self) -> None:
         used = {m.name for m in self.modules_in_order()}

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from ..errors import UnknownModelError
 from .bert import BERT_BASE, BERT_SMALL, BertConfig, build_bert, sample_bert
 from .resnet import build_resnet, sample_resnet
 from .unet import build_unet, sample_unet
@@ -35,13 +36,6 @@ __all__ = [
     "list_models",
     "sample_inputs",
 ]
-
-
-class UnknownModelError(KeyError):
-    """A model name that is not in the zoo; the message lists the available ones."""
-
-    def __str__(self) -> str:  # KeyError would repr() the message, quotes and all
-        return str(self.args[0]) if self.args else ""
 
 
 @dataclass(frozen=True)

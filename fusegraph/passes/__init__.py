@@ -1,1 +1,34 @@
-"""Optimization passes: one per file, each `pass(module) -> bool` (whether it changed anything)."""
+"""Optimization passes: one per file, each `pass(module) -> bool` (whether it changed anything).
+
+`generic_pipeline()` is the target-independent pipeline that every fast target starts from.
+"""
+
+from __future__ import annotations
+
+from .eliminate_common_subexpression import eliminate_common_subexpression
+from .eliminate_dead_code import eliminate_dead_code
+from .eliminate_identity import eliminate_identity
+from .fuse_pointwise import fuse_pointwise
+from .manager import Fixpoint, PassManager, run_pipeline
+from .memory_coloring import memory_coloring
+from .propagate_constant import propagate_constant
+from .simplify_reshapes import simplify_reshapes
+
+
+def simplify_pipeline() -> list:
+    return [Fixpoint((eliminate_identity, propagate_constant, simplify_reshapes,
+                      eliminate_common_subexpression, eliminate_dead_code))]
+
+
+def generic_pipeline(fuse: bool = True) -> list:
+    passes = simplify_pipeline()
+    if fuse:
+        passes += [fuse_pointwise, eliminate_dead_code]
+    return passes + [memory_coloring]
+
+
+__all__ = [
+    "Fixpoint", "PassManager", "eliminate_common_subexpression", "eliminate_dead_code", "eliminate_identity",
+    "fuse_pointwise", "generic_pipeline", "memory_coloring", "propagate_constant", "run_pipeline",
+    "simplify_pipeline", "simplify_reshapes",
+]

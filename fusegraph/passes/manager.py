@@ -1,25 +1,102 @@
-"""Running pass pipelines over a program's modules, verifying the IR after each change."""
+"""Pass pipelines: run passes (and fixpoints of passes) over every module, verify after changes,
+trace, time, dump and disable passes by name, and record per-pass statistics."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .. import debug
 from ..ir.program import Program
 
 Pass = Callable[..., bool]
 
 
-def pass_name(p: Pass) -> str:
-    return getattr(p, "pass_name", getattr(p, "__name__", repr(p)))
+def pass_name(p: Any) -> str:
+    return getattr(p, "pass_name", None) or getattr(p, "__name__", None) or repr(p)
 
 
-def run_pipeline(program: Program, passes: Sequence[Pass], options: Any = None, verify: bool = True) -> None:
-    disabled = set(getattr(options, "disabled_passes", ()) or ())
-    for p in passes:
-        if pass_name(p) in disabled:
-            continue
+@dataclasses.dataclass(frozen=True)
+class Fixpoint:
+    """Repeat `passes` in order until none changes anything (at most `max_iterations` rounds)."""
+
+    passes: tuple[Any, ...]
+    max_iterations: int = 8
+
+    @property
+    def pass_name(self) -> str:
+        return "fixpoint(" + ",".join(pass_name(p) for p in self.passes) + ")"
+
+
+@dataclasses.dataclass
+class PassRecord:
+    name: str
+    seconds: float
+    changed: bool
+    stats: Any = None  # ProgramStats after the pass, when collected
+
+
+class PassManager:
+    def __init__(self, disabled: Sequence[str] = (), collect_stats: bool = False,
+                 verify: str | None = None, trace: bool | None = None, dump_dir: str | None = None):
+        self.disabled = set(disabled) | set(debug.disabled_passes())
+        self.collect_stats = collect_stats
+        self.verify = verify or debug.verify_level()
+        self.trace = debug.trace_passes() if trace is None else trace
+        self.dump_dir = dump_dir if dump_dir is not None else debug.dump_dir()
+        self.records: list[PassRecord] = []
+        self._step = 0
+
+    def run(self, program: Program, pipeline: Sequence[Any]) -> bool:
+        changed = False
+        for p in pipeline:
+            changed |= self._run_one(program, p)
+        return changed
+
+    def _run_one(self, program: Program, p: Any) -> bool:
+        if isinstance(p, Fixpoint):
+            any_change = False
+            for _ in range(p.max_iterations):
+                round_changed = False
+                for sub in p.passes:
+                    round_changed |= self._run_one(program, sub)
+                any_change |= round_changed
+                if not round_changed:
+                    break
+            return any_change
+        name = pass_name(p)
+        if name in self.disabled:
+            return False
+        t0 = time.perf_counter()
         changed = False
         for mod in program.modules_in_order():
             changed |= bool(p(mod))
-        if changed and verify:
-            program.verify()
+        if changed:
+            program.remove_unused_modules()
+        seconds = time.perf_counter() - t0
+        if changed and self.verify != "off":
+            program.verify(check_shapes=self.verify == "full")
+        stats = None
+        if self.collect_stats:
+            from .stats import program_stats
+
+            stats = program_stats(program)
+        self.records.append(PassRecord(name, seconds, changed, stats))
+        if self.trace:
+            print(f"[fusegraph] pass {name:<32} {seconds * 1e3:8.2f} ms  {'changed' if changed else '-'}"
+                  f"  {len(program.main)} instructions")
+        if changed and self.dump_dir:
+            self._step += 1
+            out = Path(self.dump_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / f"{self._step:03d}_{name}.txt").write_text(program.to_text(full=False))
+        return changed
+
+
+def run_pipeline(program: Program, passes: Sequence[Any], options: Any = None,
+                 manager: PassManager | None = None) -> PassManager:
+    manager = manager or PassManager(disabled=getattr(options, "disabled_passes", ()) or ())
+    manager.run(program, passes)
+    return manager

@@ -50,12 +50,14 @@ class Target:
     def lower(self, program: Program, options: CompileOptions) -> Executable:
         raise NotImplementedError
 
-    def compile(self, program: Program, options: CompileOptions | None = None) -> Executable:
+    def compile(self, program: Program, options: CompileOptions | None = None, manager: Any = None) -> Executable:
+        """Run the target's pipeline on `program` in place, then lower it. `manager` (a PassManager)
+        may be given to collect per-pass records."""
         options = options or CompileOptions()
         if options.optimize:
             from ..passes.manager import run_pipeline
 
-            run_pipeline(program, self.passes(options), options)
+            run_pipeline(program, self.passes(options), options, manager)
         return self.lower(program, options)
 
     def __repr__(self) -> str:

@@ -1,0 +1,29 @@
+"""The one place environment variables are read. They are for debugging only, never configuration.
+
+FUSEGRAPH_TRACE_PASSES=1       print each pass with its time and whether it changed the program
+FUSEGRAPH_DISABLE_PASSES=a,b   skip these passes by name
+FUSEGRAPH_DUMP_DIR=DIR         write the IR text after every pass that changed something
+FUSEGRAPH_VERIFY=full|cheap|off  how thoroughly to verify the IR after a change (default cheap;
+                               the test suite sets full)
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def trace_passes() -> bool:
+    return os.environ.get("FUSEGRAPH_TRACE_PASSES", "") not in ("", "0")
+
+
+def disabled_passes() -> frozenset[str]:
+    return frozenset(p.strip() for p in os.environ.get("FUSEGRAPH_DISABLE_PASSES", "").split(",") if p.strip())
+
+
+def dump_dir() -> str | None:
+    return os.environ.get("FUSEGRAPH_DUMP_DIR") or None
+
+
+def verify_level() -> str:
+    level = os.environ.get("FUSEGRAPH_VERIFY", "cheap")
+    return level if level in ("full", "cheap", "off") else "cheap"

@@ -1,0 +1,124 @@
+"""Plans every intermediate tensor of the main module into one aligned arena.
+
+Each buffer lives from the instruction that writes it to the last use of it or of any view of it.
+Buffers are placed greedily, largest first, at the lowest aligned offset that overlaps no buffer
+live at the same time (interval colouring). Invariant: two buffers whose live intervals intersect
+never share a byte. Module outputs, parameters and literals live outside the arena. The plan is
+stored on `module.memory_plan`; it changes nothing else, so the pass reports no change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..ir.module import Instruction, Module
+from ..ir.op import OpKind
+from ..ir.shape import Shape
+
+ALIGNMENT = 64
+# Ops whose result is a view of their first input (no buffer of their own).
+VIEW_OPS = frozenset({"broadcast", "transpose", "get_tuple_elem", "identity"})
+
+
+@dataclasses.dataclass
+class Buffer:
+    uid: int
+    size: int
+    start: int  # position of the writer
+    end: int    # position of the last reader (inclusive)
+    offset: int = -1
+
+
+@dataclasses.dataclass
+class MemoryPlan:
+    buffers: dict[int, Buffer]
+    arena_bytes: int
+    max_live_bytes: int      # lower bound: the most bytes live at any one step
+    total_bytes: int         # sum of all intermediate buffers (no reuse at all)
+
+    def offset(self, ins: Instruction) -> int | None:
+        b = self.buffers.get(ins.uid)
+        return None if b is None else b.offset
+
+
+def _align(n: int) -> int:
+    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+def is_view(ins: Instruction) -> bool:
+    if ins.op.name in VIEW_OPS:
+        return True
+    # a reshape of a standard tensor only renames its elements
+    return ins.op.name == "reshape" and isinstance(ins.inputs[0].shape, Shape) and ins.inputs[0].shape.standard
+
+
+def plan_buffers(module: Module) -> list[Buffer] | None:
+    """Live intervals of the module's intermediate buffers, or None if a size is unknown."""
+    pos = {ins.uid: k for k, ins in enumerate(module.instructions)}
+    owner: dict[int, int] = {}  # uid -> uid of the buffer it lives in
+    buffers: dict[int, Buffer] = {}
+    outputs = {o.uid for o in module.outputs}
+    for k, ins in enumerate(module.instructions):
+        if ins.op.kind is OpKind.BUILTIN:
+            continue
+        if ins.inputs and is_view(ins):
+            if ins.inputs[0].uid in owner:  # views of parameters and literals need no buffer
+                owner[ins.uid] = owner[ins.inputs[0].uid]
+        elif not isinstance(ins.shape, Shape):
+            continue  # tuples: their elements are planned by the ops that own them
+        elif ins.shape.is_dynamic:
+            return None
+        else:
+            owner[ins.uid] = ins.uid
+            buffers[ins.uid] = Buffer(ins.uid, _align(ins.shape.bytes), k, k)
+        for x in ins.inputs:
+            if x.uid in owner and x.uid in pos:
+                b = buffers[owner[x.uid]]
+                b.end = max(b.end, k)
+    # a buffer that holds (or is viewed by) a module output is returned to the caller: not planned
+    for uid in outputs:
+        if uid in owner:
+            buffers.pop(owner[uid], None)
+    return list(buffers.values())
+
+
+def color(buffers: list[Buffer]) -> int:
+    """Assign offsets; return the arena size."""
+    placed: list[Buffer] = []
+    arena = 0
+    for b in sorted(buffers, key=lambda b: (-b.size, b.start)):
+        conflicts = sorted((p for p in placed if p.start <= b.end and b.start <= p.end), key=lambda p: p.offset)
+        offset = 0
+        for p in conflicts:
+            if offset + b.size <= p.offset:
+                break
+            offset = max(offset, p.offset + p.size)
+        b.offset = offset
+        placed.append(b)
+        arena = max(arena, offset + b.size)
+    return arena
+
+
+def max_live(buffers: list[Buffer]) -> int:
+    events: dict[int, int] = {}
+    for b in buffers:
+        events[b.start] = events.get(b.start, 0) + b.size
+        events[b.end + 1] = events.get(b.end + 1, 0) - b.size
+    live = peak = 0
+    for t in sorted(events):
+        live += events[t]
+        peak = max(peak, live)
+    return peak
+
+
+def memory_coloring(module: Module) -> bool:
+    if module.parent is not None:
+        return False  # submodules run with their own scratch
+    buffers = plan_buffers(module)
+    if buffers is None:
+        module.memory_plan = None
+        return False
+    arena = color(buffers)
+    module.memory_plan = MemoryPlan({b.uid: b for b in buffers}, arena, max_live(buffers),
+                                    sum(b.size for b in buffers))
+    return False

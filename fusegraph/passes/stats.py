@@ -1,0 +1,52 @@
+"""Program statistics for the analyze report: instructions, fused kernels, FLOPs, bytes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..ir.module import Instruction
+from ..ir.op import OpKind
+from ..ir.program import Program
+from ..ir.shape import Shape
+from .memory_coloring import max_live, plan_buffers
+
+
+@dataclasses.dataclass
+class ProgramStats:
+    instructions: int       # instructions that do work (no params, literals, return)
+    fused_kernels: int      # fused_* instructions
+    flops: int
+    constant_bytes: int     # bytes of literals
+    activation_bytes: int   # sum of every intermediate buffer (no reuse)
+    max_live_bytes: int     # lower bound for any arena under this schedule
+    arena_bytes: int | None  # planned arena, once memory_coloring ran
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def instruction_flops(ins: Instruction) -> int:
+    fn = getattr(ins.op, "flops", None)
+    if fn is None or not isinstance(ins.shape, Shape) or ins.shape.is_dynamic:
+        return 0
+    try:
+        return int(fn([i.shape for i in ins.inputs], ins.shape))
+    except Exception:  # noqa: BLE001 - a missing estimate must not break a report
+        return 0
+
+
+def program_stats(program: Program) -> ProgramStats:
+    work = fused = flops = const = 0
+    for mod in program.modules_in_order():
+        for ins in mod.instructions:
+            if ins.is_literal:
+                const += ins.literal.nbytes
+            if ins.op.kind is OpKind.BUILTIN:
+                continue
+            work += 1
+            fused += ins.op.name.startswith("fused_")
+            flops += instruction_flops(ins)
+    buffers = plan_buffers(program.main) or []
+    plan = program.main.memory_plan
+    return ProgramStats(work, fused, flops, const, sum(b.size for b in buffers), max_live(buffers),
+                        plan.arena_bytes if plan is not None else None)
