@@ -1,1 +1,154 @@
-"""(in progress)"""
+"""Reductions, arg-extrema and the softmax family -> `reduce_*`, `argmax`/`argmin`, `softmax`.
+
+IR reductions always keep the reduced axes; `keepdims=0` becomes a reshape here. ReduceL1, ReduceL2,
+ReduceLogSum, ReduceLogSumExp and ReduceSumSquare are built from `reduce_sum`/`reduce_max` and
+pointwise ops, so fusion passes see one reduction between pointwise chains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ...ir.module import Instruction
+from ..registry import converter
+
+
+# -- axes -------------------------------------------------------------------------------------------
+def normalize_axes(ctx, axes: Sequence[int], rank: int, what: str = "axes") -> tuple[int, ...]:
+    """Non-negative, sorted, unique axes; out-of-range axes are a ParseError naming the node."""
+    out = set()
+    for a in axes:
+        if not -rank <= a < rank:
+            raise ctx.error(f"{what} {list(axes)} out of range for rank {rank}")
+        out.add(a % rank)
+    if len(out) != len(axes):
+        raise ctx.error(f"{what} {list(axes)} repeats an axis")
+    return tuple(sorted(out))
+
+
+def reduce_axes(ctx, node, args, from_input: bool) -> tuple[int, ...]:
+    """The axes a Reduce* node reduces: from the attribute (old opsets) or the `axes` input (new).
+
+    No axes means all axes, unless noop_with_empty_axes asks for no reduction at all (())."""
+    x = args[0]
+    if from_input:
+        axes_in = args[1] if len(args) > 1 else None
+        axes = ctx.const_ints(axes_in, "axes") if axes_in is not None else []
+        if axes is None:
+            raise ctx.error("axes must be a constant (computed at run time is not supported)")
+    else:
+        axes = node.attr("axes", [])
+    if not axes:
+        return () if node.attr("noop_with_empty_axes", 0) else tuple(range(x.shape.ndim))
+    return normalize_axes(ctx, axes, x.shape.ndim)
+
+
+def drop_axes(ctx, x: Instruction, axes: Sequence[int]) -> Instruction:
+    """Remove size-1 `axes` (keepdims=0)."""
+    if not axes:
+        return x
+    if x.shape.is_dynamic:
+        return ctx.add("squeeze", x, axes=tuple(axes))
+    return ctx.reshape(x, [n for i, n in enumerate(x.shape.lens) if i not in axes])
+
+
+def reduce(ctx, name: str, x: Instruction, axes: tuple[int, ...]) -> Instruction:
+    """`name` over `axes` (kept); reducing no axes is the identity."""
+    return ctx.add(name, x, axes=axes) if axes else x
+
+
+# -- Reduce* ----------------------------------------------------------------------------------------
+def _sum_of(fn):
+    return lambda ctx, x, axes: reduce(ctx, "reduce_sum", fn(ctx, x), axes)
+
+
+def _log_sum_exp(ctx, x, axes):
+    # log(sum(exp(x - m))) + m with m the max, so exp cannot overflow. An infinite max (all -inf,
+    # an empty axis, or a +inf element) shifts by 0 instead, which keeps -inf/+inf exact.
+    if not axes:
+        return ctx.add("log", ctx.add("exp", x))
+    m = ctx.add("reduce_max", x, axes=axes)
+    m = ctx.pointwise("where", ctx.add("isinf", m), ctx.scalar_like(0, m), m)
+    s = ctx.add("reduce_sum", ctx.add("exp", ctx.pointwise("sub", x, m)), axes=axes)
+    return ctx.add("add", ctx.add("log", s), m)
+
+
+# ONNX op -> how it is built from IR reductions: fn(ctx, x, axes) -> kept-dims result
+_REDUCTIONS = {
+    "ReduceSum": lambda ctx, x, axes: reduce(ctx, "reduce_sum", x, axes),
+    "ReduceMean": lambda ctx, x, axes: reduce(ctx, "reduce_mean", x, axes),
+    "ReduceMax": lambda ctx, x, axes: reduce(ctx, "reduce_max", x, axes),
+    "ReduceMin": lambda ctx, x, axes: reduce(ctx, "reduce_min", x, axes),
+    "ReduceProd": lambda ctx, x, axes: reduce(ctx, "reduce_prod", x, axes),
+    "ReduceL1": _sum_of(lambda ctx, x: ctx.add("abs", x)),                              # sum(|x|)
+    "ReduceSumSquare": _sum_of(lambda ctx, x: ctx.add("mul", x, x)),                    # sum(x*x)
+    "ReduceL2": lambda ctx, x, axes: ctx.add("sqrt", _REDUCTIONS["ReduceSumSquare"](ctx, x, axes)),
+    "ReduceLogSum": lambda ctx, x, axes: ctx.add("log", reduce(ctx, "reduce_sum", x, axes)),
+    "ReduceLogSumExp": _log_sum_exp,
+}
+# The opset from which `axes` is an input rather than an attribute.
+_AXES_INPUT_SINCE = {op: 18 for op in _REDUCTIONS} | {"ReduceSum": 13}
+
+
+def _reduction(op_type: str):
+    build = _REDUCTIONS[op_type]
+
+    def convert(ctx, node, args):
+        x = args[0]
+        axes = reduce_axes(ctx, node, args, from_input=node.opset >= _AXES_INPUT_SINCE[op_type])
+        out = build(ctx, x, axes)
+        return out if node.attr("keepdims", 1) else drop_axes(ctx, out, axes)
+
+    return convert
+
+
+for _op in _REDUCTIONS:
+    converter(_op)(_reduction(_op))
+
+
+# -- ArgMax / ArgMin --------------------------------------------------------------------------------
+@converter("ArgMax", "ArgMin")
+def arg_reduce(ctx, node, args):
+    x = args[0]
+    (axis,) = normalize_axes(ctx, [node.attr("axis", 0)], x.shape.ndim, "axis")
+    out = ctx.add("argmax" if node.op_type == "ArgMax" else "argmin", x, axis=axis,
+                  select_last_index=bool(node.attr("select_last_index", 0)))
+    return out if node.attr("keepdims", 1) else drop_axes(ctx, out, (axis,))
+
+
+# -- Softmax / LogSoftmax / Hardmax ---------------------------------------------------------------
+def _hardmax(ctx, x: Instruction, axis: int) -> Instruction:
+    # one_hot(argmax) built as argmax == iota along `axis`, so it stays a reduction + pointwise.
+    n = x.shape.lens[axis]
+    iota = ctx.literal(np.arange(n, dtype=np.int64).reshape([n if i == axis else 1 for i in range(x.shape.ndim)]))
+    hit = ctx.pointwise("equal", ctx.add("argmax", x, axis=axis), iota)
+    return ctx.convert(hit, x.shape.dtype)
+
+
+def _normalizer(ctx, op_type: str, x: Instruction, axis: int) -> Instruction:
+    if op_type == "Hardmax":
+        return _hardmax(ctx, x, axis)
+    return ctx.add("softmax" if op_type == "Softmax" else "log_softmax", x, axis=axis)
+
+
+@converter("Softmax", "LogSoftmax", "Hardmax")
+def softmax_v1(ctx, node, args):
+    """Before opset 13 the input is coerced to 2-D [prod(dims[:axis]), prod(dims[axis:])] and
+    normalized over its second dim: over every axis from `axis` on."""
+    x = args[0]
+    rank = x.shape.ndim
+    (axis,) = normalize_axes(ctx, [node.attr("axis", 1)], max(rank, 1), "axis")
+    if axis == rank - 1:
+        return _normalizer(ctx, node.op_type, x, axis)
+    lens = x.shape.lens
+    flat = ctx.reshape(x, [int(np.prod(lens[:axis])), int(np.prod(lens[axis:]))])
+    return ctx.reshape(_normalizer(ctx, node.op_type, flat, 1), lens)
+
+
+@converter("Softmax", "LogSoftmax", "Hardmax", since=13)
+def softmax_v13(ctx, node, args):
+    x = args[0]
+    (axis,) = normalize_axes(ctx, [node.attr("axis", -1)], x.shape.ndim, "axis")
+    return _normalizer(ctx, node.op_type, x, axis)
