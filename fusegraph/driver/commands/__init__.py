@@ -1,0 +1,9 @@
+"""One module per command. Each defines HELP, add_arguments(parser) and run(args) -> exit code."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from . import params, perf, read, run, verify
+
+COMMANDS: dict[str, ModuleType] = {"read": read, "params": params, "run": run, "verify": verify, "perf": perf}

@@ -1,0 +1,119 @@
+"""`fusegraph perf MODEL`: compile time, latency percentiles and throughput, optionally against ORT.
+
+With `--compare ort` both run in this process on the same inputs and thread count, alternating
+run by run after a warm-up (and swapping who goes first each round), so machine drift hits both
+alike; the ratio column is fusegraph / ONNX Runtime (see shared BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..common import (
+    add_input_options,
+    add_model_options,
+    add_target_option,
+    default_target,
+    load,
+    positive_int,
+)
+
+HELP = "measure compile time, latency and throughput (--compare ort: against ONNX Runtime)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_options(p)
+    add_target_option(p)
+    add_input_options(p)
+    p.add_argument("-n", "--iterations", type=positive_int, default=20, metavar="ITER",
+                   help="timed runs (default 20)")
+    p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed runs first (default 3)")
+    p.add_argument("--threads", type=positive_int, metavar="N",
+                   help="threads for fusegraph and the peer (default: all usable cores)")
+    p.add_argument("--compare", choices=("ort",), help="also measure ONNX Runtime, alternating with fusegraph")
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write the results as JSON")
+
+
+def stats(times_s: list[float], batch: int) -> dict[str, float]:
+    ms = np.asarray(times_s) * 1e3
+    median = float(np.median(ms))
+    return {"median_ms": median, "p90_ms": float(np.percentile(ms, 90)), "p99_ms": float(np.percentile(ms, 99)),
+            "throughput": batch / (median / 1e3) if median > 0 else float("inf")}
+
+
+def measure(runners: dict[str, Callable[[], Any]], iterations: int, warmup: int) -> dict[str, list[float]]:
+    """Time each runner `iterations` times, interleaved round by round, after `warmup` untimed rounds."""
+    from ..report import progress, status
+
+    names = list(runners)
+    with status("warming up"):
+        for _ in range(warmup):
+            for name in names:
+                runners[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    with progress("measuring", iterations) as bar:
+        for k in range(iterations):
+            for name in names if k % 2 == 0 else reversed(names):
+                t0 = time.perf_counter()
+                runners[name]()
+                times[name].append(time.perf_counter() - t0)
+            bar.advance()
+    return times
+
+
+def run(args: argparse.Namespace) -> int:
+    from ...targets import CompileOptions
+    from ..common import usable_cores
+    from ..ort import OrtSession
+    from ..report import num, show, status, table
+
+    target = args.target or default_target()
+    threads = args.threads or usable_cores()
+    loaded = load(args, target=target, options=CompileOptions(threads=threads))
+    feeds = loaded.inputs(args.fill, args.seed)
+    program = loaded.program
+    runners: dict[str, Callable[[], Any]] = {"fusegraph": lambda: program.run(feeds)}
+    setup = {"fusegraph": loaded.parse_s + loaded.compile_s}
+    if args.compare == "ort":
+        with status("creating the ONNX Runtime session"):
+            t0 = time.perf_counter()
+            session = OrtSession(loaded.source, threads)
+            setup["onnxruntime"] = time.perf_counter() - t0
+        runners["onnxruntime"] = lambda: session.run(feeds)
+    times = measure(runners, args.iterations, args.warmup)
+    first = next(iter(feeds.values()), np.zeros(()))
+    batch = int(first.shape[0]) if first.ndim else 1
+    results = {name: {"compile_s": setup[name], **stats(t, batch)} for name, t in times.items()}
+
+    rows = [
+        ("compile (s)", "compile_s"), ("latency median (ms)", "median_ms"), ("latency p90 (ms)", "p90_ms"),
+        ("latency p99 (ms)", "p99_ms"), (f"throughput (batch {batch}, /s)", "throughput"),
+    ]
+    columns = [f"fusegraph ({target})", *(["onnxruntime", "ratio"] if "onnxruntime" in results else [])]
+    body = []
+    for label, key in rows:
+        cells = [num(results[name][key]) for name in results]
+        if "onnxruntime" in results:
+            cells.append(_ratio(results["fusegraph"][key], results["onnxruntime"][key]))
+        body.append((label, *cells))
+    caption = f"{args.iterations} runs after {args.warmup} warm-up, {threads} thread(s)"
+    show(table(f"{args.model} on {target}", ["", *columns], body, right=columns, caption=caption))
+    if "onnxruntime" in results:
+        show("compile: fusegraph parse + compile; ONNX Runtime session creation.",
+             "ratio = fusegraph / ONNX Runtime: below 1 fusegraph is faster (for throughput: above 1).")
+    if args.json is not None:
+        meta = {"model": args.model, "target": target, "threads": threads, "batch": batch,
+                "iterations": args.iterations, "warmup": args.warmup}
+        args.json.write_text(json.dumps({**meta, "results": results}, indent=2) + "\n")
+    return 0
+
+
+def _ratio(ours: float, theirs: float) -> str:
+    return f"{ours / theirs:.2f}" if theirs > 0 else "-"

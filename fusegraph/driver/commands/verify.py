@@ -1,0 +1,110 @@
+"""`fusegraph verify MODEL`: run a target and a reference on the same inputs and compare every output.
+
+The reference is ONNX Runtime when it is installed, else fusegraph's numpy `ref` target (the
+executable specification). An output matches when every element satisfies
+|actual - expected| <= atol + rtol * |expected| (numpy's allclose), NaNs in the same places.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..common import add_input_options, add_model_options, add_target_option, default_target, load
+
+HELP = "compare a target's outputs with ONNX Runtime's (or the ref target's); exit 1 on mismatch"
+DEFAULT_ATOL = 1e-4
+DEFAULT_RTOL = 1e-3
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_options(p)
+    add_target_option(p)
+    add_input_options(p)
+    p.add_argument("--reference", choices=("auto", "ort", "ref"), default="auto",
+                   help="what to compare against (default auto: ONNX Runtime if installed, else ref)")
+    p.add_argument("--atol", type=float, default=DEFAULT_ATOL, help=f"absolute tolerance (default {DEFAULT_ATOL})")
+    p.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help=f"relative tolerance (default {DEFAULT_RTOL})")
+
+
+@dataclasses.dataclass
+class OutputDiff:
+    name: str
+    ok: bool
+    max_abs: float | None = None
+    max_rel: float | None = None
+    rms: float | None = None
+    mismatched: int = 0     # elements outside the tolerance
+    note: str = ""          # why it failed when values could not be compared
+
+
+def compare_outputs(names: Sequence[str], actual: Sequence[np.ndarray], expected: Sequence[np.ndarray],
+                    atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL) -> list[OutputDiff]:
+    if len(actual) != len(expected):
+        return [OutputDiff("(outputs)", False, note=f"{len(actual)} outputs, reference has {len(expected)}")]
+    return [compare_one(n, a, e, atol, rtol) for n, a, e in zip(names, actual, expected, strict=True)]
+
+
+def compare_one(name: str, actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> OutputDiff:
+    a, e = np.asarray(actual), np.asarray(expected)
+    if a.shape != e.shape:
+        return OutputDiff(name, False, note=f"shape {list(a.shape)}, reference {list(e.shape)}")
+    if a.dtype != e.dtype:
+        return OutputDiff(name, False, note=f"dtype {a.dtype}, reference {e.dtype}")
+    if a.size == 0:
+        return OutputDiff(name, True, 0.0, 0.0, 0.0)
+    a64, e64 = a.astype(np.float64).ravel(), e.astype(np.float64).ravel()
+    nan_a, nan_e = np.isnan(a64), np.isnan(e64)
+    both = ~(nan_a | nan_e)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        same = a64 == e64  # equal infinities have no finite difference
+        diff = np.where(same, 0.0, np.abs(a64 - e64))
+        rel = np.where(diff == 0, 0.0, diff / np.abs(e64))
+        bad = (nan_a != nan_e) | (both & ~(diff <= atol + rtol * np.abs(e64)))
+    d, r = diff[both], rel[both]
+    return OutputDiff(
+        name, ok=not bad.any(),
+        max_abs=float(d.max()) if d.size else 0.0,
+        max_rel=float(r.max()) if r.size else 0.0,
+        rms=float(np.sqrt(np.mean(d * d))) if d.size else 0.0,
+        mismatched=int(bad.sum()),
+        note="NaN where the reference has none (or the reverse)" if (nan_a != nan_e).any() else "",
+    )  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import ort
+    from ..report import fmt, note, show, status, table
+
+    target = args.target or default_target()
+    loaded = load(args, target=target)
+    feeds = loaded.inputs(args.fill, args.seed)
+    with status(f"running on {target}"):
+        actual = loaded.program.run(feeds)
+    reference = args.reference
+    if reference == "auto":
+        reference = "ort" if ort.available() else "ref"
+    if reference == "ort":
+        with status("running ONNX Runtime"):
+            expected = ort.OrtSession(loaded.source).run(feeds)
+        ref_label = "onnxruntime"
+    else:
+        if target == "ref":
+            note("note: comparing the ref target with itself (install onnxruntime for an independent reference)")
+        expected = load(args, target="ref").program.run(feeds)
+        ref_label = "ref"
+    diffs = compare_outputs(loaded.program.output_names, actual, expected, args.atol, args.rtol)
+    rows = [(d.name, "ok" if d.ok else "MISMATCH", fmt(d.max_abs, 3), fmt(d.max_rel, 3), fmt(d.rms, 3),
+             d.mismatched, d.note) for d in diffs]
+    numeric = ("max abs err", "max rel err", "RMS err", "mismatched")
+    caption = f"atol {args.atol:g}, rtol {args.rtol:g}: ok when |a - r| <= atol + rtol * |r| everywhere"
+    show(table(f"{args.model}: {target} vs {ref_label}", ["output", "result", *numeric, "note"], rows,
+               right=numeric, caption=caption))
+    failed = [d.name for d in diffs if not d.ok]
+    if failed:
+        note(f"verify failed: {len(failed)} of {len(diffs)} output(s) differ from {ref_label}")
+        return 1
+    return 0

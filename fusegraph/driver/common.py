@@ -1,0 +1,118 @@
+"""What the model-taking commands share: their options, the default target, and load -> parse -> compile."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import TargetError
+
+
+def default_target() -> str:
+    """"cpu" where this build has it, else the numpy reference target "ref"."""
+    from ..targets import get_target
+
+    try:
+        get_target("cpu")
+    except TargetError:
+        return "ref"
+    return "cpu"
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    from .models import builtin_names
+
+    names = ", ".join(builtin_names()) or "none yet"
+    p.add_argument("model", metavar="MODEL", help=f"an .onnx file, or a built-in model ({names})")
+    g = p.add_argument_group("input shapes")
+    g.add_argument("--input-dim", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help="fix the shape of input NAME, e.g. input=1,3,224,224 (repeatable)")
+    g.add_argument("--default-dim", type=positive_int, metavar="N",
+                   help="value of symbolic dims not set otherwise (default 1)")
+    g.add_argument("--batch", type=positive_int, metavar="N",
+                   help="first dim of inputs whose first dim is symbolic")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
+
+
+def add_target_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", metavar="T", help="ref, cpu or gpu (default: cpu where available, else ref)")
+
+
+def add_input_options(p: argparse.ArgumentParser) -> None:
+    from .inputs import FILLS
+
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="read input NAME from a .npy file (repeatable); its shape fixes the input's")
+    p.add_argument("--fill", default="random", choices=FILLS,
+                   help="value of inputs not given: random (built-in models: realistic samples; "
+                        "integers: 0..9), 0 or 1 (default random)")
+
+
+@dataclasses.dataclass
+class Loaded:
+    source: Any                 # models.ModelSource
+    program: Any                # fusegraph Program, compiled when a target was asked for
+    files: dict[str, np.ndarray]
+    samples: dict[str, np.ndarray] | None
+    target: str | None = None
+    parse_s: float = 0.0
+    compile_s: float = 0.0
+
+    def inputs(self, fill: str = "random", seed: int = 0) -> dict[str, np.ndarray]:
+        from .inputs import build_inputs
+
+        return build_inputs(self.program.get_parameter_shapes(), files=self.files, samples=self.samples,
+                            fill=fill, seed=seed)
+
+
+def load(args: argparse.Namespace, *, target: str | None = None, options: Any = None) -> Loaded:
+    """Resolve MODEL, parse it with the shapes the options ask for, and compile it for `target`."""
+    from ..onnx import parse_onnx
+    from .inputs import load_input_files, parse_dim_specs, resolve_input_dims
+    from .models import resolve_model
+    from .report import status
+
+    dims = parse_dim_specs(args.input_dim)
+    files = load_input_files(getattr(args, "input", []))
+    with status(f"loading {args.model}"):
+        source = resolve_model(args.model)
+    samples = source.sample_inputs(args.batch or 1, args.seed)
+    map_dims = resolve_input_dims(source.proto, input_dims=dims, files=files, samples=samples,
+                                  batch=args.batch, default_dim=args.default_dim)
+    with status(f"parsing {args.model}"):
+        t0 = time.perf_counter()
+        program = parse_onnx(source.proto, map_input_dims=map_dims, default_dim_value=args.default_dim)
+        parse_s = time.perf_counter() - t0
+    loaded = Loaded(source, program, files, samples, parse_s=parse_s)
+    if target is not None:
+        from ..targets import get_target
+
+        tgt = get_target(target)
+        with status(f"compiling for {target}"):
+            t0 = time.perf_counter()
+            program.compile(tgt, options)
+            loaded.compile_s = time.perf_counter() - t0
+        loaded.target = target
+    return loaded

@@ -1,0 +1,84 @@
+"""Resolving the CLI's MODEL argument: a model file, or the name of a built-in model of the zoo."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from ..errors import ModelLoadError, UnknownModelError
+from ..onnx import load_model
+
+# Suffixes that are surely meant as files: such a MODEL that does not exist is a missing file,
+# not an unknown model name.
+MODEL_SUFFIXES = (".onnx", ".fgx", ".pb")
+
+
+@dataclasses.dataclass
+class ModelSource:
+    """Where a model came from, and what is known about its inputs."""
+
+    label: str                     # as the user wrote it; used in messages and titles
+    proto: onnx.ModelProto
+    path: Path | None = None       # the file, when MODEL was one (ORT reads external data beside it)
+    builtin: str | None = None     # the zoo's name, when MODEL was one
+
+    def sample_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray] | None:
+        """Realistic inputs (valid token ids, ...) for built-in models; None for files."""
+        if self.builtin is None:
+            return None
+        from ..models import sample_inputs
+
+        return sample_inputs(self.builtin, batch=batch, seed=seed)
+
+
+def _load_onnx(path: Path, label: str) -> ModelSource:
+    return ModelSource(label, load_model(path), path=path)
+
+
+def _load_compiled(path: Path, label: str) -> ModelSource:
+    # Hook for compiled .fgx files: load the saved Program here and carry it on the ModelSource
+    # (commands then skip parse/compile). Until the format exists, say so rather than misparse it.
+    raise ModelLoadError(f"{label}: compiled .fgx files are not supported by this version of fusegraph yet")
+
+
+# suffix -> loader; anything else is read as ONNX (exported models carry all sorts of names)
+LOADERS: dict[str, Callable[[Path, str], ModelSource]] = {".fgx": _load_compiled}
+
+
+def builtin_names() -> list[str]:
+    """The zoo's model names, or [] while the zoo is not importable."""
+    try:
+        from ..models import list_models
+    except ImportError:
+        return []
+    return list_models()
+
+
+def _is_builtin(name: str) -> bool:
+    try:
+        from ..models import is_model_name
+    except ImportError:
+        return False
+    return is_model_name(name)
+
+
+def resolve_model(arg: str) -> ModelSource:
+    """A file path wins over a built-in name of the same spelling."""
+    path = Path(arg)
+    if path.is_file():
+        return LOADERS.get(path.suffix.lower(), _load_onnx)(path, arg)
+    if path.is_dir():
+        raise ModelLoadError(f"{arg} is a directory, not a model file")
+    if _is_builtin(arg):
+        from ..models import get_model
+
+        return ModelSource(arg, get_model(arg), builtin=arg)
+    if path.suffix.lower() in MODEL_SUFFIXES or "/" in arg or "\\" in arg:
+        raise ModelLoadError(f"no such model file: {arg}")
+    names = builtin_names()
+    known = f"; built-in models: {', '.join(names)}" if names else ""
+    raise UnknownModelError(f"unknown model {arg!r}: not a file and not a built-in model{known}")
