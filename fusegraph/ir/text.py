@@ -9,6 +9,8 @@
 
 Instructions are numbered across the whole program so submodules can name outer values.
 Large literals print as base64 of their bytes (or a digest with `full=False`, which cannot be read back).
+A `literal_writer` may store them elsewhere instead (the compiled-file format does): the text then says
+`@literal[ref:KEY]` and `parse_program` asks its `literal_reader(KEY, shape)` for the array.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import dataclasses
 import hashlib
 import math
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,6 +36,10 @@ if TYPE_CHECKING:
     from .program import Program
 
 INLINE_LITERAL_MAX = 16
+_REF_KEY = re.compile(r"[\w./-]+")
+# literal_writer(array) -> KEY; literal_reader(KEY, shape) -> the array, of that shape and dtype
+LiteralWriter = Callable[[np.ndarray], str]
+LiteralReader = Callable[[str, Shape], np.ndarray]
 
 
 # -- values -----------------------------------------------------------------------------------------
@@ -146,11 +153,16 @@ def format_op(op: Op) -> str:
     return op.name + "[" + ", ".join(f"{k}={format_value(v)}" for k, v in attrs.items()) + "]"
 
 
-def format_literal(value: np.ndarray, full: bool = True) -> str:
+def format_literal(value: np.ndarray, full: bool = True, writer: LiteralWriter | None = None) -> str:
     if value.dtype == object:
         return "[" + ", ".join(repr(str(x)) for x in value.reshape(-1)) + "]"
     if value.size <= INLINE_LITERAL_MAX:
         return "[" + ", ".join(format_value(_py(x)) for x in value.reshape(-1).tolist()) + "]"
+    if writer is not None:
+        key = writer(value)
+        if not _REF_KEY.fullmatch(key):
+            raise IRError(f"literal writer gave a bad key {key!r}")
+        return f"[ref:{key}]"
     raw = np.ascontiguousarray(value).tobytes()
     if not full:
         return f"[sha1:{hashlib.sha1(raw).hexdigest()[:12]}]"
@@ -161,11 +173,18 @@ def _py(x):
     return float(x) if isinstance(x, float) or (hasattr(x, "dtype") and x.dtype.kind == "f") else x
 
 
-def _parse_literal(body: str, shape: Shape) -> np.ndarray:
+def _parse_literal(body: str, shape: Shape, reader: LiteralReader | None = None) -> np.ndarray:
     body = body.strip()
     dt = shape.dtype.np
     if body.startswith("sha1:"):
         raise IRError("literal data was elided from this text (printed with full=False)")
+    if body.startswith("ref:"):
+        if reader is None:
+            raise IRError(f"literal {body} is stored outside this text: parse it with a literal_reader")
+        arr = reader(body[4:], shape)
+        if arr.dtype != dt or arr.shape != shape.lens:
+            raise IRError(f"literal {body} holds {arr.dtype}{list(arr.shape)}, the text says {shape}")
+        return arr
     if body.startswith("b64:"):
         raw = base64.b64decode(body[4:])
         arr = np.frombuffer(raw, dtype=dt)
@@ -180,7 +199,7 @@ def _parse_literal(body: str, shape: Shape) -> np.ndarray:
 
 
 # -- programs ---------------------------------------------------------------------------------------
-def print_program(program: Program, full: bool = True) -> str:
+def print_program(program: Program, full: bool = True, literal_writer: LiteralWriter | None = None) -> str:
     names: dict[int, str] = {}
     lines: list[str] = []
     counter = 0
@@ -190,17 +209,21 @@ def print_program(program: Program, full: bool = True) -> str:
         for ins in mod.instructions:
             names[ins.uid] = f"%{counter}"
             counter += 1
-            lines.append("  " + _format_ins(ins, names, full))
+            lines.append("  " + _format_ins(ins, names, full, literal_writer))
     return "\n".join(lines) + "\n"
 
 
-def _format_ins(ins: Instruction, names: dict[int, str], full: bool) -> str:
+def _format_ins(ins: Instruction, names: dict[int, str], full: bool,
+                writer: LiteralWriter | None = None) -> str:
     from .builtin import Literal, Return
 
     args = ", ".join(names.get(i.uid, f"%?{i.uid}") for i in ins.inputs)
     if isinstance(ins.op, Return):
         return f"@return({args})"
-    head = ins.op.name + format_literal(ins.op.value, full) if isinstance(ins.op, Literal) else format_op(ins.op)
+    if isinstance(ins.op, Literal):
+        head = ins.op.name + format_literal(ins.op.value, full, writer)
+    else:
+        head = format_op(ins.op)
     if ins.op.name == "@param":
         head = f'@param[param_name={ins.op.param_name!r}]'
     text = f"{names[ins.uid]} = {head}"
@@ -214,7 +237,7 @@ def _format_ins(ins: Instruction, names: dict[int, str], full: bool) -> str:
 _LINE = re.compile(r"(%\d+) = ([^\[\(<:\s]+)")
 
 
-def parse_program(text: str) -> Program:
+def parse_program(text: str, literal_reader: LiteralReader | None = None) -> Program:
     from .program import Program
 
     program = Program.__new__(Program)
@@ -234,13 +257,14 @@ def parse_program(text: str) -> Program:
                 continue
             if current is None:
                 raise IRError("instruction outside a module")
-            _parse_ins(line, current, program, values)
+            _parse_ins(line, current, program, values, reader=literal_reader)
         except IRError as e:
             raise IRError(f"line {lineno}: {e}") from None
     return program
 
 
-def _parse_ins(line: str, mod: Module, program: Program, values: dict[str, Instruction]) -> None:
+def _parse_ins(line: str, mod: Module, program: Program, values: dict[str, Instruction], *,
+               reader: LiteralReader | None = None) -> None:
     from .builtin import Literal
 
     if line.startswith("@return"):
@@ -271,7 +295,7 @@ def _parse_ins(line: str, mod: Module, program: Program, values: dict[str, Instr
         raise IRError(f"missing ': shape' in {line!r}")
     shape = parse_shape(rest[1:])
     if opname == "@literal":
-        ins = mod.add_literal(_parse_literal(attrs_text, shape))
+        ins = mod.add_literal(_parse_literal(attrs_text, shape, reader))
         ins.op = Literal(ins.op.value.reshape(shape.lens)) if ins.shape != shape else ins.op
     elif opname == "@param":
         pname = parse_value(attrs_text.split("=", 1)[1])
