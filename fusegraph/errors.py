@@ -46,6 +46,11 @@ class TargetError(FusegraphError):
     """An unknown target, or a target whose dependencies are missing on this machine."""
 
 
+class CompiledFileError(FusegraphError):
+    """A compiled-program file (.fgx) is damaged, truncated, foreign, of a newer format version, or fails
+    its signature check; the message says which part and why."""
+
+
 class UnknownModelError(FusegraphError, KeyError):
     """A name that is neither a file nor a built-in model."""
 

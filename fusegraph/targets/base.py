@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -33,8 +34,26 @@ class Executable:
         self.input_specs: dict[str, AnyShape] = program.get_parameter_shapes()
         self.output_shapes = program.get_output_shapes()
 
+    # Checks that must pass before the first run (a loaded file's weight checksums: see runtime/serialize.py).
+    _pending_checks: tuple[Callable[[], None], ...] = ()
+
     def run(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+        if self._pending_checks:
+            self._run_pending_checks()
         return self.execute(check_inputs(self.input_specs, inputs))
+
+    def defer_check(self, check: Callable[[], None]) -> None:
+        """Make `check` (which raises on failure) run once, before the first `run`; until it passes,
+        every `run` raises its error."""
+        if not self._pending_checks:
+            self._checks_lock = threading.Lock()
+        self._pending_checks = (*self._pending_checks, check)
+
+    def _run_pending_checks(self) -> None:
+        with self._checks_lock:  # many threads may make the first run at once: check once
+            while self._pending_checks:
+                self._pending_checks[0]()
+                self._pending_checks = self._pending_checks[1:]
 
     def execute(self, inputs: dict[str, Any]) -> list[np.ndarray]:
         raise NotImplementedError
@@ -49,6 +68,17 @@ class Target:
 
     def lower(self, program: Program, options: CompileOptions) -> Executable:
         raise NotImplementedError
+
+    def export_artifacts(self, executable: Executable) -> dict[str, bytes]:
+        """What this target built beyond the IR that a compiled file should keep (generated kernel
+        sources, autotuning choices), by name. Stored with the program by `fusegraph.save`; kept small,
+        since they are verified at load (weights, pre-packed ones included, belong in the IR as literals)."""
+        return {}
+
+    def load(self, program: Program, options: CompileOptions, artifacts: Mapping[str, memoryview]) -> Executable:
+        """Rebuild the executable of an already-optimized `program` from its saved `artifacts`, running
+        no passes. Raise TargetError when this machine cannot run the target (e.g. no GPU)."""
+        return self.lower(program, options)
 
     def compile(self, program: Program, options: CompileOptions | None = None, manager: Any = None) -> Executable:
         """Run the target's pipeline on `program` in place, then lower it. `manager` (a PassManager)
