@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def node_cases():
     from onnx.backend.test.loader import load_model_tests
 
@@ -27,8 +27,8 @@ def node_cases():
 
 
 def _normalize(x):
-    from onnx import numpy_helper
     import onnx
+    from onnx import numpy_helper
 
     if isinstance(x, onnx.TensorProto):
         return numpy_helper.to_array(x)

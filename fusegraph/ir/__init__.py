@@ -5,10 +5,10 @@ from .dtypes import DType
 from .module import Instruction, Module
 from .op import Op, OpKind, get_op_class, make_op, register_op, registered_ops
 from .program import Program
-from .shape import AnyShape, Dim, Shape, TupleShape
+from .shape import AnyShape, Dim, OptionalShape, SequenceShape, Shape, TupleShape
 
 __all__ = [
     "AnyShape", "DType", "Dim", "GetTupleElem", "Instruction", "Literal", "Module", "Op", "OpKind",
-    "Param", "Program", "Return", "Shape", "TupleShape", "get_op_class", "make_op", "register_op",
-    "registered_ops",
+    "OptionalShape", "Param", "Program", "Return", "SequenceShape", "Shape", "TupleShape", "get_op_class",
+    "make_op", "register_op", "registered_ops",
 ]

@@ -8,7 +8,8 @@ Instructions of a submodule (If/Loop bodies) may use instructions of the enclosi
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 

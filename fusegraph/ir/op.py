@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Callable, ClassVar, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 

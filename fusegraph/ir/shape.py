@@ -8,8 +8,8 @@ dynamic shapes expose `dims` only. `TupleShape` is the shape of multi-output ops
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from ..errors import ShapeError
 from .dtypes import DType
@@ -159,3 +159,134 @@ class TupleShape:
 
 
 AnyShape = Shape | TupleShape
+
+
+# -- sequences and optionals ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SequenceShape:
+    """The shape of an ONNX sequence (a list of tensors at run time).
+
+    `elem` is a shape every element fits (its dims may be dynamic: elements may differ); None means
+    the elements' rank is unknown. `length` is the number of elements."""
+
+    dtype: DType
+    elem: Shape | None = None
+    length: Dim = Dim(0, None)
+
+    def __post_init__(self) -> None:
+        if self.elem is not None and self.elem.dtype != self.dtype:
+            raise ShapeError(f"sequence of {self.dtype} with a {self.elem} element shape")
+
+    @property
+    def is_tuple(self) -> bool:
+        return False
+
+    @property
+    def is_dynamic(self) -> bool:
+        return not self.length.is_fixed or self.elem is None or self.elem.is_dynamic
+
+    @property
+    def known_empty(self) -> bool:
+        return self.length.max == 0
+
+    def __str__(self) -> str:
+        elem = str(self.elem) if self.elem is not None else f"{self.dtype.value}[*]"
+        length = "" if self.length == Dim(0, None) else f"[{self.length}]"
+        return f"seq{length}<{elem}>"
+
+    __repr__ = __str__
+
+
+@dataclass(frozen=True)
+class OptionalShape:
+    """The shape of an ONNX optional: at run time None, or a value of shape `elem`."""
+
+    elem: Shape | SequenceShape
+
+    @property
+    def dtype(self) -> DType:
+        return self.elem.dtype
+
+    @property
+    def is_tuple(self) -> bool:
+        return False
+
+    @property
+    def is_dynamic(self) -> bool:
+        return self.elem.is_dynamic
+
+    def __str__(self) -> str:
+        return f"opt<{self.elem}>"
+
+    __repr__ = __str__
+
+
+ValueShape = Shape | SequenceShape | OptionalShape
+
+
+# -- joining shapes (If branches, loop-carried values, sequence elements) ----------------------------
+def _join_dim(a: Dim, b: Dim, widen: bool) -> Dim:
+    if dim_covers(a, b):
+        return a
+    if dim_covers(b, a):
+        return b
+    if widen:  # a value that changes between iterations: any size (0.. keeps the fixpoint short)
+        return Dim(0, None)
+    hi = None if a.max is None or b.max is None else max(a.max, b.max)
+    return Dim(min(a.min, b.min), hi)
+
+
+def dim_covers(a: Dim, b: Dim) -> bool:
+    return a.min <= b.min and (a.max is None or (b.max is not None and b.max <= a.max))
+
+
+def join_shapes(a: ValueShape, b: ValueShape, widen: bool = False) -> ValueShape:
+    """The smallest shape that both `a` and `b` fit. Dims that differ become ranges (unbounded with
+    `widen`, for values that may change on every loop iteration). Raises ShapeError when no shape
+    can hold both (different dtypes, kinds or tensor ranks)."""
+    if isinstance(a, OptionalShape) or isinstance(b, OptionalShape):
+        ea = a.elem if isinstance(a, OptionalShape) else a
+        eb = b.elem if isinstance(b, OptionalShape) else b
+        return OptionalShape(join_shapes(ea, eb, widen))  # type: ignore[arg-type]
+    if a.dtype != b.dtype:
+        raise ShapeError(f"cannot join {a} and {b}: element types differ")
+    if isinstance(a, SequenceShape) and isinstance(b, SequenceShape):
+        return SequenceShape(a.dtype, _join_elems(a, b, widen), _join_dim(a.length, b.length, widen))
+    if isinstance(a, Shape) and isinstance(b, Shape):
+        if a.ndim != b.ndim:
+            raise ShapeError(f"cannot join {a} and {b}: ranks differ")
+        if a.dims == b.dims:
+            return a if a.standard else Shape(a.dtype, a.dims)
+        return Shape(a.dtype, tuple(_join_dim(x, y, widen) for x, y in zip(a.dims, b.dims, strict=True)))
+    raise ShapeError(f"cannot join {a} and {b}: one is a sequence, the other a tensor")
+
+
+def _join_elems(a: SequenceShape, b: SequenceShape, widen: bool) -> Shape | None:
+    # An empty sequence has no elements to constrain the element shape.
+    if a.known_empty:
+        return b.elem
+    if b.known_empty:
+        return a.elem
+    return join_elem(a.elem, b.elem, widen)
+
+
+def join_elem(a: Shape | None, b: Shape | None, widen: bool = False) -> Shape | None:
+    """Join two sequence element shapes; elements of different ranks leave the rank unknown (None)."""
+    if a is None or b is None or a.ndim != b.ndim:
+        return None
+    return join_shapes(a, b, widen)  # type: ignore[return-value]
+
+
+def shape_covers(a: ValueShape, b: ValueShape) -> bool:
+    """Whether every value of shape `b` is also a value of shape `a`."""
+    if isinstance(a, OptionalShape):
+        return shape_covers(a.elem, b.elem if isinstance(b, OptionalShape) else b)
+    if isinstance(b, OptionalShape) or a.dtype != b.dtype:
+        return False
+    if isinstance(a, SequenceShape):
+        if not isinstance(b, SequenceShape) or not dim_covers(a.length, b.length):
+            return False
+        return b.known_empty or a.elem is None or (b.elem is not None and shape_covers(a.elem, b.elem))
+    if not isinstance(b, Shape) or a.ndim != b.ndim:
+        return False
+    return all(dim_covers(x, y) for x, y in zip(a.dims, b.dims, strict=True))

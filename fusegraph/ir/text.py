@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import IRError
 from .dtypes import DType
 from .op import Op, get_op_class
-from .shape import AnyShape, Dim, Shape, TupleShape
+from .shape import AnyShape, Dim, OptionalShape, SequenceShape, Shape, TupleShape
 
 if TYPE_CHECKING:
     from .module import Instruction, Module
@@ -52,7 +52,7 @@ def format_value(v: Any) -> str:
         return repr(v) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
     if isinstance(v, (int, str)):
         return repr(v)
-    if isinstance(v, (Shape, TupleShape)):
+    if isinstance(v, (Shape, TupleShape, SequenceShape, OptionalShape)):
         return f"shape({str(v)!r})"
     if isinstance(v, tuple):
         inner = ", ".join(format_value(x) for x in v)
@@ -97,6 +97,10 @@ def parse_shape(text: str) -> AnyShape:
     if text.startswith("("):
         inner = text[1:-1].strip()
         return TupleShape(tuple(parse_shape(p) for p in _split_top(inner, ",") if p.strip()))
+    if text.startswith("opt<") and text.endswith(">"):
+        return OptionalShape(parse_shape(text[4:-1]))  # type: ignore[arg-type]
+    if text.startswith("seq") and text.endswith(">"):
+        return _parse_sequence_shape(text)
     m = re.fullmatch(r"(\w+)\[([^\]]*)\](?:@\[([^\]]*)\])?", text)
     if not m:
         raise IRError(f"bad shape {text!r}")
@@ -121,6 +125,37 @@ def parse_shape(text: str) -> AnyShape:
     if m.group(3) is not None:
         return Shape.of(dtype, [d.min for d in dims], [int(x) for x in m.group(3).split(",") if x])
     return Shape(dtype, tuple(dims))
+
+
+def _parse_sequence_shape(text: str) -> SequenceShape:
+    """seq<float32[2,{0..?}]>, seq[3]<int64[4]>; an element of unknown rank prints as float32[*]."""
+    m = re.fullmatch(r"seq(?:\[([^\]]*)\])?<(.*)>", text)
+    if not m:
+        raise IRError(f"bad sequence shape {text!r}")
+    length = Dim(0, None)
+    if m.group(1) is not None:
+        d = _DIM.fullmatch(m.group(1).strip())
+        if not d:
+            raise IRError(f"bad sequence length in {text!r}")
+        length = _dim_of(d)
+    elem_text = m.group(2).strip()
+    if elem_text.endswith("[*]"):
+        try:
+            return SequenceShape(DType(elem_text[:-3]), None, length)
+        except ValueError:
+            raise IRError(f"bad dtype in shape {text!r}") from None
+    elem = parse_shape(elem_text)
+    if not isinstance(elem, Shape):
+        raise IRError(f"a sequence holds tensors: {text!r}")
+    return SequenceShape(elem.dtype, elem, length)
+
+
+def _dim_of(d: re.Match) -> Dim:
+    if d.group(4) is not None:
+        return Dim.fixed(int(d.group(4)))
+    hi = None if d.group(2) == "?" else int(d.group(2))
+    opts = tuple(int(x) for x in d.group(3).split(",")) if d.group(3) else ()
+    return Dim(int(d.group(1)), hi, opts)
 
 
 def _split_top(text: str, sep: str) -> list[str]:
@@ -242,28 +277,45 @@ def parse_program(text: str, literal_reader: LiteralReader | None = None) -> Pro
 
     program = Program.__new__(Program)
     program.__init__(empty=True)
-    values: dict[str, Instruction] = {}
+    # First split the text into modules; then parse each module, parsing a control-flow
+    # instruction's submodules just before the instruction (its shape rule reads them).
+    blocks: dict[str, list[tuple[int, str]]] = {}
     current: Module | None = None
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        try:
-            if line.startswith("module "):
-                parts = line.split()
-                parent = program.get_or_create_module(parts[3]) if len(parts) == 4 and parts[2] == "parent" else None
-                current = program.get_or_create_module(parts[1])
-                current.parent = parent
-                continue
-            if current is None:
-                raise IRError("instruction outside a module")
-            _parse_ins(line, current, program, values, reader=literal_reader)
-        except IRError as e:
-            raise IRError(f"line {lineno}: {e}") from None
+        if line.startswith("module "):
+            parts = line.split()
+            parent = program.get_or_create_module(parts[3]) if len(parts) == 4 and parts[2] == "parent" else None
+            current = program.get_or_create_module(parts[1])
+            current.parent = parent
+            blocks.setdefault(current.name, [])
+            continue
+        if current is None:
+            raise IRError(f"line {lineno}: instruction outside a module")
+        blocks[current.name].append((lineno, line))
+    values: dict[str, Instruction] = {}
+    parsed: set[str] = set()
+
+    def parse_module(name: str) -> None:
+        if name in parsed:
+            return
+        parsed.add(name)
+        mod = program.get_or_create_module(name)
+        for lineno, line in blocks.get(name, []):
+            try:
+                _parse_ins(line, mod, program, values, parse_module, reader=literal_reader)
+            except IRError as e:
+                raise (e if str(e).startswith("line ") else IRError(f"line {lineno}: {e}")) from None
+
+    for name in blocks:
+        parse_module(name)
     return program
 
 
-def _parse_ins(line: str, mod: Module, program: Program, values: dict[str, Instruction], *,
+def _parse_ins(line: str, mod: Module, program: Program, values: dict[str, Instruction],
+               parse_module: Callable[[str], None] = lambda name: None, *,
                reader: LiteralReader | None = None) -> None:
     from .builtin import Literal
 
@@ -290,6 +342,8 @@ def _parse_ins(line: str, mod: Module, program: Program, values: dict[str, Instr
     if rest.startswith("<"):
         end = _matching(rest, 0)
         module_args = [program.get_or_create_module(n.strip()) for n in rest[1:end].split(",")]
+        for sub in module_args:
+            parse_module(sub.name)
         rest = rest[end + 1:].strip()
     if not rest.startswith(":"):
         raise IRError(f"missing ': shape' in {line!r}")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -143,3 +144,7 @@ class Context:
 
     def parse_subgraph(self, graph: Any, name: str, input_shapes: Sequence[Any] | None = None) -> Module:
         return self.parser.parse_subgraph(graph, name, self, input_shapes)
+
+    def inline_subgraph(self, graph: Any) -> list[Instruction]:
+        """Parse an input-less subgraph (an If branch known at parse time) into this module."""
+        return self.parser.inline_subgraph(graph, self)

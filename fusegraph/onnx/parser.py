@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -94,8 +95,10 @@ class OnnxParser:
     def _input_shape(self, vi: onnx.ValueInfoProto) -> Shape:
         name = vi.name
         tt = vi.type.tensor_type
-        if not vi.type.HasField("tensor_type"):
-            raise ParseError(f"input {name!r}: only tensor inputs are supported at the top level")
+        if not vi.type.HasField("tensor_type"):  # sequences and optionals: their declared type
+            from .types import shape_from_type
+
+            return shape_from_type(vi.type, name)
         try:
             dtype = DType.from_onnx(tt.elem_type)
         except TypeError as e:
@@ -185,11 +188,33 @@ class OnnxParser:
             found = next((s[o.name] for s in reversed(scopes) if o.name in s), None)
             if found is None:
                 raise ParseError(f"subgraph {graph.name!r}: output {o.name!r} is not defined")
-            if found.module is not mod:
+            if found.module is not mod and isinstance(found.shape, Shape):
                 found = ctx.add("identity", found)  # a subgraph output may be an outer value
             outs.append(found)
         mod.add_return(*outs)
         return mod
+
+    def inline_subgraph(self, graph: onnx.GraphProto, parent_ctx: Context) -> list[Instruction]:
+        """Parse an input-less subgraph's nodes into the current module; return its outputs.
+
+        For a branch chosen at parse time (an If whose condition is a constant)."""
+        if len(graph.input):
+            raise ParseError(f"subgraph {graph.name!r} has inputs: it cannot be inlined")
+        scope: dict[str, Instruction] = {}
+        for init in graph.initializer:
+            scope[init.name] = parent_ctx.literal(self._initializer(init))
+        scopes = list(getattr(parent_ctx, "scopes", [])) + [scope]
+        saved = parent_ctx.node
+        self._parse_nodes(graph, parent_ctx, scopes)
+        parent_ctx.scopes = scopes[:-1]  # type: ignore[attr-defined]
+        parent_ctx.node = saved
+        outs = []
+        for o in graph.output:
+            found = next((s[o.name] for s in reversed(scopes) if o.name in s), None)
+            if found is None:
+                raise ParseError(f"subgraph {graph.name!r}: output {o.name!r} is not defined")
+            outs.append(found)
+        return outs
 
     def _subgraph_input_shape(self, vi: onnx.ValueInfoProto):
         from .types import shape_from_type

@@ -12,11 +12,12 @@ from .fuse_pointwise import fuse_pointwise
 from .manager import Fixpoint, PassManager, run_pipeline
 from .memory_coloring import memory_coloring
 from .propagate_constant import propagate_constant
+from .simplify_algebra import simplify_algebra
 from .simplify_reshapes import simplify_reshapes
 
 
 def simplify_pipeline() -> list:
-    return [Fixpoint((eliminate_identity, propagate_constant, simplify_reshapes,
+    return [Fixpoint((eliminate_identity, propagate_constant, simplify_reshapes, simplify_algebra,
                       eliminate_common_subexpression, eliminate_dead_code))]
 
 
@@ -30,5 +31,5 @@ def generic_pipeline(fuse: bool = True) -> list:
 __all__ = [
     "Fixpoint", "PassManager", "eliminate_common_subexpression", "eliminate_dead_code", "eliminate_identity",
     "fuse_pointwise", "generic_pipeline", "memory_coloring", "propagate_constant", "run_pipeline",
-    "simplify_pipeline", "simplify_reshapes",
+    "simplify_algebra", "simplify_pipeline", "simplify_reshapes",
 ]

@@ -1,36 +1,60 @@
-"""Evaluates instructions whose inputs are all literals and replaces them by literals.
+"""Evaluates instructions whose inputs are all constants and replaces them by constants.
 
-Results much larger than their inputs (broadcasts of a scalar, constant-of-shape fills) stay
-unevaluated: folding them would trade a few bytes for megabytes of weights.
+Pointwise ops over broadcast constants are evaluated on the small values and broadcast again, so
+constants stay as small as their information. Other results much larger than their inputs
+(constant-of-shape fills, big broadcasts) stay unevaluated: folding them would trade a few bytes
+for megabytes of weights.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..ir.module import Module
+from ..ir.module import Instruction, Module
 from ..ir.op import OpKind
 from ..ir.shape import Shape
+from .constants import materialize, small_constant
 
 GROWTH_LIMIT_BYTES = 1 << 20   # a result may exceed its inputs' bytes by this much ...
 GROWTH_FACTOR = 4              # ... or by this factor, whichever is larger
+NEVER_FOLD = frozenset({"broadcast", "broadcast_like"})
+
+
+def _foldable(ins: Instruction) -> bool:
+    op = ins.op
+    # a broadcast of a literal is already the smallest form of that constant
+    return (op.kind not in (OpKind.BUILTIN, OpKind.CONTROL) and op.name not in NEVER_FOLD and not ins.module_args and op.deterministic
+            and bool(ins.inputs) and bool(ins.users) and isinstance(ins.shape, Shape) and not ins.shape.is_dynamic)
+
+
+def _fold_pointwise(module: Module, ins: Instruction) -> Instruction | None:
+    values = [small_constant(i) for i in ins.inputs]
+    if any(v is None for v in values) or all(i.is_literal for i in ins.inputs):
+        return None
+    small = np.broadcast_arrays(*values)
+    result = np.asarray(ins.op.compute([np.ascontiguousarray(v) for v in small]))
+    return materialize(module, ins, result, ins.shape)
 
 
 def propagate_constant(module: Module) -> bool:
     changed = False
     for ins in module:
-        op = ins.op
-        if (op.kind in (OpKind.BUILTIN, OpKind.CONTROL) or ins.module_args or not op.deterministic
-                or not ins.inputs or not ins.users or not all(i.is_literal for i in ins.inputs)
-                or not isinstance(ins.shape, Shape) or ins.shape.is_dynamic):
+        if not _foldable(ins):
+            continue
+        if ins.op.kind is OpKind.POINTWISE:
+            new = _fold_pointwise(module, ins)
+            if new is not None:
+                module.replace(ins, new)
+                changed = True
+                continue
+        if not all(i.is_literal for i in ins.inputs):
             continue
         in_bytes = sum(i.literal.nbytes for i in ins.inputs)
         if ins.shape.bytes > max(GROWTH_FACTOR * in_bytes, in_bytes + GROWTH_LIMIT_BYTES):
             continue
-        value = np.ascontiguousarray(op.compute([i.literal for i in ins.inputs]))
+        value = np.ascontiguousarray(ins.op.compute([i.literal for i in ins.inputs]))
         if value.dtype != ins.shape.dtype.np or value.shape != ins.shape.lens:
             value = value.astype(ins.shape.dtype.np).reshape(ins.shape.lens)
-        lit = module.add_literal(value)
-        module.replace(ins, lit)
+        module.replace(ins, module.add_literal(value))
         changed = True
     return changed

@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fusegraph.errors import ShapeError
-from fusegraph.ir import DType, Dim, Shape
+from fusegraph.ir import Dim, DType, Shape
 from fusegraph.ir.text import parse_shape
 
 lens_st = st.lists(st.integers(0, 7), max_size=5)

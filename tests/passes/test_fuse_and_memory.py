@@ -4,7 +4,13 @@ from hypothesis import strategies as st
 
 import fusegraph  # noqa: F401
 from fusegraph.ir import DType, Program, Shape, make_op
-from fusegraph.passes import PassManager, eliminate_dead_code, fuse_pointwise, generic_pipeline, memory_coloring
+from fusegraph.passes import (
+    PassManager,
+    eliminate_dead_code,
+    fuse_pointwise,
+    generic_pipeline,
+    memory_coloring,
+)
 from fusegraph.passes.memory_coloring import plan_buffers
 from fusegraph.targets.ref.interpreter import run_module
 

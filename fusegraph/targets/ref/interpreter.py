@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,12 +23,25 @@ def last_uses(module: Module) -> dict[int, list[int]]:
     for pos, ins in enumerate(module.instructions):
         for i in ins.inputs:
             last[i.uid] = pos
+        for sub in ins.module_args:  # a submodule's uses of our values happen when `ins` runs
+            for uid in _used_in(sub):
+                last[uid] = pos
     frees: dict[int, list[int]] = {}
     own = {i.uid for i in module.instructions}
     for uid, pos in last.items():
         if uid in own:
             frees.setdefault(pos, []).append(uid)
     return frees
+
+
+def _used_in(module: Module) -> set[int]:
+    """uids of the values `module` and its submodules read."""
+    used: set[int] = set()
+    for ins in module.instructions:
+        used.update(i.uid for i in ins.inputs)
+        for sub in ins.module_args:
+            used |= _used_in(sub)
+    return used
 
 
 def run_module(module: Module, params: Mapping[str, Any] | Sequence[Any],
