@@ -8,6 +8,7 @@ from __future__ import annotations
 from .eliminate_common_subexpression import eliminate_common_subexpression
 from .eliminate_dead_code import eliminate_dead_code
 from .eliminate_identity import eliminate_identity
+from .eliminate_pad import eliminate_pad
 from .fuse_pointwise import fuse_pointwise
 from .manager import Fixpoint, PassManager, run_pipeline
 from .memory_coloring import memory_coloring
@@ -18,7 +19,7 @@ from .simplify_reshapes import simplify_reshapes
 
 def simplify_pipeline() -> list:
     return [Fixpoint((eliminate_identity, propagate_constant, simplify_reshapes, simplify_algebra,
-                      eliminate_common_subexpression, eliminate_dead_code))]
+                      eliminate_pad, eliminate_common_subexpression, eliminate_dead_code))]
 
 
 def generic_pipeline(fuse: bool = True) -> list:
@@ -29,7 +30,7 @@ def generic_pipeline(fuse: bool = True) -> list:
 
 
 __all__ = [
-    "Fixpoint", "PassManager", "eliminate_common_subexpression", "eliminate_dead_code", "eliminate_identity",
+    "Fixpoint", "PassManager", "eliminate_common_subexpression", "eliminate_dead_code", "eliminate_identity", "eliminate_pad",
     "fuse_pointwise", "generic_pipeline", "memory_coloring", "propagate_constant", "run_pipeline",
     "simplify_algebra", "simplify_pipeline", "simplify_reshapes",
 ]

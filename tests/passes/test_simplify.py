@@ -159,3 +159,34 @@ def test_batchnorm_arithmetic_folds_into_conv():
     ops = [i.op.name for i in m.instructions if not i.is_literal]
     assert ops == ["@param", "convolution", "broadcast", "add", "relu", "@return"], ops
     np.testing.assert_allclose(run_module(m, feeds)[0], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_zero_pad_folds_into_conv_padding():
+
+    from fusegraph.passes import eliminate_pad
+
+    w = ", ".join(["0.5"] * 8)
+    _, text = apply(f"""
+        module main
+          %0 = @param[param_name='x'] : float32[1,2,5,5]
+          %1 = @literal[{w}] : float32[1,2,2,2]
+          %2 = pad[pads=(0, 0, 1, 0, 0, 0, 2, 1), mode='constant', value=0](%0) : float32[1,2,8,6]
+          %3 = convolution[padding=(0, 1, 0, 1), stride=(1, 1), dilation=(1, 1), group=1](%2, %1) : float32[1,1,7,7]
+          @return(%3)
+    """, eliminate_pad, eliminate_dead_code)
+    assert "pad[" not in text and "padding=(1, 1, 2, 2)" in text
+
+
+def test_reflect_pad_is_kept():
+    from fusegraph.passes import eliminate_pad
+
+    w = ", ".join(["0.5"] * 8)
+    _, text = apply(f"""
+        module main
+          %0 = @param[param_name='x'] : float32[1,2,5,5]
+          %1 = @literal[{w}] : float32[1,2,2,2]
+          %2 = pad[pads=(0, 0, 1, 1, 0, 0, 1, 1), mode='reflect', value=0](%0) : float32[1,2,7,7]
+          %3 = convolution[padding=(0, 0, 0, 0), stride=(1, 1), dilation=(1, 1), group=1](%2, %1) : float32[1,1,6,6]
+          @return(%3)
+    """, eliminate_pad, eliminate_dead_code)
+    assert "pad[" in text
