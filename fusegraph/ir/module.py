@@ -73,6 +73,7 @@ class Module:
         self.parent = parent
         self.instructions: list[Instruction] = []
         self.memory_plan: Any = None  # set by passes.memory_coloring
+        self.program: Any = None      # the Program that owns this module (set by Program)
 
     # -- building ---------------------------------------------------------------------------------
     def _attach(self, ins: Instruction, index: int | None) -> Instruction:

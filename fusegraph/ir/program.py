@@ -18,6 +18,7 @@ class Program:
         self.modules: dict[str, Module] = {}
         if not empty:
             self.modules["main"] = Module("main")
+            self.main.program = self
         self.executable: Any = None  # set by compile()
         self.target_name: str | None = None
         self.metadata: dict[str, str] = {}
@@ -33,12 +34,14 @@ class Program:
             k += 1
             name = f"{base}_{k}"
         mod = Module(name, parent if parent is not None else self.main)
+        mod.program = self
         self.modules[name] = mod
         return mod
 
     def get_or_create_module(self, name: str) -> Module:
         if name not in self.modules:
             self.modules[name] = Module(name)
+            self.modules[name].program = self
         return self.modules[name]
 
     def modules_in_order(self) -> list[Module]:

@@ -1,6 +1,25 @@
 """Every op, registered by importing its family module. Look ops up with `fusegraph.ir.get_op_class`."""
 
-from . import control, conv, gemm, movement, nn, opaque, pointwise, reduce, rnn, tensor  # noqa: F401
+from . import (  # noqa: F401
+    control,
+    conv,
+    fused,
+    gemm,
+    indexing,
+    layout,
+    movement,
+    movement_dynamic,
+    nn,
+    opaque,
+    pointwise,
+    quantize,
+    reduce,
+    resize,
+    rnn,
+    select,
+    sequence,
+    tensor,
+)
 from .pointwise import PointwiseOp
 from .scalar import Expr
 

@@ -10,6 +10,7 @@ from .eliminate_dead_code import eliminate_dead_code
 from .eliminate_identity import eliminate_identity
 from .eliminate_pad import eliminate_pad
 from .fuse_pointwise import fuse_pointwise
+from .fuse_reduce import fuse_reduce
 from .manager import Fixpoint, PassManager, run_pipeline
 from .memory_coloring import memory_coloring
 from .propagate_constant import propagate_constant
@@ -25,12 +26,12 @@ def simplify_pipeline() -> list:
 def generic_pipeline(fuse: bool = True) -> list:
     passes = simplify_pipeline()
     if fuse:
-        passes += [fuse_pointwise, eliminate_dead_code]
+        passes += [fuse_reduce, fuse_pointwise, eliminate_dead_code]
     return passes + [memory_coloring]
 
 
 __all__ = [
     "Fixpoint", "PassManager", "eliminate_common_subexpression", "eliminate_dead_code", "eliminate_identity", "eliminate_pad",
-    "fuse_pointwise", "generic_pipeline", "memory_coloring", "propagate_constant", "run_pipeline",
+    "fuse_pointwise", "fuse_reduce", "generic_pipeline", "memory_coloring", "propagate_constant", "run_pipeline",
     "simplify_algebra", "simplify_pipeline", "simplify_reshapes",
 ]

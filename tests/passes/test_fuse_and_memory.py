@@ -119,3 +119,47 @@ def test_memory_plan_never_overlaps_live_buffers(p):
             if a.start <= b.end and b.start <= a.end:  # live at the same time
                 assert a.offset + a.size <= b.offset or b.offset + b.size <= a.offset
     assert plan.max_live_bytes <= plan.arena_bytes <= plan.total_bytes
+
+
+def test_layernorm_and_residual_become_one_fused_reduce():
+    from fusegraph.passes import fuse_reduce
+
+    p, text = apply("""
+        module main
+          %0 = @param[param_name='x'] : float32[2,8]
+          %1 = @param[param_name='r'] : float32[2,8]
+          %2 = @literal[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0] : float32[8]
+          %3 = broadcast[out_lens=(2, 8)](%2) : float32[2,8]@[0,1]
+          %4 = add(%0, %1) : float32[2,8]
+          %5 = reduce_mean[axes=(1,)](%4) : float32[2,1]
+          %6 = broadcast[out_lens=(2, 8)](%5) : float32[2,8]@[1,0]
+          %7 = sub(%4, %6) : float32[2,8]
+          %8 = mul(%7, %7) : float32[2,8]
+          %9 = reduce_mean[axes=(1,)](%8) : float32[2,1]
+          %10 = sqrt(%9) : float32[2,1]
+          %11 = broadcast[out_lens=(2, 8)](%10) : float32[2,8]@[1,0]
+          %12 = div(%7, %11) : float32[2,8]
+          %13 = mul(%12, %3) : float32[2,8]
+          %14 = relu(%13) : float32[2,8]
+          @return(%14)
+    """, fuse_reduce, eliminate_dead_code)
+    ops = [i.op.name for i in p.main.instructions]
+    assert ops == ["@param", "@param", "@literal", "fused_reduce", "@return"], ops
+    body_ops = [i.op.name for i in p.main.instructions[3].module_args[0].instructions]
+    assert body_ops.count("reduce_mean") == 2 and "relu" in body_ops and "add" in body_ops
+
+
+def test_reduction_with_two_outside_users_keeps_only_prologue():
+    from fusegraph.passes import fuse_reduce
+
+    p, text = apply("""
+        module main
+          %0 = @param[param_name='x'] : float32[3,4]
+          %1 = exp(%0) : float32[3,4]
+          %2 = reduce_sum[axes=(1,)](%1) : float32[3,1]
+          %3 = neg(%2) : float32[3,1]
+          %4 = sqrt(%2) : float32[3,1]
+          @return(%3, %4, %2)
+    """, fuse_reduce, eliminate_dead_code)
+    ops = [i.op.name for i in p.main.instructions]
+    assert ops.count("fused_reduce") == 1 and "exp" not in ops and "neg" in ops and "sqrt" in ops

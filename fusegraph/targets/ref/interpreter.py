@@ -10,7 +10,6 @@ import numpy as np
 from ...errors import FusegraphError, InputError
 from ...ir.builtin import Literal, Param, Return
 from ...ir.module import Instruction, Module
-from ...ir.op import OpKind
 
 
 class ExecutionError(FusegraphError):
@@ -80,7 +79,7 @@ def run_module(module: Module, params: Mapping[str, Any] | Sequence[Any],
 def evaluate(ins: Instruction, args: list[Any], env: Mapping[int, Any]) -> Any:
     op = ins.op
     try:
-        if op.kind is OpKind.CONTROL:
+        if ins.module_args:  # control flow and fused ops with a body run their submodules
             return op.compute_control(args, ins.module_args, lambda m, p: run_module(m, p, env))  # type: ignore[attr-defined]
         return op.compute(args)
     except FusegraphError:

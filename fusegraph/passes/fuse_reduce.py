@@ -1,0 +1,124 @@
+"""Fuses each reduction with its pointwise prologue and epilogue into one `fused_reduce`.
+
+A region is keyed by the reduced input's lens and the reduced axes. Its members are reductions
+(reduce_* and softmax/log_softmax) over exactly those axes of those lens, pointwise ops on the full
+or the reduced lens, and broadcasts into them. A region grows from a reduction through producers
+used only inside it (prologue) and through consumers whose other inputs come from before it
+(epilogue), and is kept only if exactly one of its values is used outside. Layer norm (two means and
+their arithmetic, plus the residual add before it) and softmax with its scaling and mask become one
+kernel each; the body is a submodule, so the fused program still runs on the reference target.
+"""
+
+from __future__ import annotations
+
+from ..ir.module import Instruction, Module
+from ..ir.op import OpKind
+from ..ir.shape import Shape
+from ..ops.fused import FusedReduce
+
+REDUCTIONS = frozenset({"reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"})
+NORMALIZATIONS = frozenset({"softmax", "log_softmax"})
+
+
+def _axes(ins: Instruction) -> tuple[int, ...] | None:
+    if ins.op.name in REDUCTIONS:
+        return tuple(sorted(ins.op.axes))
+    if ins.op.name in NORMALIZATIONS:
+        return (ins.op.axis % ins.shape.ndim,)
+    return None
+
+
+class _Region:
+    def __init__(self, seed: Instruction, pos: dict[int, int], taken: set[int]):
+        self.full = seed.inputs[0].shape.lens
+        self.axes = _axes(seed)
+        self.reduced = tuple(1 if k in self.axes else n for k, n in enumerate(self.full))
+        self.pos = pos
+        self.taken = taken  # members of earlier regions
+        self.module = seed.module
+        self.members: dict[int, Instruction] = {seed.uid: seed}
+
+    def accepts(self, ins: Instruction) -> bool:
+        s = ins.shape
+        if (ins.module_args or not isinstance(s, Shape) or s.is_dynamic or ins.module is not self.module
+                or ins.uid in self.taken):
+            return False
+        if _axes(ins) is not None:
+            return ins.inputs[0].shape.lens == self.full and _axes(ins) == self.axes
+        if ins.op.kind is OpKind.POINTWISE:
+            return s.lens in (self.full, self.reduced)
+        return ins.op.name == "broadcast" and s.lens in (self.full, self.reduced)
+
+    def grow(self) -> None:
+        changed = True
+        while changed:
+            changed = False
+            for m in list(self.members.values()):
+                for x in m.inputs:  # prologue: producers used only inside the region
+                    if (x.uid not in self.members and self.accepts(x)
+                            and all(u.uid in self.members for u in x.users)):
+                        self.members[x.uid] = x
+                        changed = True
+                for u in m.users:   # epilogue: consumers whose other inputs come from before us
+                    if u.uid in self.members or not self.accepts(u):
+                        continue
+                    first = min(self.pos[k] for k in self.members)
+                    if all(i.uid in self.members or self.pos.get(i.uid, -1) < first for i in u.inputs):
+                        self.members[u.uid] = u
+                        changed = True
+
+    def outputs(self, module: Module) -> list[Instruction]:
+        returned = {o.uid for o in module.outputs}
+        return [m for m in self.members.values()
+                if m.uid in returned or any(u.uid not in self.members for u in m.users)]
+
+    def drop_epilogue(self, seed: Instruction) -> None:
+        """Fall back to the seed and its prologue only."""
+        keep = {seed.uid}
+        stack = [seed]
+        while stack:
+            for x in stack.pop().inputs:
+                if x.uid in self.members and x.uid not in keep:
+                    keep.add(x.uid)
+                    stack.append(x)
+        self.members = {k: v for k, v in self.members.items() if k in keep}
+
+
+def _build(module: Module, region: _Region, root: Instruction, index: int) -> Instruction:
+    members = sorted(region.members.values(), key=lambda m: region.pos[m.uid])
+    externals: list[Instruction] = []
+    for m in members:
+        for x in m.inputs:
+            if x.uid not in region.members and all(x is not e for e in externals):
+                externals.append(x)
+    body = module.program.create_module(f"fused_reduce{index}", module)
+    mapped = {e.uid: body.add_parameter(f"x{k}", e.shape) for k, e in enumerate(externals)}
+    for m in members:
+        mapped[m.uid] = body.add(m.op, *[mapped[x.uid] for x in m.inputs])
+    body.add_return(mapped[root.uid])
+    return module.insert(root, FusedReduce(axes=region.axes), *externals, module_args=[body])
+
+
+def fuse_reduce(module: Module) -> bool:
+    if module.program is None:
+        return False
+    done: set[int] = set()
+    changed = False
+    pos = {ins.uid: k for k, ins in enumerate(module.instructions)}
+    for seed in module:
+        if seed.uid in done or _axes(seed) is None or not isinstance(seed.shape, Shape) or seed.shape.is_dynamic:
+            continue
+        region = _Region(seed, pos, done)
+        region.grow()
+        outs = region.outputs(module)
+        if len(outs) != 1:
+            region.drop_epilogue(seed)
+            outs = region.outputs(module)
+        if len(region.members) < 2 or len(outs) != 1:
+            continue
+        done |= set(region.members)
+        fused = _build(module, region, outs[0], len(module.program.modules))
+        module.replace(outs[0], fused)
+        changed = True
+        pos = {ins.uid: k for k, ins in enumerate(module.instructions)}
+    return changed
