@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..ir.module import Instruction
 from ..ir.op import OpKind
 from ..ir.program import Program
-from ..ir.shape import Shape
+from .flops import instruction_flops
 from .memory_coloring import max_live, plan_buffers
 
 
@@ -23,16 +22,6 @@ class ProgramStats:
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def instruction_flops(ins: Instruction) -> int:
-    fn = getattr(ins.op, "flops", None)
-    if fn is None or not isinstance(ins.shape, Shape) or ins.shape.is_dynamic:
-        return 0
-    try:
-        return int(fn([i.shape for i in ins.inputs], ins.shape))
-    except Exception:  # noqa: BLE001 - a missing estimate must not break a report
-        return 0
 
 
 def program_stats(program: Program) -> ProgramStats:
