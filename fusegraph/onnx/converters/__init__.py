@@ -1,3 +1,15 @@
 """One module per ONNX op family; importing this package registers every converter."""
 
-from . import control, elementwise, gemm, nn, quantize, reduce, rnn, sequence, tensor  # noqa: F401
+from . import (  # noqa: F401
+    control,
+    elementwise,
+    gemm,
+    indexing,
+    nn,
+    quantize,
+    reduce,
+    resize,
+    rnn,
+    sequence,
+    tensor,
+)

@@ -1,0 +1,264 @@
+"""Selection and ordering ops: top-k, cumulative sum, and the ops whose output extent depends on the
+input values (nonzero, compress, unique, non-max suppression).
+
+A data-dependent extent is a dynamic dimension `Dim(0, bound)`, bound by the largest input (None when
+an input dimension is unbounded); the rest of the shape is static where the inputs are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..ir.dtypes import DType
+from ..ir.op import Op, OpKind, register_op
+from ..ir.shape import AnyShape, Dim, Shape, TupleShape
+
+
+class SelectOp(Op):
+    kind = OpKind.OPAQUE
+
+    def _fail(self, msg: str, inputs: Sequence[AnyShape]) -> ShapeError:
+        return ShapeError(f"{self.name}: {msg} (inputs {', '.join(map(str, inputs))})")
+
+
+class DataDependentOp(SelectOp):
+    """Its shape rule reads input dims (`Dim`s), so one rule serves static and dynamic inputs."""
+
+    def compute_dynamic_shape(self, inputs):
+        return self.compute_shape(inputs)
+
+
+def _count(dims: Sequence[Dim]) -> int | None:
+    """The largest element count of a tensor with these dims (None if unbounded)."""
+    maxes = [d.max for d in dims]
+    return None if None in maxes else math.prod(maxes)  # type: ignore[arg-type]
+
+
+def _upto(n: int | None) -> Dim:
+    return Dim(0, n)
+
+
+def _first(a: np.ndarray, default):
+    """The value of a one-element tensor input; an empty one counts as absent (as in ONNX)."""
+    flat = np.asarray(a).reshape(-1)
+    return flat[0] if flat.size else default
+
+
+@register_op
+class TopK(SelectOp):
+    """The k largest (or smallest) values along `axis` and their int64 indices, sorted; equal values
+    keep their input order (the lower index first). k None: the second input holds k (at run time)."""
+
+    name = "top_k"
+    k: int | None = 1
+    axis: int = -1  # normalized by the frontend: in [0, rank)
+    largest: bool = True
+
+    def compute_shape(self, inputs):
+        x = inputs[0]
+        n = x.dims[self.axis] if 0 <= self.axis < x.ndim else None
+        if n is None or len(inputs) != 1 + (self.k is None) or (self.k is not None and not 0 <= self.k <= n.min):
+            raise self._fail(f"k={self.k} on axis {self.axis}", inputs)
+        extent = Dim(0, n.max) if self.k is None else Dim.fixed(self.k)
+        dims = x.dims[:self.axis] + (extent,) + x.dims[self.axis + 1:]
+        return TupleShape((Shape.dynamic(x.dtype, dims), Shape.dynamic(DType.int64, dims)))
+
+    compute_dynamic_shape = compute_shape
+
+    def compute(self, args):
+        x = args[0]
+        k = self.k if self.k is not None else int(np.asarray(args[1]).reshape(-1)[0])
+        n = x.shape[self.axis]
+        if not 0 <= k <= n:
+            raise ValueError(f"k={k} is out of range for {n} elements")
+        if self.largest:
+            # descending with ties by lower index == a stable ascending sort of the reversed axis, reversed
+            order = np.argsort(np.flip(x, self.axis), axis=self.axis, kind="stable")
+            order = (n - 1) - np.flip(order, self.axis)
+        else:
+            order = np.argsort(x, axis=self.axis, kind="stable")
+        idx = np.take(order, np.arange(k), axis=self.axis)
+        return np.take_along_axis(x, idx, axis=self.axis), idx.astype(np.int64)
+
+
+@register_op
+class CumSum(SelectOp):
+    """Running sum along `axis`; `exclusive` leaves out the current element, `reverse` runs backwards.
+    axis None: the second input holds it (at run time; negative counts from the end)."""
+
+    name = "cumsum"
+    axis: int | None = 0
+    exclusive: bool = False
+    reverse: bool = False
+
+    def compute_shape(self, inputs):
+        x = inputs[0]
+        if len(inputs) != 1 + (self.axis is None) or (self.axis is not None and not 0 <= self.axis < x.ndim):
+            raise self._fail(f"axis {self.axis} out of range", inputs)
+        return Shape.of(x.dtype, x.lens)
+
+    def compute(self, args):
+        x = args[0]
+        a = self.axis if self.axis is not None else int(np.asarray(args[1]).reshape(-1)[0])
+        if not -x.ndim <= a < x.ndim:
+            raise ValueError(f"axis {a} is out of range for rank {x.ndim}")
+        a %= x.ndim
+        if self.reverse:
+            x = np.flip(x, a)
+        out = np.cumsum(x, axis=a, dtype=x.dtype)  # dtype: numpy would widen small ints
+        if self.exclusive:
+            zero = np.zeros_like(np.take(out, [0], axis=a))
+            out = np.concatenate([zero, np.take(out, np.arange(x.shape[a] - 1), axis=a)], axis=a)
+        return np.flip(out, a) if self.reverse else out
+
+
+@register_op
+class NonZero(DataDependentOp):
+    """The int64 coordinates of the nonzero elements, one row per axis: [rank, count]."""
+
+    name = "nonzero"
+
+    def compute_shape(self, inputs):
+        (x,) = inputs
+        return Shape.dynamic(DType.int64, [Dim.fixed(x.ndim), _upto(_count(x.dims))])
+
+    def compute(self, args):
+        (x,) = args
+        if x.ndim == 0:
+            return np.zeros((0, int(np.count_nonzero(x))), np.int64)
+        return np.stack(np.nonzero(x)).astype(np.int64).reshape(x.ndim, -1)
+
+
+@register_op
+class Compress(DataDependentOp):
+    """numpy.compress: the slices along `axis` where the bool condition holds (axis None: flattened)."""
+
+    name = "compress"
+    axis: int | None = None
+
+    def compute_shape(self, inputs):
+        x, cond = inputs
+        if cond.dtype != DType.bool or cond.ndim != 1:
+            raise self._fail("condition must be a 1-D bool tensor", inputs)
+        if self.axis is None:
+            return Shape.dynamic(x.dtype, [_upto(_count(x.dims))])
+        if not 0 <= self.axis < x.ndim:
+            raise self._fail(f"axis {self.axis} out of range", inputs)
+        dims = list(x.dims)
+        dims[self.axis] = _upto(dims[self.axis].max)
+        return Shape.dynamic(x.dtype, dims)
+
+    def compute(self, args):
+        x, cond = args
+        return np.compress(cond, x, axis=self.axis)
+
+
+@register_op
+class Unique(DataDependentOp):
+    """(unique values or slices along `axis`, first-occurrence indices, inverse indices, counts),
+    sorted ascending or in order of first occurrence. Index outputs are int64."""
+
+    name = "unique"
+    axis: int | None = None
+    sorted: bool = True
+
+    def compute_shape(self, inputs):
+        (x,) = inputs
+        if self.axis is None:
+            n_in = _count(x.dims)
+            y = Shape.dynamic(x.dtype, [_upto(n_in)])
+            inverse = [Dim(math.prod(d.min for d in x.dims), n_in)]
+        else:
+            if not 0 <= self.axis < x.ndim:
+                raise self._fail(f"axis {self.axis} out of range", inputs)
+            n_in = x.dims[self.axis].max
+            y = Shape.dynamic(x.dtype, x.dims[:self.axis] + (_upto(n_in),) + x.dims[self.axis + 1:])
+            inverse = [x.dims[self.axis]]
+        n = Shape.dynamic(DType.int64, [_upto(n_in)])
+        return TupleShape((y, n, Shape.dynamic(DType.int64, inverse), n))
+
+    def compute(self, args):
+        (x,) = args
+        data = x.reshape(-1) if self.axis is None else x
+        # ml_dtypes (bfloat16, fp8) do not sort in numpy: find the uniques on an exact float32 copy
+        key = data.astype(np.float32) if data.dtype.kind == "V" else data
+        _, first, inverse, counts = np.unique(key, return_index=True, return_inverse=True,
+                                              return_counts=True, axis=self.axis)
+        inverse = inverse.reshape(-1)
+        if not self.sorted:
+            order = np.argsort(first, kind="stable")
+            rank = np.empty_like(order)
+            rank[order] = np.arange(len(order))
+            first, counts, inverse = first[order], counts[order], rank[inverse]
+        y = np.take(data, first, axis=0 if self.axis is None else self.axis)
+        return y, first.astype(np.int64), inverse.astype(np.int64), counts.astype(np.int64)
+
+
+@register_op
+class NonMaxSuppression(DataDependentOp):
+    """Greedy per-(batch, class) NMS. Inputs: boxes [B, N, 4], scores [B, C, N], max boxes per class
+    (int64, 1 element), IoU threshold (1 element) and an optional score threshold (1 element).
+    Output: the selected [batch, class, box] triples (int64), per class in descending score order.
+
+    Boxes are [y1, x1, y2, x2] corners (either corner order) or, with center_point_box, [x, y, w, h].
+    A box is dropped if its score is not above the score threshold, or if its IoU with a box already
+    selected is above the IoU threshold; among equal scores the lower box index goes first."""
+
+    name = "non_max_suppression"
+    center_point_box: bool = False
+
+    def compute_shape(self, inputs):
+        boxes, scores = inputs[:2]
+        if (len(inputs) not in (4, 5) or boxes.ndim != 3 or scores.ndim != 3 or boxes.dims[2] != Dim.fixed(4)
+                or inputs[2].dtype != DType.int64):
+            raise self._fail("expects boxes [B,N,4], scores [B,C,N], max_output (int64), iou[, score]", inputs)
+        bound = _count([boxes.dims[0], scores.dims[1], boxes.dims[1]])
+        return Shape.dynamic(DType.int64, [_upto(bound), Dim.fixed(3)])
+
+    def compute(self, args):
+        boxes, scores = args[:2]
+        limit = max(int(_first(args[2], 0)), 0)
+        iou_thr = np.asarray(_first(args[3], 0), boxes.dtype)
+        score_thr = _first(args[4], None) if len(args) > 4 else None
+        selected = []
+        for b in range(boxes.shape[0] if limit else 0):
+            suppresses = self._overlap(boxes[b]) > iou_thr  # [N, N]: would i suppress j?
+            for c in range(scores.shape[1]):
+                s = scores[b, c]
+                # descending score, ties by lower index
+                order = np.lexsort((np.arange(len(s)), -s.astype(np.float64)))
+                if score_thr is not None:
+                    order = order[s[order] > score_thr]
+                alive = np.ones(len(order), bool)
+                for _ in range(limit):
+                    live = np.flatnonzero(alive)
+                    if not len(live):
+                        break
+                    pick = order[live[0]]
+                    selected.append((b, c, pick))
+                    alive &= ~suppresses[pick, order]
+                    alive[live[0]] = False
+        return np.array(selected, np.int64).reshape(-1, 3)
+
+    def _overlap(self, boxes: np.ndarray) -> np.ndarray:
+        """IoU of every pair of boxes ([N, N]), 0 where a box or the intersection is empty; computed in
+        the boxes' dtype so threshold comparisons round as the reference does."""
+        if self.center_point_box:
+            half = boxes[:, 2:] / 2
+            lo, hi = boxes[:, :2] - half, boxes[:, :2] + half
+        else:
+            lo = np.minimum(boxes[:, :2], boxes[:, 2:])
+            hi = np.maximum(boxes[:, :2], boxes[:, 2:])
+        inter_lo = np.maximum(lo[:, None], lo[None])
+        inter_hi = np.minimum(hi[:, None], hi[None])
+        sides = inter_hi - inter_lo
+        inter = np.where((sides > 0).all(-1), sides[..., 0] * sides[..., 1], 0)
+        area = (hi - lo).prod(-1)
+        union = area[:, None] + area[None] - inter
+        valid = (inter > 0) & (area[:, None] > 0) & (area[None] > 0) & (union > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(valid, inter / np.where(valid, union, 1), 0).astype(boxes.dtype)
