@@ -137,6 +137,48 @@ def test_compare_outputs():
     assert not compare_outputs(["a", "b"], [e], [e, e])[0].ok
 
 
+def test_without_onnxruntime(tiny, monkeypatch, capsys):
+    monkeypatch.setattr(ort, "available", lambda: False)
+    assert cli.main(["verify", str(tiny)]) == 0  # falls back to the ref target as the reference
+    assert "vs ref" in capsys.readouterr().out
+    assert cli.main(["perf", str(tiny), "-n", "1", "--compare", "ort"]) == 2
+    assert "ONNX Runtime is not installed" in capsys.readouterr().err
+
+
+def test_generated_inputs():
+    from fusegraph import DType, Shape
+    from fusegraph.driver.inputs import build_inputs
+
+    specs = {"ids": Shape.of(DType.int64, [2, 50]), "mask": Shape.of(DType.bool, [2, 50]),
+             "h": Shape.of(DType.float16, [2, 50]), "given": Shape.of(DType.float32, [3])}
+    given = np.ones(3, np.float32)
+    feeds = build_inputs(specs, files={"given": given}, samples=None, fill="random", seed=1)
+    assert feeds["ids"].dtype == np.int64 and feeds["ids"].min() >= 0 and feeds["ids"].max() <= 9
+    assert feeds["mask"].dtype == np.bool_ and feeds["mask"].any() and not feeds["mask"].all()
+    assert feeds["h"].dtype == np.float16 and feeds["h"].std() > 0.5 and feeds["given"] is given
+    again = build_inputs(specs, files={"given": given}, samples=None, fill="random", seed=1)
+    np.testing.assert_array_equal(again["h"], feeds["h"])  # --seed makes runs repeatable
+    ones = build_inputs(specs, files={}, samples=None, fill="1", seed=0)
+    assert all((a == 1).all() for a in ones.values())
+
+
+def test_builtin_models_take_their_sample_shapes():
+    models = pytest.importorskip("fusegraph.models")
+    from fusegraph.driver.inputs import resolve_input_dims
+
+    samples = models.sample_inputs("bert_small", batch=2)
+    dims = resolve_input_dims(models.get_model("bert_small"), input_dims={"input_ids": [2, 16]}, files={},
+                              samples=samples, batch=2, default_dim=None)
+    assert dims == {"input_ids": [2, 16], "attention_mask": [2, 128], "token_type_ids": [2, 128]}
+
+
+def test_command_help_lists_options(capsys):
+    assert cli.main(["perf", "--help"]) == 0
+    out = capsys.readouterr().out
+    for option in ("--input-dim", "--default-dim", "--batch", "--seed", "--target", "--compare", "-n"):
+        assert option in out
+
+
 def test_perf_with_ort_comparison(tiny, tmp_path):
     result = tmp_path / "perf.json"
     r = fusegraph_cli("perf", str(tiny), "-n", "3", "--warmup", "1", "--compare", "ort", "--json", str(result))
@@ -163,6 +205,8 @@ USER_ERRORS = [
     (["run", "{tiny}", "--batch", "0"], "positive integer"),
     (["run", "{tiny}", "--input-dim", "x=2,3", "--input-dim", "idx=3,1"], "broadcast"),
     (["perf", "{tiny}", "--bogus"], "unrecognized arguments"),
+    (["read", "{fgx}"], "not supported"),
+    (["read", "{dir}"], "directory"),
     (["nonesuch"], "invalid choice"),
 ]
 
@@ -173,7 +217,8 @@ def files(tiny, tmp_path) -> dict[str, str]:
     np.save(tmp_path / "x.npy", np.zeros((2, 3), np.float32))
     np.save(tmp_path / "wrong.npy", np.zeros((2, 4), np.float32))
     np.save(tmp_path / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
-    return {"tiny": str(tiny), "missing": str(tmp_path / "missing.onnx"), "garbage": str(tmp_path / "garbage.bin"),
+    (tmp_path / "compiled.fgx").write_bytes(b"FGX")
+    return {"fgx": str(tmp_path / "compiled.fgx"), "dir": str(tmp_path),"tiny": str(tiny), "missing": str(tmp_path / "missing.onnx"), "garbage": str(tmp_path / "garbage.bin"),
             "npy": str(tmp_path / "x.npy"), "wrong_shape": str(tmp_path / "wrong.npy"),
             "objects": str(tmp_path / "objects.npy")}
 

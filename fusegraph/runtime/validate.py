@@ -40,7 +40,7 @@ def check_inputs(specs: Mapping[str, AnyShape], inputs: Mapping[str, Any]) -> di
         if got != spec.dtype:
             raise InputError(f"input {name!r}: expected dtype {spec.dtype}, got {got}")
         if not spec.matches(arr.shape):
-            raise InputError(f"input {name!r}: expected shape {_dims(spec)}, got {list(arr.shape)}")
+            raise InputError(f"input {name!r}: expected shape {_dims(spec)}, got [{','.join(map(str, arr.shape))}]")
         out[name] = arr
     return out
 

@@ -26,7 +26,10 @@ def get_target(name: str) -> Target:
         if e.name and e.name.startswith("fusegraph.targets"):
             raise TargetError(f"target {name!r} is not available in this version of fusegraph") from None
         raise TargetError(f"target {name!r} needs {e.name!r}, which is not installed") from None
-    return module.TARGET
+    target = getattr(module, "TARGET", None)
+    if target is None:  # a folder without its package (a target being written, stale __pycache__)
+        raise TargetError(f"target {name!r} is not available in this version of fusegraph")
+    return target
 
 
 __all__ = ["CompileOptions", "Executable", "Target", "available_targets", "get_target"]
