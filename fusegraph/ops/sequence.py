@@ -170,8 +170,9 @@ class SequenceLength(SequenceOp):
 
 @register_op
 class SplitToSequence(SequenceOp):
-    """Split a tensor along `axis` into pieces of `sizes`; with `sizes` None, into pieces of one,
-    dropping the axis unless `keepdims`."""
+    """Split a tensor along `axis` into pieces of `sizes`. With `sizes` None: by the run-time split
+    given as a second input (a piece size, the last piece smaller, or a 1-D list of sizes), or with
+    no second input into pieces of one, dropping the axis unless `keepdims`."""
 
     name = "split_to_sequence"
     deterministic = False
@@ -180,26 +181,46 @@ class SplitToSequence(SequenceOp):
     keepdims: bool = True
 
     def compute_shape(self, inputs):
-        (x,) = inputs
+        x, *split = inputs
         if not isinstance(x, Shape) or not 0 <= self.axis < x.ndim:
             raise ShapeError(f"split_to_sequence: {x} has no axis {self.axis}")
         total = x.dims[self.axis]
-        if self.sizes is None:
-            piece = (Dim.fixed(1),) if self.keepdims else ()
-            return SequenceShape(x.dtype, Shape.dynamic(x.dtype, x.dims[:self.axis] + piece + x.dims[self.axis + 1:]),
-                                 total)
-        if any(n < 0 for n in self.sizes) or (total.is_fixed and sum(self.sizes) != total.min):
-            raise ShapeError(f"split_to_sequence: sizes {list(self.sizes)} do not split {x} along axis {self.axis}")
-        piece = Dim(min(self.sizes), max(self.sizes)) if self.sizes else Dim(0, 0)
-        return SequenceShape(x.dtype, Shape.dynamic(x.dtype, x.dims[:self.axis] + (piece,) + x.dims[self.axis + 1:]),
-                             Dim.fixed(len(self.sizes)))
+        if split:
+            if self.sizes is not None or not isinstance(split[0], Shape) or split[0].ndim > 1 \
+                    or split[0].dtype not in _INDEX_TYPES:
+                raise ShapeError(f"split_to_sequence: a run-time split must be int32/int64 of rank <= 1, got {split[0]}")
+            piece, length = Dim(0, total.max), (split[0].dims[0] if split[0].ndim else Dim(0, None))
+        elif self.sizes is None:
+            piece, length = Dim.fixed(1), total
+        else:
+            if any(n < 0 for n in self.sizes) or (total.is_fixed and sum(self.sizes) != total.min):
+                raise ShapeError(f"split_to_sequence: sizes {list(self.sizes)} do not split {x} along axis {self.axis}")
+            piece = Dim(min(self.sizes), max(self.sizes)) if self.sizes else Dim(0, 0)
+            length = Dim.fixed(len(self.sizes))
+        kept = (piece,) if split or self.sizes is not None or self.keepdims else ()
+        return SequenceShape(x.dtype, Shape.dynamic(x.dtype, x.dims[:self.axis] + kept + x.dims[self.axis + 1:]),
+                             length)
 
     def compute(self, args):
-        (x,) = args
-        if self.sizes is None:
-            pieces = np.split(x, x.shape[self.axis], axis=self.axis) if x.shape[self.axis] else []
+        x, *split = args
+        n = x.shape[self.axis]
+        sizes = self.sizes if self.sizes is not None else split_sizes(split[0], n) if split else None
+        if sizes is None:
+            pieces = np.split(x, n, axis=self.axis) if n else []
             return [p if self.keepdims else np.squeeze(p, self.axis) for p in pieces]
-        return np.split(x, np.cumsum(self.sizes)[:-1], axis=self.axis)
+        if sum(sizes) != n or any(k < 0 for k in sizes):
+            raise ValueError(f"split sizes {list(sizes)} do not add up to {n}")
+        return np.split(x, np.cumsum(sizes)[:-1], axis=self.axis)
+
+
+def split_sizes(split: np.ndarray, n: int) -> list[int]:
+    split = np.asarray(split)
+    if split.ndim:
+        return [int(k) for k in split]
+    chunk = int(split)
+    if chunk <= 0:
+        raise ValueError(f"split must be positive, got {chunk}")
+    return [chunk] * (n // chunk) + ([n % chunk] if n % chunk else [])
 
 
 @register_op

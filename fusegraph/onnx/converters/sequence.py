@@ -7,6 +7,7 @@ from onnx import TensorProto
 
 from ...ir.dtypes import DType
 from ...ir.shape import OptionalShape, SequenceShape
+from ...ops.sequence import split_sizes
 from ..registry import converter
 from ..types import shape_from_type
 from .control import module_name
@@ -65,19 +66,14 @@ def split_to_sequence(ctx, node, args):
     axis = _normalize_axis(ctx, node.attr("axis", 0), x.shape.ndim, "axis")
     if split is None:
         return ctx.add("split_to_sequence", x, axis=axis, sizes=None, keepdims=bool(node.attr("keepdims", 1)))
-    value = np.asarray(ctx.require_const(split, "split"))
-    if value.ndim == 0:  # pieces of this size, the last one smaller
-        total = x.shape.dims[axis]
-        if not total.is_fixed:
-            raise ctx.error("a scalar split needs a static size along the axis")
-        chunk = int(value)
-        if chunk <= 0:
-            raise ctx.error(f"split must be positive, got {chunk}")
-        sizes = [chunk] * (total.min // chunk) + ([total.min % chunk] if total.min % chunk else [])
-    else:
-        sizes = [int(v) for v in value.reshape(-1)]
+    value = ctx.const(split)
+    if value is None:  # sizes known only at run time
+        return ctx.add("split_to_sequence", x, split, axis=axis)
+    total = x.shape.dims[axis]
+    if np.ndim(value) == 0 and not total.is_fixed:
+        return ctx.add("split_to_sequence", x, split, axis=axis)
     # keepdims applies only to the split-less form.
-    return ctx.add("split_to_sequence", x, axis=axis, sizes=tuple(sizes), keepdims=True)
+    return ctx.add("split_to_sequence", x, axis=axis, sizes=tuple(split_sizes(value, total.min)))
 
 
 @converter("ConcatFromSequence", since=11)
