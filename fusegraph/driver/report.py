@@ -73,18 +73,21 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any
           right: Sequence[str] = (), caption: str | None = None) -> Table:
     """A table; columns named in `right` are right-aligned (numbers)."""
     from rich.table import Table
+    from rich.text import Text
 
-    t = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
+    # Text, not str: rich would read "[batch,3,224,224]" as a markup tag and drop it
+    t = Table(title=None if title is None else Text(title), caption=None if caption is None else Text(caption),
+              title_justify="left", caption_justify="left")
     for c in columns:
-        t.add_column(c, justify="right" if c in right else "left", overflow="fold")
+        t.add_column(Text(c), justify="right" if c in right else "left", overflow="fold")
     for r in rows:
-        t.add_row(*(str(v) for v in r))
+        t.add_row(*(Text(str(v)) for v in r))
     return t
 
 
 def show(*renderables: Any) -> None:
     for r in renderables:
-        console().print(r)
+        console().print(r, markup=False)
 
 
 def note(message: str) -> None:
