@@ -32,7 +32,7 @@ def fusegraph_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedPr
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    """y = relu(x + w); z = y * float(idx), with a symbolic batch dim N."""
+    """y = relu(x + w); z = y * float(idx), with a symbolic batch dim."""
     nodes = [
         helper.make_node("Add", ["x", "w"], ["s"], name="add"),
         helper.make_node("Relu", ["s"], ["y"], name="relu"),
@@ -41,10 +41,10 @@ def tiny(tmp_path_factory) -> Path:
     ]
     graph = helper.make_graph(
         nodes, "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3]),
-         helper.make_tensor_value_info("idx", TensorProto.INT64, ["N", 1])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3]),
-         helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3]),
+         helper.make_tensor_value_info("idx", TensorProto.INT64, ["batch", 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 3])],
         [numpy_helper.from_array(W, "w")],
     )  # fmt: skip
     path = tmp_path_factory.mktemp("models") / "tiny.onnx"
@@ -77,7 +77,7 @@ def test_params_shows_declared_and_parsed_shapes(tiny):
     assert r.returncode == 0, r.stderr
     lines = {line.split("│")[2].strip(): line for line in r.stdout.splitlines() if line.count("│") > 4}
     assert set(lines) == {"x", "idx", "y", "z"}
-    assert "int64" in lines["idx"] and "[4,1]" in lines["idx"] and "[N,1]" in lines["idx"]
+    assert "int64" in lines["idx"] and "[4,1]" in lines["idx"] and "[batch,1]" in lines["idx"]
     assert "float32" in lines["z"] and "[4,3]" in lines["z"]
 
 
