@@ -12,14 +12,16 @@ matmul, so ResNet-sized models run in seconds; transposed forms scatter-add the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from ..errors import ShapeError
+from ..ir.dtypes import DType
 from ..ir.op import Op, OpKind, register_op
-from ..ir.shape import Shape, TupleShape
+from ..ir.shape import Dim, Shape, TupleShape
 
 
 # -- window geometry, shared with ops/nn.py (pooling) -----------------------------------------------
@@ -187,7 +189,10 @@ class Deconvolution(Op):
 
 @register_op
 class Col2Im(Op):
-    """ONNX Col2Im: (N, C * prod(block), L) -> (N, C, *image): sums each block column back in place."""
+    """ONNX Col2Im: (N, C * prod(block), L) -> (N, C, *image): sums each block column back in place.
+
+    image_lens/block_lens are attributes; when a model computes them at run time they are instead
+    int64 inputs 2 and 3 (attributes empty), and the output dims other than N are unknown until then."""
 
     name = "col2im"
     kind = OpKind.OPAQUE
@@ -203,15 +208,27 @@ class Col2Im(Op):
                 for n, k, b, e, s, d in zip(self.image_lens, self.block_lens, pb, pe, strides, dils, strict=True)]
 
     def compute_shape(self, inputs):
-        (x,) = inputs
+        x = inputs[0]
+        if len(inputs) == 3:  # run-time image and block shapes
+            if self.image_lens or inputs[1].ndim != 1 or not inputs[1].dims[0].is_fixed:
+                raise ShapeError(f"{self}: run-time image_shape must be a 1-D tensor of known length")
+            return Shape.dynamic(x.dtype, [x.dims[0]] + [Dim(0, None)] * (1 + inputs[1].dims[0].min))
         k = math.prod(self.block_lens)
-        if (x.ndim != 3 or len(self.block_lens) != len(self.image_lens) or x.lens[1] % k
+        if (len(inputs) != 1 or x.ndim != 3 or len(self.block_lens) != len(self.image_lens) or x.lens[1] % k
                 or x.lens[2] != math.prod(self._blocks())):
             raise ShapeError(f"{self}: input {x} does not hold {self._blocks()} blocks of {list(self.block_lens)}")
         return Shape.of(x.dtype, (x.lens[0], x.lens[1] // k, *self.image_lens))
 
+    def compute_dynamic_shape(self, inputs):
+        return self.compute_shape(inputs) if len(inputs) == 3 else super().compute_dynamic_shape(inputs)
+
     def compute(self, args):
-        (x,) = args
+        if len(args) == 3:
+            image, block = (tuple(int(v) for v in np.asarray(a).reshape(-1)) for a in args[1:])
+            static = dataclasses.replace(self, image_lens=image, block_lens=block)
+            static.compute_shape([Shape.of(DType.from_numpy(args[0].dtype), args[0].shape)])  # validates
+            return static.compute(args[:1])
+        x = args[0]
         ct = _compute_dtype(x.dtype)
         n, ck, _ = x.shape
         cols = x.astype(ct).reshape(n, ck // math.prod(self.block_lens), math.prod(self.block_lens), -1)

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir.dtypes import DType
 from ..ir.op import Op, OpKind, register_op
-from ..ir.shape import Shape, TupleShape
+from ..ir.shape import Dim, Shape, TupleShape
 from .conv import tap_slices, window_attrs, window_out_len
 
 POOL_MODES = ("average", "max", "lpnorm")
@@ -176,26 +176,35 @@ class MaxPoolingIndices(_Window):
 @register_op
 class MaxUnpool(Op):
     """Scatter x into zeros of `out_lens` at the flat indices I (as MaxPool's Indices output gives them,
-    so indices address the whole output tensor, N and C included)."""
+    so indices address the whole output tensor, N and C included). A run-time output shape comes as a
+    third int64 input instead (out_lens empty)."""
 
     name = "max_unpool"
     kind = OpKind.OPAQUE
     out_lens: tuple[int, ...] = ()
 
     def compute_shape(self, inputs):
-        x, i = inputs
+        x, i = inputs[:2]
+        if len(inputs) == 3:
+            if self.out_lens or inputs[2].lens != (x.ndim,):
+                raise ShapeError(f"{self}: run-time output shape {inputs[2]} must hold {x.ndim} dims")
+            return Shape.dynamic(x.dtype, list(x.dims[:2]) + [Dim(0, None)] * (x.ndim - 2))
         if i.lens != x.lens or len(self.out_lens) != x.ndim or tuple(self.out_lens[:2]) != x.lens[:2]:
             raise ShapeError(f"{self}: input {x}, indices {i} do not unpool to {list(self.out_lens)}")
         return Shape.of(x.dtype, self.out_lens)
 
+    def compute_dynamic_shape(self, inputs):
+        return self.compute_shape(inputs) if len(inputs) == 3 else super().compute_dynamic_shape(inputs)
+
     def compute(self, args):
-        x, i = args
-        y = np.zeros(math.prod(self.out_lens), dtype=x.dtype)
+        x, i = args[:2]
+        lens = tuple(int(v) for v in args[2]) if len(args) == 3 else self.out_lens
+        y = np.zeros(math.prod(lens), dtype=x.dtype)
         flat = i.reshape(-1).astype(np.int64)
         if flat.size and (flat.min() < 0 or flat.max() >= y.size):
-            raise ShapeError(f"{self}: an index is outside the {y.size}-element output")
+            raise ShapeError(f"{self}: an index is outside the {y.size}-element output {list(lens)}")
         y[flat] = x.reshape(-1)
-        return y.reshape(self.out_lens)
+        return y.reshape(lens)
 
 
 @register_op
@@ -353,14 +362,16 @@ class Moments(Op):
 
 
 @register_op
-class DropoutMask(Op):
-    """Training-mode dropout's keep mask: bool, true with probability 1 - ratio. A seeded mask is drawn
-    as the ONNX reference implementation draws it (numpy RandomState(seed).uniform >= ratio), so it is
-    reproducible; an unseeded one is fresh on every run."""
+class Dropout(Op):
+    """ONNX Dropout with run-time inputs ratio (scalar) and training_mode (scalar bool) -> (y, mask).
 
-    name = "dropout_mask"
+    Inference (or ratio 0) is the identity with an all-true mask; training keeps each element with
+    probability 1 - ratio and scales it by 1 / (1 - ratio). A seeded mask is drawn as the ONNX reference
+    implementation draws it (numpy RandomState(seed).uniform >= ratio), so it is reproducible; an
+    unseeded one is fresh on every run."""
+
+    name = "dropout"
     kind = OpKind.OPAQUE
-    ratio: float = 0.5
     seed: int | None = None
 
     @property
@@ -368,8 +379,20 @@ class DropoutMask(Op):
         return self.seed is not None
 
     def compute_shape(self, inputs):
-        return inputs[0].with_dtype(DType.bool)
+        x, ratio, training = inputs
+        if ratio.ndim > 1 or training.ndim > 1 or training.dtype != DType.bool:
+            raise ShapeError(f"{self}: ratio {ratio} and training_mode {training} must be scalars")
+        return TupleShape((x, x.with_dtype(DType.bool)))
+
+    def compute_dynamic_shape(self, inputs):
+        return self.compute_shape(inputs)
 
     def compute(self, args):
-        rng = np.random.RandomState(self.seed)  # the reference's generator, on purpose
-        return rng.uniform(0.0, 1.0, np.shape(args[0])) >= self.ratio
+        x, ratio, training = args
+        ratio = np.asarray(ratio, dtype=x.dtype).reshape(())
+        if not bool(np.asarray(training).reshape(())) or ratio == 0:
+            return x, np.ones(x.shape, dtype=bool)
+        if not 0 < ratio < 1:
+            raise ShapeError(f"{self}: ratio {ratio} must be in [0, 1)")
+        mask = np.random.RandomState(self.seed).uniform(0.0, 1.0, x.shape) >= ratio
+        return (mask * x * (1 / (1 - ratio))).astype(x.dtype), mask

@@ -138,12 +138,13 @@ def deform_conv(ctx, node, args):
 @converter("Col2Im", since=18)
 def col2im(ctx, node, args):
     x, image, block = args
-    image = [int(v) for v in ctx.require_const(image, "image_shape")]
-    block = [int(v) for v in ctx.require_const(block, "block_shape")]
-    nsp = len(image)
-    return ctx.add("col2im", x, image_lens=tuple(image), block_lens=tuple(block),
-                   padding=_ints(node, "pads", 2 * nsp, 0), stride=_ints(node, "strides", nsp, 1),
-                   dilation=_ints(node, "dilations", nsp, 1))
+    image_v, block_v = ctx.const_ints(image, "image_shape"), ctx.const_ints(block, "block_shape")
+    nsp = image.shape.lens[0]
+    win = dict(padding=_ints(node, "pads", 2 * nsp, 0), stride=_ints(node, "strides", nsp, 1),
+               dilation=_ints(node, "dilations", nsp, 1))
+    if image_v is None or block_v is None:  # shapes known only at run time
+        return ctx.add("col2im", x, ctx.convert(image, DType.int64), ctx.convert(block, DType.int64), **win)
+    return ctx.add("col2im", x, image_lens=tuple(image_v), block_lens=tuple(block_v), **win)
 
 
 def _centered_int32(ctx, v, zero_point, out_channels: bool):
@@ -249,16 +250,18 @@ def global_pool(ctx, node, args):
 
 @converter("MaxUnpool", since=9)
 def max_unpool(ctx, node, args):
-    x, idx, out_shape = args[0], args[1], arg(args, 2)
+    x, idx, out_shape = args[0], ctx.convert(args[1], DType.int64), arg(args, 2)
     if out_shape is not None:
-        lens = [int(v) for v in ctx.require_const(out_shape, "output_shape")]
+        lens = ctx.const_ints(out_shape, "output_shape")
+        if lens is None:  # known only at run time
+            return ctx.add("max_unpool", x, idx, ctx.convert(out_shape, DType.int64))
     else:
         ks = node.attr("kernel_shape")
         nsp = len(ks)
         pads, strides = _ints(node, "pads", 2 * nsp, 0), _ints(node, "strides", nsp, 1)
         lens = list(x.shape.lens[:2]) + [(n - 1) * s + k - pads[i] - pads[i + nsp]
                                          for i, (n, k, s) in enumerate(zip(x.shape.lens[2:], ks, strides, strict=True))]
-    return ctx.add("max_unpool", x, ctx.convert(idx, DType.int64), out_lens=tuple(lens))
+    return ctx.add("max_unpool", x, idx, out_lens=tuple(lens))
 
 
 @converter("MaxRoiPool")
@@ -414,23 +417,16 @@ def lrn(ctx, node, args):
 # -- dropout ----------------------------------------------------------------------------------------
 @converter("Dropout")
 def dropout(ctx, node, args):
-    """Inference: the identity, with an all-true mask. Training mode (opset 12+, a constant true
-    training_mode input) draws a mask and scales the kept values by 1 / (1 - ratio)."""
+    """Inference (every opset before 12, or training_mode absent / constant false, or ratio 0): the
+    identity with an all-true mask. Otherwise the `dropout` op, which decides when it runs."""
     x = args[0]
-    ratio, training = 0.0, False
-    if node.opset >= 12:
-        t = arg(args, 2)
-        training = t is not None and bool(ctx.require_const(t, "training_mode"))
-        r = arg(args, 1)
-        ratio = float(ctx.require_const(r, "ratio")) if training and r is not None else 0.5 if training else 0.0
-    if not 0.0 <= ratio < 1.0:
-        raise ctx.error(f"ratio {ratio} must be in [0, 1)")
-    mask_type = DType.bool if node.opset >= 10 else x.shape.dtype
-    if not training or ratio == 0.0:
-        y = ctx.add("identity", x)
-        mask = ctx.broadcast(ctx.literal(True if mask_type == DType.bool else 1, mask_type), x)[0]
-        return [y, mask]
+    ratio, training = arg(args, 1), arg(args, 2)
+    ratio_value, training_value = ctx.const(ratio), ctx.const(training)
+    if (node.opset < 12 or training is None or (training_value is not None and not bool(training_value))
+            or (ratio_value is not None and float(ratio_value) == 0.0)):
+        mask_type = DType.bool if node.opset >= 10 else x.shape.dtype  # opsets 1-9: the mask has x's type
+        mask = ctx.broadcast(ctx.literal(1, mask_type), x)[0]
+        return [ctx.add("identity", x), mask]
     seed = node.attr("seed", None)
-    keep = ctx.add("dropout_mask", x, ratio=ratio, seed=None if seed is None else int(seed))
-    y = ctx.pointwise("mul", ctx.pointwise("mul", ctx.convert(keep, x.shape.dtype), x), ctx.scalar_like(1 / (1 - ratio), x))
-    return [y, keep]
+    ratio = ratio if ratio is not None else ctx.literal(0.5, DType.float32)
+    return ctx.tuple_elems(ctx.add("dropout", x, ratio, training, seed=None if seed is None else int(seed)), 2)
