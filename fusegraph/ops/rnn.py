@@ -57,6 +57,7 @@ class RecurrentOp(Op):
     n_activations: ClassVar[int] = 1  # activation functions per direction
     n_states: ClassVar[int] = 1  # Y_h (and Y_c)
     n_weights: ClassVar[int] = 4  # X, W, R, B (and P)
+    unclipped: ClassVar[tuple[int, ...]] = ()  # activations whose input `clip` leaves alone
 
     hidden_size: int = 0
     direction: str = "forward"
@@ -124,7 +125,7 @@ class RecurrentOp(Op):
         ys, finals = [], []
         for k in range(d):
             na = self.n_activations
-            acts = [self._activation(k * na + j) for j in range(na)]
+            acts = [self._activation(k * na + j, j not in self.unclipped) for j in range(na)]
             gh = self.gates * h
             xw = x @ w[k].T + b[k][:gh]  # every time step's input projection at once
             step = self.make_step(xw, r[k], b[k][gh:], [e[k] for e in extra], acts)
@@ -134,9 +135,9 @@ class RecurrentOp(Op):
         y = np.stack(ys, axis=1).astype(x.dtype, copy=False)
         return (y,) + tuple(np.stack([f[j] for f in finals]).astype(x.dtype, copy=False) for j in range(self.n_states))
 
-    def _activation(self, i: int) -> Callable[[np.ndarray], np.ndarray]:
+    def _activation(self, i: int, clipped: bool) -> Callable[[np.ndarray], np.ndarray]:
         fn, a, b = ACTIVATIONS[self.activations[i]], self.activation_alpha[i], self.activation_beta[i]
-        if self.clip is None:
+        if self.clip is None or not clipped:
             return lambda v: fn(v, a, b)
         c = self.clip
         return lambda v: fn(np.clip(v, -c, c), a, b)  # the clip bounds the activations' inputs
@@ -213,6 +214,7 @@ class LSTM(RecurrentOp):
     n_activations = 3
     n_states = 2
     n_weights = 5
+    unclipped = (2,)  # as in ONNX Runtime, clip bounds the gates' inputs, not the cell state fed to h
     input_forget: bool = False
 
     def make_step(self, xw, r, rb, extra, acts):
