@@ -4,6 +4,7 @@
     p = fusegraph.parse_onnx("model.onnx")
     p.compile(fusegraph.get_target("ref"))
     outputs = p.run({"input": x})
+    fusegraph.save(p, "model.fgx")       # later, elsewhere: fusegraph.load("model.fgx").run(...)
 """
 
 from . import ops as _ops  # noqa: F401  (registers every op)
@@ -14,4 +15,35 @@ from .targets import CompileOptions, get_target
 
 __version__ = "0.1.0"
 
-__all__ = ["CompileOptions", "DType", "Dim", "FusegraphError", "Program", "Shape", "get_target", "parse_onnx"]
+
+# Compiled files (.fgx). Thin wrappers so that `import fusegraph` does not import the runtime's file code.
+def save(program, path, *, sign_key=None) -> None:
+    """Write a compiled program to an .fgx file (signed with `sign_key` or $FUSEGRAPH_SIGN_KEY if set)."""
+    from .runtime.serialize import save
+
+    save(program, path, sign_key=sign_key)
+
+
+def load(path, *, verify_key=None, integrity="lazy") -> Program:
+    """Read a compiled program from an .fgx file, ready to run, without recompiling it."""
+    from .runtime.serialize import load
+
+    return load(path, verify_key=verify_key, integrity=integrity)
+
+
+def save_buffer(program, *, sign_key=None) -> bytes:
+    from .runtime.serialize import save_buffer
+
+    return save_buffer(program, sign_key=sign_key)
+
+
+def load_buffer(data, *, verify_key=None, integrity="lazy") -> Program:
+    from .runtime.serialize import load_buffer
+
+    return load_buffer(data, verify_key=verify_key, integrity=integrity)
+
+
+__all__ = [
+    "CompileOptions", "DType", "Dim", "FusegraphError", "Program", "Shape", "get_target", "load", "load_buffer",
+    "parse_onnx", "save", "save_buffer",
+]
