@@ -5,6 +5,7 @@ from . import (  # noqa: F401
     elementwise,
     gemm,
     indexing,
+    movement,
     nn,
     quantize,
     reduce,
