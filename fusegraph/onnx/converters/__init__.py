@@ -1,6 +1,7 @@
 """One module per ONNX op family; importing this package registers every converter."""
 
 from . import (  # noqa: F401
+    attention,
     control,
     elementwise,
     gemm,
