@@ -336,7 +336,9 @@ class GridSample(Op):
             lo, hi = -0.5, size - 0.5
         if self.mode == "nearest":
             c = np.rint(c)  # half to even, as PyTorch
-        if self.padding_mode == "border":
+        if self.padding_mode == "border" and self.mode != "cubic":
+            # cubic clamps each tap instead, as PyTorch and ONNX Runtime do (the ONNX reference
+            # clamps the coordinate: it differs within two pixels outside the border)
             c = np.where((c < lo) | (c > hi), np.clip(c, 0, size - 1), c)
         elif self.padding_mode == "reflection":
             c = _reflect(c, lo, hi)
