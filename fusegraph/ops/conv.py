@@ -95,8 +95,8 @@ def grouped_matmul(w: np.ndarray, cols: np.ndarray, group: int) -> np.ndarray:
 # -- convolution ------------------------------------------------------------------------------------
 def _conv_shape(op: Op, x: Shape, w: Shape, group: int) -> tuple[int, ...]:
     nsp = x.ndim - 2
-    if nsp < 1 or w.ndim != x.ndim:
-        raise ShapeError(f"{op}: input {x} and weight {w} must both be N-C-spatial with equal rank")
+    if nsp < 1 or w.ndim != x.ndim or w.dtype != x.dtype:
+        raise ShapeError(f"{op}: input {x} and weight {w} must both be N-C-spatial of one rank and type")
     if group < 1 or x.lens[1] != w.lens[1] * group or w.lens[0] % group:
         raise ShapeError(f"{op}: {x.lens[1]} input channels, weight {w}, group {group} do not match")
     pb, pe, strides, dils = window_attrs(op, nsp)
@@ -163,7 +163,7 @@ class Deconvolution(Op):
     def compute_shape(self, inputs):
         x, w = inputs
         nsp = x.ndim - 2
-        if nsp < 1 or w.ndim != x.ndim or x.lens[1] != w.lens[0] or x.lens[1] % self.group:
+        if nsp < 1 or w.ndim != x.ndim or w.dtype != x.dtype or x.lens[1] != w.lens[0] or x.lens[1] % self.group:
             raise ShapeError(f"{self}: input {x} and weight {w} (C, M/group, *k) do not match")
         if len(self.output_padding) not in (0, nsp):
             raise ShapeError(f"{self}: output_padding needs {nsp} entries")

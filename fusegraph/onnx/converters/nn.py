@@ -190,8 +190,10 @@ def causal_conv_with_state(ctx, node, args):
     if act not in ("none", "silu", "swish"):
         raise ctx.error(f"unknown activation {act!r}")
     dtype, ct = x.shape.dtype, compute_type(x)
-    n, c, _ = x.shape.lens
     if past is None:
+        if x.shape.is_dynamic:
+            raise ctx.error(f"an absent past_state needs a static input, got {x.shape}")
+        n, c, _ = x.shape.lens
         past = ctx.literal(np.zeros((n, c, w.shape.lens[-1] - 1), dtype.np))
     # fp16 runs in float32 throughout (the reference applies the activation in float32)
     res = ctx.add("causal_conv_with_state", ctx.convert(x, ct), ctx.convert(w, ct), ctx.convert(past, ct))
@@ -369,6 +371,8 @@ def rms_norm(ctx, node, args):
 def group_norm(ctx, node, args):
     x, scale, bias = args
     groups = int(node.attr("num_groups"))
+    if x.shape.is_dynamic:  # the grouping reshape needs every dim
+        raise ctx.error(f"GroupNormalization needs a static input, got {x.shape}")
     lens = x.shape.lens
     if lens[1] % groups:
         raise ctx.error(f"{lens[1]} channels do not split into {groups} groups")
@@ -397,6 +401,8 @@ def lp_normalization(ctx, node, args):
     axis, p = _axis(ctx, node, x.shape.ndim), int(node.attr("p", 2))
     if p not in (1, 2):
         raise ctx.error(f"p = {p}: LpNormalization supports 1 and 2")
+    if not x.shape.dims[axis].is_fixed:
+        raise ctx.error(f"the normalized axis {axis} of {x.shape} must be static")
     # sum |x|^p = n * mean(|x|^p); moments' raw second moment gives mean(x^2) directly
     base = ctx.add("abs", x) if p == 1 else x
     mom = ctx.tuple_elems(ctx.add("moments", base, axes=(axis,), centered=False), 2)[p - 1]
