@@ -5,6 +5,7 @@ from . import (  # noqa: F401
     conv,
     fused,
     gemm,
+    grid_sample,
     indexing,
     layout,
     movement,
