@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..ir.dtypes import DType
-from ..ir.shape import AnyShape, Shape
+from ..ir.shape import AnyShape, OptionalShape, SequenceShape, Shape
 
 
 def check_inputs(specs: Mapping[str, AnyShape], inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -24,25 +24,40 @@ def check_inputs(specs: Mapping[str, AnyShape], inputs: Mapping[str, Any]) -> di
         if extra:
             parts.append(f"unknown input(s) {extra}")
         raise InputError("; ".join(parts) + f" (the program takes {list(specs)})")
-    out: dict[str, Any] = {}
-    for name, spec in specs.items():
-        value = inputs[name]
-        if not isinstance(spec, Shape):  # sequences/optionals: passed through as they are
-            out[name] = value
-            continue
-        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
-        if arr.dtype == object and spec.dtype != DType.string:
-            raise InputError(f"input {name!r}: cannot read {type(value).__name__} as a {spec.dtype} tensor")
-        try:
-            got = DType.from_numpy(arr.dtype)
-        except TypeError:
-            raise InputError(f"input {name!r}: unsupported dtype {arr.dtype}") from None
-        if got != spec.dtype:
-            raise InputError(f"input {name!r}: expected dtype {spec.dtype}, got {got}")
-        if not spec.matches(arr.shape):
-            raise InputError(f"input {name!r}: expected shape {_dims(spec)}, got [{','.join(map(str, arr.shape))}]")
-        out[name] = arr
-    return out
+    return {name: _check_value(f"input {name!r}", spec, inputs[name]) for name, spec in specs.items()}
+
+
+def _check_value(what: str, spec: Any, value: Any) -> Any:
+    """A sequence input is a list of arrays; an optional one is None or its value."""
+    if isinstance(spec, OptionalShape):
+        return None if value is None else _check_value(what, spec.elem, value)
+    if isinstance(spec, SequenceShape):
+        if not isinstance(value, (list, tuple)):
+            raise InputError(f"{what}: expected a sequence (a list of arrays), got {type(value).__name__}")
+        if not spec.length.contains(len(value)):
+            raise InputError(f"{what}: expected a sequence of {spec.length} tensors, got {len(value)}")
+        elem = spec.elem if spec.elem is not None else spec.dtype
+        return [_check_tensor(f"{what}[{k}]", elem, v) for k, v in enumerate(value)]
+    if value is None:
+        raise InputError(f"{what}: expected a {spec.dtype} tensor, got None")
+    return _check_tensor(what, spec, value)
+
+
+def _check_tensor(what: str, spec: Shape | DType, value: Any) -> np.ndarray:
+    """The value as an array of the spec's dtype and shape (a bare DType: any shape)."""
+    dtype = spec if isinstance(spec, DType) else spec.dtype
+    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if arr.dtype == object and dtype != DType.string:
+        raise InputError(f"{what}: cannot read {type(value).__name__} as a {dtype} tensor")
+    try:
+        got = DType.from_numpy(arr.dtype)
+    except TypeError:
+        raise InputError(f"{what}: unsupported dtype {arr.dtype}") from None
+    if got != dtype:
+        raise InputError(f"{what}: expected dtype {dtype}, got {got}")
+    if isinstance(spec, Shape) and not spec.matches(arr.shape):
+        raise InputError(f"{what}: expected shape {_dims(spec)}, got [{','.join(map(str, arr.shape))}]")
+    return arr
 
 
 def _dims(spec: Shape) -> str:
