@@ -1,0 +1,200 @@
+"""What every bound primitive shares: created once, called many times over caller-owned buffers.
+
+A `Primitive` holds a primitive descriptor, the primitive, and its constant arguments (packed
+weights, bias). Calling it binds numpy buffers zero-copy: their data pointers become the handles of
+dnnl memory objects, reset only when a pointer changes (a runtime that reuses one arena pays nothing).
+Those memory objects, the argument array and the scratchpad belong to the calling thread, so one
+primitive may run from several threads at once. Scratchpad is in user mode: `scratchpad_bytes` tells
+how much, and a call may pass its own (a slice of the runtime's arena); otherwise each thread
+allocates one buffer once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from ctypes import c_void_p
+
+import numpy as np
+
+from ....errors import CompileError, FusegraphError, InputError
+from . import _lib
+from .memory import MemDesc
+from .postops import Attr
+
+
+class _Slot:
+    """One execution argument: its id, its descriptor and how a buffer for it is checked."""
+
+    __slots__ = ("arg", "desc", "name", "shape", "strides", "dtype", "nbytes")
+
+    def __init__(self, arg: int, desc: MemDesc, name: str, ndim: int | None = None):
+        self.arg, self.desc, self.name = arg, desc, name
+        self.shape, self.strides, self.nbytes = desc.shape, desc.byte_strides, desc.nbytes
+        self.dtype = desc.numpy_dtype
+        if ndim is not None and self.strides is not None:  # the caller's array lacks the leading 1-dims
+            self.shape, self.strides = self.shape[len(self.shape) - ndim:], self.strides[len(self.shape) - ndim:]
+
+    def pointer(self, a: np.ndarray, owner: str) -> int:
+        if self.strides is not None:  # plain: the array must be laid out exactly as described
+            if a.shape != self.shape or a.strides != self.strides or a.dtype != self.dtype:
+                raise InputError(f"{owner}: {self.name} must be {self.dtype}{list(self.shape)} with byte "
+                                 f"strides {self.strides}; got {a.dtype}{list(a.shape)} strides {a.strides}")
+        elif not a.flags.c_contiguous or a.nbytes < self.nbytes:  # blocked: an opaque byte buffer
+            raise InputError(f"{owner}: {self.name} is blocked ({self.desc}); it needs a contiguous "
+                             f"buffer of {self.nbytes} bytes, got {a.nbytes} bytes")
+        return a.ctypes.data
+
+
+class _Context:
+    """Per-thread execution state: memory objects, the argument array, the last bound pointers."""
+
+    def __init__(self, prim: Primitive):
+        lib = _lib.load()
+        slots = prim._slots + [_Slot(arg, desc, "constant") for arg, desc, _ in prim._constants]
+        self.mems = []
+        for s in slots:
+            m = c_void_p()
+            _lib.check(lib.dnnl_memory_create(ctypes.byref(m), s.desc.handle, lib.engine, None), "memory object")
+            self.mems.append(m)
+        for m, (_, _, array) in zip(self.mems[len(prim._slots):], prim._constants):
+            lib.dnnl_memory_set_data_handle(m, array.ctypes.data)
+        self.args = (_lib.ExecArg * len(slots))(*[_lib.ExecArg(s.arg, m) for s, m in zip(slots, self.mems)])
+        self.last = [0] * len(prim._slots)
+        self.stream = lib.stream()
+        self.scratchpad = None
+
+    def __del__(self):
+        lib = _lib.load()
+        for m in self.mems:
+            lib.dnnl_memory_destroy(m)
+
+
+class Primitive:
+    """Base of the bound primitives. Subclasses call `_finish(pd, slots, constants)` from __init__.
+
+    Calls take the primary inputs, then one array per Binary post-op, then `out=` (allocated when
+    omitted) and optionally `scratchpad=`; they return `out`.
+    """
+
+    n_inputs = 1
+
+    def __init__(self, threads: int | None):
+        self._lib = _lib.load()
+        self.threads = threads or _lib.default_threads()
+        # Kernels split work by the thread count seen at creation; set it before creating.
+        self._lib.omp_set_num_threads(self.threads)
+        self._pd = self._prim = None
+        self._local = threading.local()
+
+    def _finish(self, pd: c_void_p, slots: Sequence[tuple],
+                constants: Sequence[tuple[int, MemDesc, np.ndarray]] = ()) -> None:
+        """Take ownership of `pd`, create the primitive. `slots`: the per-call arguments as (arg id, desc,
+        name[, rank the caller's arrays have]), inputs first and the destination last; `constants`:
+        arguments bound once (their arrays are kept alive here)."""
+        lib = self._lib
+        self._pd = pd
+        prim = c_void_p()
+        _lib.check(lib.dnnl_primitive_create(ctypes.byref(prim), pd), f"creating {type(self).__name__}")
+        self._prim = prim
+        self.scratchpad_bytes = int(lib.dnnl_memory_desc_get_size(lib.dnnl_primitive_desc_query_md(
+            pd, _lib.Q_SCRATCHPAD_MD, 0)))
+        if self.scratchpad_bytes:
+            slots = list(slots) + [(_lib.ARG_SCRATCHPAD, self.query_md(_lib.Q_SCRATCHPAD_MD), "scratchpad")]
+        self._slots = [_Slot(*s) for s in slots]
+        self._constants = list(constants)
+        self._n_call = len(self._slots) - (1 if self.scratchpad_bytes else 0)
+        self._owner = f"oneDNN {type(self).__name__}"
+
+    # -- queries ----------------------------------------------------------------------------------
+    def query_md(self, what: int, index: int = 0) -> MemDesc:
+        return MemDesc.borrowed(self._lib.dnnl_primitive_desc_query_md(self._pd, what, index))
+
+    @property
+    def impl(self) -> str:
+        """oneDNN's name of the implementation it picked (e.g. brg:avx512_core_amx, jit:avx512_core)."""
+        s = ctypes.c_char_p()
+        _lib.check(self._lib.dnnl_primitive_desc_query(self._pd, _lib.Q_IMPL_INFO_STR, 0, ctypes.byref(s)), "impl")
+        return (s.value or b"").decode()
+
+    @property
+    def dst_desc(self) -> MemDesc:
+        return self._slots[self._n_call - 1].desc
+
+    def input_desc(self, i: int) -> MemDesc:
+        return self._slots[i].desc
+
+    # -- execution --------------------------------------------------------------------------------
+    def __call__(self, *inputs: np.ndarray, out: np.ndarray | None = None,
+                 scratchpad: np.ndarray | None = None) -> np.ndarray:
+        n = self._n_call - 1
+        if len(inputs) != n:
+            raise InputError(f"{self._owner}: expected {n} input arrays ({self.n_inputs} inputs + binary "
+                             f"post-op operands), got {len(inputs)}")
+        if out is None:
+            out = self._fresh_out()
+        ctx = getattr(self._local, "ctx", None)
+        if ctx is None:
+            ctx = self._local.ctx = _Context(self)
+        slots, last, mems, lib, owner = self._slots, ctx.last, ctx.mems, self._lib, self._owner
+        for i, a in enumerate((*inputs, out)):
+            p = slots[i].pointer(a, owner)
+            if p != last[i]:
+                lib.dnnl_memory_set_data_handle(mems[i], p)
+                last[i] = p
+        if self.scratchpad_bytes:
+            if scratchpad is None:
+                if ctx.scratchpad is None:
+                    ctx.scratchpad = slots[-1].desc.empty()
+                scratchpad = ctx.scratchpad
+            p = slots[-1].pointer(scratchpad, owner)
+            if p != last[-1]:  # the scratchpad is the last slot (constants follow it in `mems`)
+                lib.dnnl_memory_set_data_handle(mems[len(slots) - 1], p)
+                last[-1] = p
+        lib.omp_set_num_threads(self.threads)  # OpenMP's setting is per calling thread
+        st = lib.dnnl_primitive_execute(self._prim, ctx.stream, len(ctx.args), ctx.args)
+        if st:
+            raise FusegraphError(f"{self._owner}: execution failed ({_lib.STATUS.get(st, st)})")
+        return out
+
+    def _fresh_out(self) -> np.ndarray:
+        return self.dst_desc.empty()
+
+    def __del__(self):
+        lib = getattr(self, "_lib", None)
+        if lib is not None and getattr(self, "_prim", None) is not None:
+            lib.dnnl_primitive_destroy(self._prim)
+        if lib is not None and getattr(self, "_pd", None) is not None:
+            lib.dnnl_primitive_desc_destroy(self._pd)
+
+
+def create_pd(what: str, fn, *args) -> c_void_p:
+    """Call a *_primitive_desc_create function; `unimplemented` becomes a CompileError naming `what`."""
+    pd = c_void_p()
+    st = fn(ctypes.byref(pd), *args)
+    if st:
+        raise CompileError(f"oneDNN has no {what} ({_lib.STATUS.get(st, st)})")
+    return pd
+
+
+class Reorder(Primitive):
+    """Copies a tensor between two layouts of the same shape (plain <-> blocked, NCHW <-> NHWC)."""
+
+    def __init__(self, src: MemDesc, dst: MemDesc, threads: int | None = None):
+        super().__init__(threads)
+        if src.shape != dst.shape:
+            raise CompileError(f"oneDNN Reorder: shapes differ, {list(src.shape)} -> {list(dst.shape)}")
+        lib = self._lib
+        with Attr((), ()) as attr:
+            pd = create_pd(f"reorder {src} -> {dst}", lib.dnnl_reorder_primitive_desc_create,
+                           src.handle, lib.engine, dst.handle, lib.engine, attr.handle)
+        self._finish(pd, [(_lib.ARG_SRC, src, "src"), (_lib.ARG_DST, dst, "dst")])
+
+
+def pack(array: np.ndarray, desc: MemDesc, threads: int | None = None) -> np.ndarray:
+    """`array` (plain, as laid out) reordered into `desc`; a plain copy when they already agree."""
+    src = MemDesc.of_array(array)
+    if src == desc:
+        return np.array(array, copy=True)
+    return Reorder(src, desc, threads)(array)
