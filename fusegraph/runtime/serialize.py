@@ -222,14 +222,17 @@ def _parse_ir(c: Container) -> Program:
         return np.frombuffer(c.data, shape.dtype.np, count, part.offset).reshape(shape.lens)
 
     try:
-        text = str(c.part("ir"), "utf-8")
-        return parse_program(text, literal_reader=read_literal)
+        program = parse_program(str(c.part("ir"), "utf-8"), literal_reader=read_literal)
     except CompiledFileError:
         raise
     except (FusegraphError, ValueError, TypeError, AttributeError, KeyError, IndexError, ArithmeticError,
             RecursionError) as e:
         raise c.error(f"its IR cannot be read by this fusegraph (the file was written by fusegraph "
                       f"{c.writer}): {type(e).__name__}: {e}") from None
+    # the parser builds well-formed modules; what it cannot promise is that the text was complete
+    if "main" not in program.modules or any(m.return_ins is None for m in program.modules.values()):
+        raise c.error("its IR is incomplete (no main module, or a module without @return)")
+    return program
 
 
 def _check_specs(c: Container, program: Program) -> None:

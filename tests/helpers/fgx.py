@@ -79,3 +79,13 @@ def set_header(data: bytes, **fields: int) -> bytes:
     header = bytearray(HEADER.pack(*values.values()))
     struct.pack_into("<I", header, 60, zlib.crc32(header))
     return bytes(header) + data[HEADER_SIZE:]
+
+
+def with_manifest(data: bytes, body: bytes) -> bytes:
+    """Replace the manifest with raw `body` (parts list and all) and fix the header to match."""
+    import hashlib
+
+    c = Container.from_buffer(data)
+    start = len(data) - len(c.manifest_bytes)
+    out = data[:start] + body
+    return set_header(out, length=len(out), manifest_length=len(body), manifest_sha256=hashlib.sha256(body).digest())
