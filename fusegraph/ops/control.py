@@ -230,3 +230,21 @@ def _drop_axis0(s: ValueShape, batch: Dim) -> Shape:
     if not isinstance(s, Shape) or s.ndim < 1:
         raise ShapeError(f"scan: expected a batch axis of {batch} first, got {s}")
     return Shape.dynamic(s.dtype, s.dims[1:])
+
+
+@register_op
+class Trap(Op):
+    """Raise `message` when run; its result shape is `result`. Stands for an If branch whose shapes
+    cannot work for the program's input shapes: ONNX fails only if such a branch is taken."""
+
+    name = "trap"
+    kind = OpKind.OPAQUE
+    deterministic = False
+    message: str = ""
+    result: TupleShape = TupleShape(())
+
+    def compute_shape(self, inputs):
+        return self.result
+
+    def compute(self, args):
+        raise RuntimeError(self.message)

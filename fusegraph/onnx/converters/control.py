@@ -11,10 +11,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ...errors import FusegraphError, ParseError, ShapeError
 from ...ir.dtypes import DType
 from ...ir.module import Instruction, Module
+from ...ir.op import make_op
 from ...ir.program import Program
-from ...ir.shape import Shape, ValueShape, join_shapes, shape_covers
+from ...ir.shape import Shape, TupleShape, ValueShape, join_shapes, shape_covers
 from ..registry import converter
 
 # Loop-carried shapes settle in a few rounds: each round widens every dim that changed to "any".
@@ -66,6 +68,30 @@ def _first(value: np.ndarray):
     return np.asarray(value).reshape(-1)[0]
 
 
+def _branch(ctx, node, graph, what: str) -> tuple[Module | None, FusegraphError | None]:
+    """Parse an If branch, or return why its shapes cannot work for these inputs (exporters trace
+    every branch for one input size, e.g. audio models with one branch per sample rate)."""
+    before = set(ctx.program.modules)
+    try:
+        return ctx.parse_subgraph(graph, module_name(node, what)), None
+    except (ShapeError, ParseError) as e:
+        for name in set(ctx.program.modules) - before:
+            if name in ctx.program.modules:
+                discard_module(ctx.program, ctx.program.modules[name])
+        ctx.node = node
+        return None, e
+
+
+def _trap_branch(ctx, node, what: str, error: FusegraphError, like: Module) -> Module:
+    """A branch that raises `error` if it runs, with the shapes of the other branch's results."""
+    mod = ctx.program.create_module(module_name(node, what), ctx.module)
+    result = TupleShape(tuple(o.shape for o in like.outputs))
+    trap = mod.add(make_op("trap", message=f"If branch {what} cannot run for these input shapes: {error}",
+                           result=result))
+    mod.add_return(*[mod.add(make_op("get_tuple_elem", index=k), trap) for k in range(len(result.elements))])
+    return mod
+
+
 @converter("If")
 def if_(ctx, node, args):
     cond = args[0]
@@ -73,8 +99,15 @@ def if_(ctx, node, args):
     known = ctx.const(cond)
     if known is not None:
         return ctx.inline_subgraph(then_g if bool(_first(known)) else else_g)
-    then = ctx.parse_subgraph(then_g, module_name(node, "then"))
-    other = ctx.parse_subgraph(else_g, module_name(node, "else"))
+    (then, then_err), (other, other_err) = _branch(ctx, node, then_g, "then"), _branch(ctx, node, else_g, "else")
+    if then is None or other is None:
+        # ONNX fails only when the branch that cannot work is taken: so does the program.
+        if then is None and other is None:
+            raise then_err  # type: ignore[misc]
+        if then is None:
+            then = _trap_branch(ctx, node, "then", then_err, other)  # type: ignore[arg-type]
+        else:
+            other = _trap_branch(ctx, node, "else", other_err, then)  # type: ignore[arg-type]
     out = ctx.add("if", ctx.convert(cond, DType.bool), module_args=[then, other])
     return ctx.tuple_elems(out, len(node.outputs))
 
