@@ -16,7 +16,7 @@ class PassRow:
     runs: int
     changed: int        # how many of the runs changed the program
     seconds: float
-    stats: ProgramStats  # after the pass's last run
+    stats: ProgramStats  # after the pass's last run (rows are ordered by that run)
 
 
 @dataclasses.dataclass
@@ -39,11 +39,10 @@ def analyze(program: Program, pipeline: Sequence[Any]) -> Analysis:
     pm.run(program, pipeline)
     rows: dict[str, PassRow] = {}
     for rec in pm.records:
-        row = rows.get(rec.name)
-        if row is None:
-            row = rows[rec.name] = PassRow(rec.name, 0, 0, 0.0, rec.stats)
+        row = rows.pop(rec.name, None) or PassRow(rec.name, 0, 0, 0.0, rec.stats)
         row.runs += 1
         row.changed += rec.changed
         row.seconds += rec.seconds
         row.stats = rec.stats
+        rows[rec.name] = row  # re-inserted: rows end up ordered by each pass's last run
     return Analysis(parsed, list(rows.values()), program_stats(program), sum(r.seconds for r in pm.records))

@@ -16,7 +16,7 @@ from ..ir.op import OpKind
 from ..ir.shape import Shape
 from ..ops.fused import FusedReduce
 
-REDUCTIONS = frozenset({"reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"})
+REDUCTIONS = frozenset({"reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "moments"})
 NORMALIZATIONS = frozenset({"softmax", "log_softmax"})
 
 
@@ -40,11 +40,14 @@ class _Region:
 
     def accepts(self, ins: Instruction) -> bool:
         s = ins.shape
-        if (ins.module_args or not isinstance(s, Shape) or s.is_dynamic or ins.module is not self.module
-                or ins.uid in self.taken):
+        if ins.module_args or ins.module is not self.module or ins.uid in self.taken or s.is_dynamic:
             return False
+        if ins.op.name == "get_tuple_elem":  # mean or variance out of moments
+            return ins.inputs[0].uid in self.members
         if _axes(ins) is not None:
             return ins.inputs[0].shape.lens == self.full and _axes(ins) == self.axes
+        if not isinstance(s, Shape):
+            return False
         if ins.op.kind is OpKind.POINTWISE:
             return s.lens in (self.full, self.reduced)
         return ins.op.name == "broadcast" and s.lens in (self.full, self.reduced)
@@ -59,13 +62,26 @@ class _Region:
                             and all(u.uid in self.members for u in x.users)):
                         self.members[x.uid] = x
                         changed = True
-                for u in m.users:   # epilogue: consumers whose other inputs come from before us
+                for u in m.users:   # epilogue: consumers whose other inputs do not depend on us
                     if u.uid in self.members or not self.accepts(u):
                         continue
-                    first = min(self.pos[k] for k in self.members)
-                    if all(i.uid in self.members or self.pos.get(i.uid, -1) < first for i in u.inputs):
+                    if not any(i.uid not in self.members and self.depends_on_members(i) for i in u.inputs):
                         self.members[u.uid] = u
                         changed = True
+
+    def depends_on_members(self, ins: Instruction) -> bool:
+        """Whether `ins` (not a member) is computed from a member: fusing it in would make a cycle."""
+        first = min(self.pos[k] for k in self.members)
+        stack, seen = [ins], set()
+        while stack:
+            x = stack.pop()
+            for i in x.inputs:
+                if i.uid in self.members:
+                    return True
+                if i.uid not in seen and self.pos.get(i.uid, -1) > first:
+                    seen.add(i.uid)
+                    stack.append(i)
+        return False
 
     def outputs(self, module: Module) -> list[Instruction]:
         returned = {o.uid for o in module.outputs}
@@ -106,7 +122,7 @@ def fuse_reduce(module: Module) -> bool:
     changed = False
     pos = {ins.uid: k for k, ins in enumerate(module.instructions)}
     for seed in module:
-        if seed.uid in done or _axes(seed) is None or not isinstance(seed.shape, Shape) or seed.shape.is_dynamic:
+        if seed.uid in done or _axes(seed) is None or seed.shape.is_dynamic:
             continue
         region = _Region(seed, pos, done)
         region.grow()
