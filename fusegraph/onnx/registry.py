@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 

@@ -234,7 +234,8 @@ def dim_product(dims: Sequence[Dim]) -> Dim:
 def slice_bounds(dim: int, start: int, end: int, step: int) -> tuple[int, int]:
     """ONNX Slice bounds resolved against a dimension: negative values count from the end, then
     clamped. Positive steps give 0 <= start <= end <= dim; negative steps give
-    -1 <= end <= start <= dim-1, where end == -1 means "through index 0"."""
+    -1 <= end <= start <= dim-1, where end == -1 means "through index 0" (and start is -1 only
+    when dim is 0)."""
     if step == 0:
         raise ShapeError("slice step cannot be 0")
     start = start + dim if start < 0 else start
@@ -243,7 +244,7 @@ def slice_bounds(dim: int, start: int, end: int, step: int) -> tuple[int, int]:
         start = min(max(start, 0), dim)
         end = min(max(end, start), dim)
     else:
-        start = min(max(start, -1), dim - 1)
+        start = min(max(start, 0), dim - 1)  # -1 only for an empty dim
         end = min(max(end, -1), start)
     return start, end
 
@@ -255,7 +256,7 @@ def slice_len(start: int, end: int, step: int) -> int:
 def _resolved(dim: int, start: int, end: int, step: int) -> bool:
     if step > 0:
         return 0 <= start <= end <= dim
-    return step < 0 and -1 <= end <= start <= dim - 1
+    return step < 0 and -1 <= end <= start <= dim - 1 and (start >= 0 or dim == 0)
 
 
 @register_op

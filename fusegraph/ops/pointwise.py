@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Callable, ClassVar, Sequence
+from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 import numpy as np
 

@@ -6,7 +6,7 @@ Rules are looked up by op name, then by op kind; an op with no rule counts 0.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from ..ir.module import Instruction
 from ..ir.op import OpKind
