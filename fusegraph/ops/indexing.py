@@ -46,7 +46,7 @@ def wrap(indices: np.ndarray, n: int | np.ndarray) -> np.ndarray:
 def _element_index(idx: np.ndarray, axis: int) -> tuple[np.ndarray, ...]:
     """The full index tuple of GatherElements/ScatterElements: position i of `idx` addresses
     (i_0, ..., idx[i], ..., i_r) -- open grids broadcast against `idx` on every other axis."""
-    grids = list(np.ix_(*[np.arange(n) for n in idx.shape])) if idx.ndim else []
+    grids = list(np.ix_(*[np.arange(n) for n in idx.shape]))
     grids[axis] = idx
     return tuple(grids)
 

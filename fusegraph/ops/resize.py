@@ -20,7 +20,7 @@ from ..ir.shape import Dim, Shape
 
 RESIZE_MODES = ("nearest", "linear", "cubic")
 COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
-                    "asymmetric", "tf_crop_and_resize")
+                    "asymmetric", "tf_crop_and_resize", "tf_half_pixel_for_nn")  # the last: Resize-11 only
 # "simple" is the rounding of Resize-10/Upsample (no nearest_mode yet): floor up-, ceil downsampling
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
 
@@ -70,6 +70,12 @@ def _antialias_weights(t: np.ndarray, scale: float, cubic: bool, a: float) -> np
 def _along(axis: int, rank: int, v: np.ndarray) -> np.ndarray:
     """A 1-D per-position vector shaped to broadcast along `axis` of a rank-`rank` tensor."""
     return v.reshape([-1 if k == axis else 1 for k in range(rank)])
+
+
+def scaled_lens(in_lens: Sequence[int], scales: Sequence[float]) -> tuple[int, ...]:
+    """Output lens from scales: the float64 product of each (float32) scale, floored, as the ONNX
+    reference computes it."""
+    return tuple(int(math.floor(n * s)) for n, s in zip(in_lens, scales))
 
 
 def resolve_resize(in_lens: Sequence[int], axes: Sequence[int], values: Sequence[float], by_sizes: bool,
@@ -149,10 +155,7 @@ class Resize(Interpolation):
         return Shape.of(x.dtype, self.output_lens(x.lens))
 
     def output_lens(self, in_lens: Sequence[int]) -> tuple[int, ...]:
-        if self.out_lens:
-            return self.out_lens
-        # the float64 product of the float32 scale, floored: what the ONNX reference computes
-        return tuple(int(math.floor(n * s)) for n, s in zip(in_lens, self.scales))
+        return self.out_lens or scaled_lens(in_lens, self.scales)
 
     def compute(self, args):
         (x,) = args
@@ -188,6 +191,8 @@ class Resize(Interpolation):
             x = y * (n_in - 1) / (out_f - 1) if out_f != 1 else np.zeros(n_out)
         elif mode == "asymmetric":
             x = y / scale
+        elif mode == "tf_half_pixel_for_nn":
+            x = (y + 0.5) / scale
         else:  # tf_crop_and_resize
             lo, hi = roi
             if out_f != 1:

@@ -184,9 +184,7 @@ class Unique(DataDependentOp):
     def compute(self, args):
         (x,) = args
         data = x.reshape(-1) if self.axis is None else x
-        # ml_dtypes (bfloat16, fp8) do not sort in numpy: find the uniques on an exact float32 copy
-        key = data.astype(np.float32) if data.dtype.kind == "V" else data
-        _, first, inverse, counts = np.unique(key, return_index=True, return_inverse=True,
+        _, first, inverse, counts = np.unique(data, return_index=True, return_inverse=True,
                                               return_counts=True, axis=self.axis)
         inverse = inverse.reshape(-1)
         if not self.sorted:
@@ -194,7 +192,7 @@ class Unique(DataDependentOp):
             rank = np.empty_like(order)
             rank[order] = np.arange(len(order))
             first, counts, inverse = first[order], counts[order], rank[inverse]
-        y = np.take(data, first, axis=0 if self.axis is None else self.axis)
+        y = np.take(data, first, axis=0 if self.axis is None else self.axis)  # in the order of `first`
         return y, first.astype(np.int64), inverse.astype(np.int64), counts.astype(np.int64)
 
 

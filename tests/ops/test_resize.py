@@ -80,6 +80,11 @@ def test_legacy_resize_and_upsample(mode):
                opset=10)
 
 
+def test_resize_tf_half_pixel_for_nn_opset11():
+    for scales in ([1, 1, 2.5, 1.5], [1, 1, 0.6, 0.5]):
+        resize_check({"mode": "nearest", "coordinate_transformation_mode": "tf_half_pixel_for_nn"}, scales, opset=11)
+
+
 def test_resize_integer_nearest_is_exact():
     x = rng.integers(0, 255, (1, 1, 4, 5)).astype(np.uint8)
     resize_check({"mode": "nearest"}, [1, 1, 1.7, 0.8], x=x, opset=13)

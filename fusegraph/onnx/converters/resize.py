@@ -1,9 +1,10 @@
-"""Resize, Upsample, GridSample and AffineGrid -> `ops/resize.py`.
+"""Resize and Upsample -> `ops/resize.py`; GridSample and AffineGrid -> `ops/grid_sample.py`.
 
-Resize's scales / sizes / roi inputs must be constants: the converter turns them, with `axes` and
-`keep_aspect_ratio_policy`, into full-rank per-axis scales and output lens, so the op never sees
-optional inputs or opset differences. Opset 10 and Upsample had no coordinate or rounding
-attributes: they map source coordinates asymmetrically and round nearest with the legacy rule.
+Constant scales / sizes / roi (the usual case) become a static `resize`: the converter resolves them,
+with `axes` and `keep_aspect_ratio_policy`, into full-rank per-axis scales and output lens, so the op
+never sees optional inputs or opset differences. Values known only at run time give a
+`resize_dynamic`, which resolves them the same way when it runs. Opset 10 and Upsample had no
+coordinate or rounding attributes: they map coordinates asymmetrically and round with the legacy rule.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import numpy as np
 
 from ...ir.dtypes import DType
 from ...ir.module import Instruction
-from ...ops.resize import full_roi, resolve_resize
+from ...ops.resize import full_roi, resolve_resize, scaled_lens
 from ..registry import converter
 from .indexing import axis_attr
 
@@ -46,7 +47,7 @@ def _add_resize(ctx, x, axes, target, by_sizes, roi_in, policy="stretch", **attr
     # input lens are read for sizes only, and those took the run-time path for a dynamic input
     scales, out_lens = resolve_resize(x.shape.min_lens, axes, values.tolist(), by_sizes, policy)
     if out_lens is None and not x.shape.is_dynamic:
-        out_lens = tuple(int(np.floor(n * s)) for n, s in zip(x.shape.lens, scales))
+        out_lens = scaled_lens(x.shape.lens, scales)
     return ctx.add("resize", x, scales=scales, out_lens=out_lens or (),
                    roi=full_roi(axes, roi.tolist(), r) if crop else (), **attrs)
 
