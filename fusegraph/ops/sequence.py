@@ -305,8 +305,8 @@ class MakeOptional(SequenceOp):
             if isinstance(inputs[0], OptionalShape):
                 raise ShapeError(f"optional: cannot wrap an optional {inputs[0]}")
             return OptionalShape(inputs[0])
-        if self.elem is None:
-            raise ShapeError("optional: an empty optional needs its element type")
+        if not isinstance(self.elem, (Shape, SequenceShape)):
+            raise ShapeError(f"optional: an empty optional needs a tensor or sequence element type, got {self.elem}")
         return OptionalShape(self.elem)
 
     def compute(self, args):
