@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir.dtypes import DType
 from ..ir.op import Op, OpKind, register_op
-from ..ir.shape import Shape
+from ..ir.shape import Dim, Shape
 
 
 def check_axes(op: Op, x: Shape, axes: Sequence[int]) -> None:
@@ -106,6 +106,55 @@ class ReduceMin(ReduceOp):
 
     def reduce(self, x, axes):
         return np.min(x, axis=axes, keepdims=True, initial=_highest(x.dtype))
+
+
+_REDUCTIONS: dict[str, type[ReduceOp]] = {
+    "sum": ReduceSum, "mean": ReduceMean, "prod": ReduceProd, "max": ReduceMax, "min": ReduceMin}
+
+
+@register_op
+class ReduceDynamic(Op):
+    """A Reduce* whose axes are known only at run time: the second input, an int64 vector, with
+    ONNX semantics applied when it runs (negative axes count from the end; no axes means every
+    axis, or none with `noop_with_empty_axes`; `keepdims` as ONNX's). The frontend uses the static
+    `reduce_*` ops whenever the axes are constants; this shape rule knows ranks, not dims."""
+
+    name = "reduce_dynamic"
+    kind = OpKind.REDUCE
+    reduction: str = "sum"
+    keepdims: bool = True
+    noop_with_empty_axes: bool = False
+
+    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
+        x, axes = inputs
+        if self.reduction not in _REDUCTIONS:
+            raise ShapeError(f"{self}: unknown reduction; one of {sorted(_REDUCTIONS)}")
+        if axes.ndim != 1 or not axes.dims[0].is_fixed or axes.dtype != DType.int64:
+            raise ShapeError(f"{self}: axes must be an int64 vector of known length, got {axes}")
+        n = axes.dims[0].min
+        if n == 0 and self.noop_with_empty_axes:
+            return Shape(x.dtype, x.dims)
+        if self.keepdims:  # each dim is kept, or reduced to 1
+            return Shape.dynamic(x.dtype, [Dim(min(d.min, 1), None if d.max is None else max(d.max, 1))
+                                           for d in x.dims])
+        rank = 0 if n == 0 else x.ndim - n
+        if rank < 0:
+            raise ShapeError(f"{self}: {n} axes for {x}")
+        return Shape.dynamic(x.dtype, [Dim(0, None)] * rank)
+
+    def compute_dynamic_shape(self, inputs):
+        return self.compute_shape(inputs)
+
+    def compute(self, args):
+        x = np.asarray(args[0])
+        raw = [int(a) for a in np.asarray(args[1]).reshape(-1)]
+        if any(not -x.ndim <= a < x.ndim for a in raw):
+            raise ValueError(f"axes {raw} out of range for rank {x.ndim}")
+        axes = tuple(sorted({a % x.ndim for a in raw}))
+        if not axes and not self.noop_with_empty_axes:
+            axes = tuple(range(x.ndim))
+        out = _REDUCTIONS[self.reduction](axes=axes).compute([x]) if axes else x
+        return out if self.keepdims else np.squeeze(out, axis=axes)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ...ir.dtypes import DType
 from ...ir.module import Instruction
 from ..registry import converter
 
@@ -28,18 +29,9 @@ def normalize_axes(ctx, axes: Sequence[int], rank: int, what: str = "axes") -> t
     return tuple(sorted(out))
 
 
-def reduce_axes(ctx, node, args, from_input: bool) -> tuple[int, ...]:
-    """The axes a Reduce* node reduces: from the attribute (old opsets) or the `axes` input (new).
-
-    No axes means all axes, unless noop_with_empty_axes asks for no reduction at all (())."""
-    x = args[0]
-    if from_input:
-        axes_in = args[1] if len(args) > 1 else None
-        axes = ctx.const_ints(axes_in, "axes") if axes_in is not None else []
-        if axes is None:
-            raise ctx.error("axes must be a constant (computed at run time is not supported)")
-    else:
-        axes = node.attr("axes", [])
+def reduce_axes(ctx, node, x: Instruction, axes: Sequence[int]) -> tuple[int, ...]:
+    """The axes a Reduce* node reduces. No axes means all axes, unless noop_with_empty_axes asks
+    for no reduction at all (())."""
     if not axes:
         return () if node.attr("noop_with_empty_axes", 0) else tuple(range(x.shape.ndim))
     return normalize_axes(ctx, axes, x.shape.ndim)
@@ -59,33 +51,49 @@ def reduce(ctx, name: str, x: Instruction, axes: tuple[int, ...]) -> Instruction
     return ctx.add(name, x, axes=axes) if axes else x
 
 
+def _reducer(ctx, node, args, from_input: bool):
+    """`r(kind, v, keep)`: v reduced over the node's axes by reduce_<kind> ("sum", "max", ...),
+    keeping the reduced dims when `keep`, else as the node's keepdims says. Constant axes give
+    `reduce_<kind>` (+ a reshape); axes known only at run time give `reduce_dynamic`."""
+    keepdims = bool(node.attr("keepdims", 1))
+    axes_in = args[1] if from_input and len(args) > 1 else None
+    axes = node.attr("axes", []) if not from_input else [] if axes_in is None else ctx.const_ints(axes_in, "axes")
+    if axes is None:
+        axes_in = ctx.convert(axes_in, DType.int64)
+        noop = bool(node.attr("noop_with_empty_axes", 0))
+        return lambda kind, v, keep=False: ctx.add("reduce_dynamic", v, axes_in, reduction=kind,
+                                                   keepdims=keep or keepdims, noop_with_empty_axes=noop)
+    axes = reduce_axes(ctx, node, args[0], axes)
+
+    def r(kind: str, v: Instruction, keep: bool = False) -> Instruction:
+        out = reduce(ctx, f"reduce_{kind}", v, axes)
+        return out if keep or keepdims else drop_axes(ctx, out, axes)
+
+    return r
+
+
 # -- Reduce* ----------------------------------------------------------------------------------------
-def _sum_of(fn):
-    return lambda ctx, x, axes: reduce(ctx, "reduce_sum", fn(ctx, x), axes)
-
-
-def _log_sum_exp(ctx, x, axes):
+def _log_sum_exp(ctx, r, x):
     # log(sum(exp(x - m))) + m with m the max, so exp cannot overflow. An infinite max (all -inf,
     # an empty axis, or a +inf element) shifts by 0 instead, which keeps -inf/+inf exact.
-    if not axes:
-        return ctx.add("log", ctx.add("exp", x))
-    m = ctx.add("reduce_max", x, axes=axes)
-    m = ctx.pointwise("where", ctx.add("isinf", m), ctx.scalar_like(0, m), m)
-    s = ctx.add("reduce_sum", ctx.add("exp", ctx.pointwise("sub", x, m)), axes=axes)
-    return ctx.add("add", ctx.add("log", s), m)
+    def shift(m):
+        return ctx.pointwise("where", ctx.add("isinf", m), ctx.scalar_like(0, m), m)
+
+    total = r("sum", ctx.add("exp", ctx.pointwise("sub", x, shift(r("max", x, keep=True)))))
+    return ctx.pointwise("add", ctx.add("log", total), shift(r("max", x)))
 
 
-# ONNX op -> how it is built from IR reductions: fn(ctx, x, axes) -> kept-dims result
+# ONNX op -> how it is built from reductions: fn(ctx, r, x), r as `_reducer` makes it
 _REDUCTIONS = {
-    "ReduceSum": lambda ctx, x, axes: reduce(ctx, "reduce_sum", x, axes),
-    "ReduceMean": lambda ctx, x, axes: reduce(ctx, "reduce_mean", x, axes),
-    "ReduceMax": lambda ctx, x, axes: reduce(ctx, "reduce_max", x, axes),
-    "ReduceMin": lambda ctx, x, axes: reduce(ctx, "reduce_min", x, axes),
-    "ReduceProd": lambda ctx, x, axes: reduce(ctx, "reduce_prod", x, axes),
-    "ReduceL1": _sum_of(lambda ctx, x: ctx.add("abs", x)),                              # sum(|x|)
-    "ReduceSumSquare": _sum_of(lambda ctx, x: ctx.add("mul", x, x)),                    # sum(x*x)
-    "ReduceL2": lambda ctx, x, axes: ctx.add("sqrt", _REDUCTIONS["ReduceSumSquare"](ctx, x, axes)),
-    "ReduceLogSum": lambda ctx, x, axes: ctx.add("log", reduce(ctx, "reduce_sum", x, axes)),
+    "ReduceSum": lambda ctx, r, x: r("sum", x),
+    "ReduceMean": lambda ctx, r, x: r("mean", x),
+    "ReduceMax": lambda ctx, r, x: r("max", x),
+    "ReduceMin": lambda ctx, r, x: r("min", x),
+    "ReduceProd": lambda ctx, r, x: r("prod", x),
+    "ReduceL1": lambda ctx, r, x: r("sum", ctx.add("abs", x)),                        # sum(|x|)
+    "ReduceSumSquare": lambda ctx, r, x: r("sum", ctx.add("mul", x, x)),              # sum(x*x)
+    "ReduceL2": lambda ctx, r, x: ctx.add("sqrt", r("sum", ctx.add("mul", x, x))),    # sqrt(sum(x*x))
+    "ReduceLogSum": lambda ctx, r, x: ctx.add("log", r("sum", x)),                    # log(sum(x))
     "ReduceLogSumExp": _log_sum_exp,
 }
 # The opset from which `axes` is an input rather than an attribute.
@@ -96,10 +104,8 @@ def _reduction(op_type: str):
     build = _REDUCTIONS[op_type]
 
     def convert(ctx, node, args):
-        x = args[0]
-        axes = reduce_axes(ctx, node, args, from_input=node.opset >= _AXES_INPUT_SINCE[op_type])
-        out = build(ctx, x, axes)
-        return out if node.attr("keepdims", 1) else drop_axes(ctx, out, axes)
+        r = _reducer(ctx, node, args, from_input=node.opset >= _AXES_INPUT_SINCE[op_type])
+        return build(ctx, r, args[0])
 
     return convert
 
