@@ -1,5 +1,5 @@
 """Neural-network ops without weights: pooling (and its indices), unpooling, ROI pooling, LRN, the
-mean/variance reduction that every normalization decomposes into, and seeded dropout masks.
+mean/variance reduction that every normalization decomposes into, and training-mode dropout.
 
 Window geometry follows ops/conv.py: `padding` is begins then ends, empty tuples mean defaults.
 Normalizations (batch/instance/layer/group/RMS/mean-variance) are not ops: the frontend writes them as
@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,6 +29,17 @@ def _float_dtype(dt: np.dtype) -> np.dtype:
     return np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
 
 
+class Geometry(NamedTuple):
+    """One pooling window along every spatial axis, and the output lens it gives."""
+
+    lengths: Sequence[int]
+    begins: Sequence[int]
+    ends: Sequence[int]
+    strides: Sequence[int]
+    dilations: Sequence[int]
+    out: Sequence[int]
+
+
 @dataclasses.dataclass(frozen=True)
 class _Window(Op):
     """Shared geometry of the pooling ops: window lengths, strides, pads, dilations, ceil mode."""
@@ -38,8 +50,7 @@ class _Window(Op):
     dilation: tuple[int, ...] = ()
     ceil_mode: bool = False
 
-    def geometry(self, sp: Sequence[int]):
-        """(lengths, pad begins, pad ends, strides, dilations, output lens) for input spatial lens `sp`."""
+    def geometry(self, sp: Sequence[int]) -> Geometry:
         pb, pe, strides, dils = window_attrs(self, len(sp))
         ks = self.lengths
         if len(ks) != len(sp) or min(ks, default=1) < 1:
@@ -48,25 +59,28 @@ class _Window(Op):
                for n, k, b, e, s, d in zip(sp, ks, pb, pe, strides, dils, strict=True)]
         if min(out) < 1:
             raise ShapeError(f"{self}: window does not fit input lens {list(sp)}")
-        return ks, pb, pe, strides, dils, out
+        return Geometry(ks, pb, pe, strides, dils, out)
 
-    def padded(self, x: np.ndarray, fill) -> tuple[np.ndarray, list]:
-        """x padded with `fill` so that every tap of every window is in range, and the geometry."""
-        ks, pb, pe, strides, dils, out = self.geometry(x.shape[2:])
-        ends = [(o - 1) * s + (k - 1) * d + 1 - n - b
-                for o, s, k, d, n, b in zip(out, strides, ks, dils, x.shape[2:], pb, strict=True)]
-        xp = np.pad(x, [(0, 0), (0, 0)] + [(b, max(e, 0)) for b, e in zip(pb, ends, strict=True)],
+    def padded(self, x: np.ndarray, fill) -> tuple[np.ndarray, Geometry]:
+        """x padded with `fill` so that every tap of every window is in range (ceil_mode windows may
+        reach past the explicit end padding; trailing input no window reaches is left as it is)."""
+        g = self.geometry(x.shape[2:])
+        reach = [(o - 1) * s + (k - 1) * d + 1 - n - b
+                 for o, s, k, d, n, b in zip(g.out, g.strides, g.lengths, g.dilations, x.shape[2:], g.begins, strict=True)]
+        xp = np.pad(x, [(0, 0), (0, 0)] + [(b, max(e, 0)) for b, e in zip(g.begins, reach, strict=True)],
                     constant_values=fill)
-        return xp, [ks, pb, pe, strides, dils, out]
+        return xp, g
 
-    def taps(self, xp: np.ndarray, ks, strides, dils, out):
-        for offs in np.ndindex(*ks):
-            yield offs, xp[(slice(None), slice(None)) + tap_slices(offs, dils, strides, out)]
+    @staticmethod
+    def taps(xp: np.ndarray, g: Geometry):
+        """(kernel offset, the strided view that offset reads for every output position) per tap."""
+        for offs in np.ndindex(*g.lengths):
+            yield offs, xp[(slice(None), slice(None)) + tap_slices(offs, g.dilations, g.strides, g.out)]
 
     def check_input(self, x: Shape) -> list[int]:
         if x.ndim < 3:
             raise ShapeError(f"{self}: input {x} must be N-C-spatial")
-        return self.geometry(x.lens[2:])[-1]
+        return list(self.geometry(x.lens[2:]).out)
 
 
 def _lowest(dt: np.dtype):
@@ -104,9 +118,9 @@ class Pooling(_Window):
         if self.mode == "max":
             if self.global_pool:
                 return x.max(axis=axes, keepdims=True)
-            xp, (ks, _, _, strides, dils, out) = self.padded(x, _lowest(x.dtype))
+            xp, g = self.padded(x, _lowest(x.dtype))
             acc = None
-            for _, v in self.taps(xp, ks, strides, dils, out):
+            for _, v in self.taps(xp, g):
                 acc = v.copy() if acc is None else np.maximum(acc, v, out=acc)
             return acc
         ct = _float_dtype(x.dtype)
@@ -116,20 +130,20 @@ class Pooling(_Window):
         if self.global_pool:
             acc = v.mean(axis=axes, keepdims=True) if self.mode == "average" else v.sum(axis=axes, keepdims=True)
         else:
-            xp, (ks, pb, pe, strides, dils, out) = self.padded(v, 0)
-            acc = np.zeros(x.shape[:2] + tuple(out), dtype=ct)
-            for _, t in self.taps(xp, ks, strides, dils, out):
+            xp, g = self.padded(v, 0)
+            acc = np.zeros(x.shape[:2] + tuple(g.out), dtype=ct)
+            for _, t in self.taps(xp, g):
                 acc += t
             if self.mode == "average":
-                acc /= self._counts(x.shape[2:], ks, pb, pe, strides, dils, out)
+                acc /= self._counts(x.shape[2:], g)
         if self.mode == "lpnorm":
             acc = acc ** (1.0 / self.lp_order)
         return acc.astype(x.dtype)
 
-    def _counts(self, sp, ks, pb, pe, strides, dils, out) -> np.ndarray:
+    def _counts(self, sp: Sequence[int], g: Geometry) -> np.ndarray:
         """The divisor of every window: a product of per-axis counts of in-range taps."""
         total = np.ones((), dtype=np.float64)
-        for n, k, b, e, s, d, o in zip(sp, ks, pb, pe, strides, dils, out, strict=True):
+        for n, k, b, e, s, d, o in zip(sp, *g, strict=True):
             lo, hi = (-b, n + e) if self.count_include_pad else (0, n)
             pos = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d - b
             total = np.multiply.outer(total, ((pos >= lo) & (pos < hi)).sum(axis=1))
@@ -152,7 +166,7 @@ class MaxPoolingIndices(_Window):
     def compute(self, args):
         (x,) = args
         n, c, *sp = x.shape
-        xp, (ks, pb, _, strides, dils, out) = self.padded(x, _lowest(x.dtype))
+        xp, g = self.padded(x, _lowest(x.dtype))
         best = idx = None
         # spatial place values of the flat index: row-major, or column-major for storage_order 1
         order = range(len(sp)) if self.storage_order == 1 else reversed(range(len(sp)))
@@ -160,10 +174,11 @@ class MaxPoolingIndices(_Window):
         for i in order:
             place[i], acc = acc, acc * sp[i]
         base = (np.arange(n)[:, None] * c + np.arange(c)[None, :]) * math.prod(sp)
-        for offs, v in self.taps(xp, ks, strides, dils, out):
+        for offs, v in self.taps(xp, g):
             # the unpadded input position this tap reads, per output position, as a flat spatial index
-            pos = sum(((np.arange(o) * s + k * d - b) * p).reshape([o if j == i else 1 for j in range(len(out))])
-                      for i, (o, s, k, d, b, p) in enumerate(zip(out, strides, offs, dils, pb, place, strict=True)))
+            pos = sum(((np.arange(o) * s + k * d - b) * p).reshape([o if j == i else 1 for j in range(len(sp))])
+                      for i, (o, s, k, d, b, p) in enumerate(zip(g.out, g.strides, offs, g.dilations, g.begins, place,
+                                                                 strict=True)))
             if best is None:
                 best, idx = v.copy(), np.broadcast_to(pos, v.shape).copy()
             else:

@@ -192,6 +192,9 @@ def test_instance_and_group_norm():
     node_check("InstanceNormalization", {"x": x}, {"epsilon": 1e-3}, initializers={"s": randn(6), "b": randn(6)})
     node_check("GroupNormalization", {"x": x}, {"num_groups": 3}, initializers={"s": randn(6), "b": randn(6)},
                opset=21)
+    # opset 18: one scale and bias per group
+    node_check("GroupNormalization", {"x": x}, {"num_groups": 3}, initializers={"s": randn(3), "b": randn(3)},
+               opset=18)
 
 
 @pytest.mark.parametrize("axis", [-1, 1, 0])
