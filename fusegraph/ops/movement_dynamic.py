@@ -63,14 +63,18 @@ class ReshapeDynamic(MovementOp):
         if len(inputs) == 2:
             return self.compute_shape(inputs)
         (x,) = inputs
+        if self.dims.count(-1) > 1 or min(self.dims, default=0) < -1:
+            raise ShapeError(f"{self}: bad target dims for {x}")
         copied = {k for k, d in enumerate(self.dims) if d == 0 and not self.allowzero and k < x.ndim}
         dims = [x.dims[k] if k in copied else Dim.fixed(max(d, 0)) for k, d in enumerate(self.dims)]
         if -1 in self.dims:
-            # prod(input dims) == prod(output dims): the copied dims cancel, the rest is fixed
+            # prod(input dims) == prod(output dims): the copied dims cancel, what is left is fixed
             rest = math.prod(d for k, d in enumerate(self.dims) if k not in copied and d != -1)
             left = dim_product([d for k, d in enumerate(x.dims) if k not in copied])
-            dims[self.dims.index(-1)] = Dim(left.min // rest, None if left.max is None else left.max // rest) \
-                if rest > 0 else Dim(0, None)
+            inferred = Dim(0, None)
+            if rest > 0:
+                inferred = Dim(left.min // rest, None if left.max is None else left.max // rest)
+            dims[self.dims.index(-1)] = inferred
         return Shape.dynamic(x.dtype, dims)
 
     def compute(self, args):
