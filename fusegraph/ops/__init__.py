@@ -13,6 +13,7 @@ from . import (  # noqa: F401
     nn,
     opaque,
     pointwise,
+    pool,
     quantize,
     reduce,
     resize,

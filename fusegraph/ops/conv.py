@@ -24,7 +24,7 @@ from ..ir.op import Op, OpKind, register_op
 from ..ir.shape import Dim, Shape, TupleShape
 
 
-# -- window geometry, shared with ops/nn.py (pooling) -----------------------------------------------
+# -- window geometry, shared with ops/pool.py -----------------------------------------------
 def window_attrs(op: Op, nsp: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(pad begins, pad ends, strides, dilations) of `op` for `nsp` spatial axes, defaults filled in."""
     pads = op.padding or (0,) * (2 * nsp)  # type: ignore[attr-defined]
@@ -55,7 +55,7 @@ def tap_slices(offs: Sequence[int], dils: Sequence[int], strides: Sequence[int],
     return tuple(slice(o * d, o * d + s * (n - 1) + 1, s) for o, d, s, n in zip(offs, dils, strides, counts, strict=True))
 
 
-def _compute_dtype(dt: np.dtype) -> np.dtype:
+def compute_dtype(dt: np.dtype) -> np.dtype:
     # Low-precision floats accumulate in float32 (as ORT does); integers exactly in int64.
     if dt.kind in "iub":
         return np.dtype(np.int64)
@@ -108,7 +108,7 @@ def _conv_shape(op: Op, x: Shape, w: Shape, group: int) -> tuple[int, ...]:
 
 
 def conv_reference(x: np.ndarray, w: np.ndarray, pb, pe, strides, dils, group: int) -> np.ndarray:
-    ct = _compute_dtype(x.dtype)
+    ct = compute_dtype(x.dtype)
     xs, ws = x.astype(ct, copy=False), w.astype(ct, copy=False)
     ks = w.shape[2:]
     out_sp = [window_out_len(n, k, b, e, s, d) for n, k, b, e, s, d in zip(x.shape[2:], ks, pb, pe, strides, dils, strict=True)]
@@ -174,7 +174,7 @@ class Deconvolution(Op):
 
     def compute(self, args):
         x, w = args
-        ct = _compute_dtype(x.dtype)
+        ct = compute_dtype(x.dtype)
         n, c, *in_sp = x.shape
         ks = w.shape[2:]
         g, mg = self.group, w.shape[1]
@@ -229,7 +229,7 @@ class Col2Im(Op):
             static.compute_shape([Shape.of(DType.from_numpy(args[0].dtype), args[0].shape)])  # validates
             return static.compute(args[:1])
         x = args[0]
-        ct = _compute_dtype(x.dtype)
+        ct = compute_dtype(x.dtype)
         n, ck, _ = x.shape
         cols = x.astype(ct).reshape(n, ck // math.prod(self.block_lens), math.prod(self.block_lens), -1)
         pb, _, strides, dils = window_attrs(self, len(self.image_lens))
@@ -263,7 +263,7 @@ class DeformConvolution(Op):
 
     def compute(self, args):
         x, w, off = args[:3]
-        ct = _compute_dtype(x.dtype)
+        ct = compute_dtype(x.dtype)
         n, c, *sp = x.shape
         ks, nsp, og = w.shape[2:], x.ndim - 2, self.offset_group
         pb, pe, strides, dils = window_attrs(self, nsp)
