@@ -1,0 +1,134 @@
+"""Quantization: QuantizeLinear/DequantizeLinear (per-tensor, per-axis, blocked; integer and float8
+results), DynamicQuantizeLinear and the integer matmuls, against ONNX Runtime."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+
+from fusegraph.errors import ShapeError
+from fusegraph.ir.dtypes import DType
+from fusegraph.ir.op import make_op
+from fusegraph.ir.shape import Shape
+from tests.util import assert_close, make_model, node_check, run_fusegraph
+
+rng = np.random.default_rng(0)
+X = (rng.standard_normal((3, 4, 6)) * 40).astype(np.float32)
+
+
+def reference_check(op_type, inputs, attrs=None, initializers=None, opset=21):
+    """Like node_check, against the ONNX reference: ONNX Runtime's Python API cannot return int4 or
+    float8 tensors, nor run per-row MatMulInteger zero points."""
+    names = list(inputs) + list(initializers or {})
+    model = make_model([helper.make_node(op_type, names, ["y"], **(attrs or {}))], inputs, ["y"],
+                       initializers, opset)
+    assert_close(run_fusegraph(model, inputs), ReferenceEvaluator(model).run(None, inputs))
+
+
+@pytest.mark.parametrize("zp_dtype", [np.uint8, np.int8, np.uint16, np.int16])
+def test_quantize_dequantize_per_tensor(zp_dtype):
+    scale, zp = np.array(0.5, np.float32), np.array(3, zp_dtype)
+    node_check("QuantizeLinear", {"x": X}, initializers={"s": scale, "zp": zp}, opset=21)
+    info = np.iinfo(zp_dtype)
+    q = rng.integers(info.min, info.max, X.shape).astype(zp_dtype)
+    node_check("DequantizeLinear", {"q": q}, initializers={"s": scale, "zp": zp}, opset=21)
+
+
+def test_quantize_saturates_and_rounds_half_to_even():
+    x = np.array([-1000.0, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 1000.0], np.float32)
+    node_check("QuantizeLinear", {"x": x}, initializers={"s": np.array(1.0, np.float32),
+                                                         "zp": np.array(0, np.int8)})
+    node_check("QuantizeLinear", {"x": x}, initializers={"s": np.array(1.0, np.float32)})  # uint8 default
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_per_axis(axis):
+    n = X.shape[axis]
+    scale = rng.uniform(0.1, 1, n).astype(np.float32)
+    zp = rng.integers(0, 20, n).astype(np.uint8)
+    node_check("QuantizeLinear", {"x": X}, {"axis": axis}, initializers={"s": scale, "zp": zp}, opset=13)
+    q = rng.integers(0, 255, X.shape).astype(np.uint8)
+    node_check("DequantizeLinear", {"q": q}, {"axis": axis}, initializers={"s": scale, "zp": zp}, opset=13)
+
+
+@pytest.mark.parametrize("block_size", [2, 4])  # 4 does not divide 6: the last block is short
+def test_blocked(block_size):
+    scale = rng.uniform(0.1, 1, (3, 4, -(-6 // block_size))).astype(np.float32)
+    zp = rng.integers(-5, 5, scale.shape).astype(np.int8)
+    attrs = {"axis": 2, "block_size": block_size}
+    node_check("QuantizeLinear", {"x": X}, attrs, initializers={"s": scale, "zp": zp}, opset=21)
+    q = rng.integers(-128, 127, X.shape).astype(np.int8)
+    node_check("DequantizeLinear", {"q": q}, attrs, initializers={"s": scale, "zp": zp}, opset=21)
+
+
+def test_int4():
+    scale = np.array(2.0, np.float32)
+    reference_check("QuantizeLinear", {"x": X[0]}, initializers={"s": scale, "zp": np.array(1, ml_dtypes.int4)})
+    q = rng.integers(0, 15, (4, 6)).astype(ml_dtypes.uint4)
+    reference_check("DequantizeLinear", {"q": q}, initializers={"s": scale, "zp": np.array(2, ml_dtypes.uint4)})
+
+
+FLOAT8 = [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2, ml_dtypes.float8_e5m2fnuz]
+
+
+@pytest.mark.parametrize("fp8", FLOAT8)
+@pytest.mark.parametrize("saturate", [0, 1])
+def test_float8(fp8, saturate):
+    x = np.concatenate([X.reshape(-1), np.array([1e6, -1e6, np.inf, -np.inf, np.nan], np.float32)])
+    reference_check("QuantizeLinear", {"x": x}, {"saturate": saturate},
+                    initializers={"s": np.array(0.25, np.float32), "zp": np.zeros((), fp8)})
+    reference_check("DequantizeLinear", {"q": X.astype(fp8)}, initializers={"s": np.array(0.5, np.float32)})
+
+
+def test_dequantize_to_half():
+    q = rng.integers(0, 255, (4, 6)).astype(np.uint8)
+    node_check("DequantizeLinear", {"q": q}, initializers={"s": np.array(0.1, np.float16),
+                                                           "zp": np.array(7, np.uint8)}, opset=19)
+
+
+def test_dynamic_quantize_linear():
+    node_check("DynamicQuantizeLinear", {"x": X}, n_outputs=3, opset=11)
+    node_check("DynamicQuantizeLinear", {"x": np.abs(X)}, n_outputs=3, opset=11)
+
+
+def test_quantize_op_rejects_non_quantized_types():
+    f32 = Shape.of(DType.float32, [2])
+    with pytest.raises(ShapeError):
+        make_op("quantize_linear", to=DType.float32).compute_shape([f32, f32, f32])
+
+
+# -- integer matmuls --------------------------------------------------------------------------------
+@pytest.mark.parametrize("a_dtype,b_dtype", [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8)])
+def test_matmul_integer(a_dtype, b_dtype):
+    a = rng.integers(0, 100, (2, 3, 5)).astype(a_dtype)
+    b = rng.integers(-50 if b_dtype == np.int8 else 0, 100, (5, 4)).astype(b_dtype)
+    node_check("MatMulInteger", {"a": a, "b": b}, opset=10)
+    node_check("MatMulInteger", {"a": a, "b": b}, initializers={"az": np.array(7, a_dtype),
+                                                                "bz": np.array(3, b_dtype)}, opset=10)
+
+
+def test_matmul_integer_per_row_and_column_zero_points():
+    a = rng.integers(0, 255, (3, 5)).astype(np.uint8)
+    b = rng.integers(0, 255, (5, 4)).astype(np.uint8)
+    az, bz = np.array([1, 2, 3], np.uint8), np.array([4, 5, 6, 7], np.uint8)
+    model = make_model([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])], {"a": a, "b": b}, ["y"],
+                       {"az": az, "bz": bz}, opset=10)
+    # Neither ONNX Runtime nor the ONNX reference takes a per-row a_zero_point ([M]): numpy does.
+    expected = (a.astype(np.int32) - az[:, None]) @ (b.astype(np.int32) - bz)
+    assert_close(run_fusegraph(model, {"a": a, "b": b}), [expected])
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_qlinear_matmul(dtype):
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    a = rng.integers(lo, hi, (2, 3, 8)).astype(dtype)
+    b = rng.integers(lo, hi, (8, 4)).astype(dtype)
+    f = np.float32
+
+    def scalars(s, z):
+        return np.array(s, f), np.array(z, dtype)
+
+    (sa, za), (sb, zb), (sy, zy) = scalars(0.02, 3), scalars(0.03, -2 if dtype == np.int8 else 5), scalars(0.5, 1)
+    node_check("QLinearMatMul", {"a": a, "sa": sa, "za": za, "b": b, "sb": sb, "zb": zb, "sy": sy, "zy": zy},
+               opset=10)
