@@ -5,7 +5,7 @@ import pytest
 from onnx import helper
 
 import fusegraph
-from fusegraph.errors import ShapeError
+from fusegraph.errors import ParseError, ShapeError
 from fusegraph.ir.dtypes import DType
 from fusegraph.ir.op import make_op
 from fusegraph.ir.shape import Dim, Shape
@@ -245,6 +245,18 @@ def test_shape_errors_name_the_op():
         make_op("convolution").infer_shape([x, w])
     with pytest.raises(ShapeError, match="pooling"):
         make_op("pooling", lengths=(9, 9)).infer_shape([x])
+
+
+def test_converter_errors_name_the_node():
+    x = randn(1, 2, 6, 6)
+    bad_pads = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="c1", pads=[1, 1])], {"x": x}, ["y"],
+                          {"w": randn(3, 2, 3, 3)})
+    with pytest.raises(ParseError, match="'c1'.*pads"):
+        fusegraph.parse_onnx(bad_pads)
+    same = make_model([helper.make_node("MaxPool", ["x"], ["y"], name="p1", kernel_shape=[2, 2], auto_pad="SAME_UPPER")],
+                      {"x": x}, ["y"])
+    with pytest.raises(ParseError, match="'p1'.*static spatial"):
+        fusegraph.parse_onnx(same, map_dyn_input_dims={"x": [1, 2, (4, 8), 6]})
 
 
 def test_dynamic_batch_shape_rule():

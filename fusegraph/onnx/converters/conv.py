@@ -49,10 +49,11 @@ def window_pads(ctx, node, x, ks, strides, dils, dilate_same: bool = True) -> tu
     return tuple(begins + ends)
 
 
-def int_attrs(node, name: str, n: int, default: int) -> tuple[int, ...]:
+def int_attrs(ctx, node, name: str, n: int, default: int) -> tuple[int, ...]:
+    """An ints attribute of exactly `n` values (`n` copies of `default` when absent)."""
     v = node.attr(name, [default] * n)
     if len(v) != n:
-        raise ValueError(f"attribute {name} {v} needs {n} values")
+        raise ctx.error(f"attribute {name} {v} needs {n} values")
     return tuple(int(i) for i in v)
 
 
@@ -62,7 +63,7 @@ def conv_window(ctx, node, x, w) -> dict:
     if list(ks) != list(w.shape.lens[2:]):
         raise ctx.error(f"kernel_shape {ks} does not match weight {w.shape}")
     nsp = len(ks)
-    strides, dils = int_attrs(node, "strides", nsp, 1), int_attrs(node, "dilations", nsp, 1)
+    strides, dils = int_attrs(ctx, node, "strides", nsp, 1), int_attrs(ctx, node, "dilations", nsp, 1)
     pads = window_pads(ctx, node, x, ks, strides, dils)
     return dict(padding=pads, stride=strides, dilation=dils, group=int(node.attr("group", 1)))
 
@@ -99,8 +100,8 @@ def conv_transpose(ctx, node, args):
     if list(node.attr("kernel_shape", ks)) != ks:
         raise ctx.error(f"kernel_shape does not match weight {w.shape}")
     nsp = len(ks)
-    strides, dils = int_attrs(node, "strides", nsp, 1), int_attrs(node, "dilations", nsp, 1)
-    extra = list(int_attrs(node, "output_padding", nsp, 0))
+    strides, dils = int_attrs(ctx, node, "strides", nsp, 1), int_attrs(ctx, node, "dilations", nsp, 1)
+    extra = list(int_attrs(ctx, node, "output_padding", nsp, 0))
     auto = node.attr("auto_pad", "NOTSET")
     out_shape = node.attr("output_shape", None)
     if out_shape is None and auto not in ("SAME_UPPER", "SAME_LOWER"):
@@ -138,8 +139,8 @@ def col2im(ctx, node, args):
     x, image, block = args
     image_v, block_v = ctx.const_ints(image, "image_shape"), ctx.const_ints(block, "block_shape")
     nsp = image.shape.lens[0]
-    win = dict(padding=int_attrs(node, "pads", 2 * nsp, 0), stride=int_attrs(node, "strides", nsp, 1),
-               dilation=int_attrs(node, "dilations", nsp, 1))
+    win = dict(padding=int_attrs(ctx, node, "pads", 2 * nsp, 0), stride=int_attrs(ctx, node, "strides", nsp, 1),
+               dilation=int_attrs(ctx, node, "dilations", nsp, 1))
     if image_v is None or block_v is None:  # shapes known only at run time
         return ctx.add("col2im", x, ctx.convert(image, DType.int64), ctx.convert(block, DType.int64), **win)
     return ctx.add("col2im", x, image_lens=tuple(image_v), block_lens=tuple(block_v), **win)

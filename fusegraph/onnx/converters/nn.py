@@ -21,7 +21,7 @@ def pool_window(ctx, node, x) -> dict:
     nsp = len(ks)
     if x.shape.ndim != nsp + 2:
         raise ctx.error(f"kernel_shape {ks} does not fit input {x.shape}")
-    strides, dils = int_attrs(node, "strides", nsp, 1), int_attrs(node, "dilations", nsp, 1)
+    strides, dils = int_attrs(ctx, node, "strides", nsp, 1), int_attrs(ctx, node, "dilations", nsp, 1)
     return dict(lengths=tuple(ks), stride=strides, dilation=dils, ceil_mode=bool(node.attr("ceil_mode", 0)),
                 padding=window_pads(ctx, node, x, ks, strides, dils, dilate_same=False))
 
@@ -71,7 +71,7 @@ def max_unpool(ctx, node, args):
     else:
         ks = node.attr("kernel_shape")
         nsp = len(ks)
-        pads, strides = int_attrs(node, "pads", 2 * nsp, 0), int_attrs(node, "strides", nsp, 1)
+        pads, strides = int_attrs(ctx, node, "pads", 2 * nsp, 0), int_attrs(ctx, node, "strides", nsp, 1)
         lens = list(x.shape.lens[:2]) + [(n - 1) * s + k - pads[i] - pads[i + nsp]
                                          for i, (n, k, s) in enumerate(zip(x.shape.lens[2:], ks, strides, strict=True))]
     return ctx.add("max_unpool", x, idx, out_lens=tuple(lens))
