@@ -48,12 +48,12 @@ class Op:
 
     def compute_dynamic_shape(self, inputs: Sequence[AnyShape]) -> AnyShape:
         # Shape rules are monotonic in their input dims for every op we have: evaluating at the
-        # smallest and at the largest inputs bounds each output dim.
+        # smallest and at the largest inputs bounds each output dim. Unbounded dims are probed a
+        # little above their minimum: output dims that move with them are unbounded too, the
+        # others stay fixed.
         lo = self.compute_shape([_corner(s, "min") for s in inputs])
-        if any(_unbounded(s) for s in inputs):
-            return _merge(lo, None)
         hi = self.compute_shape([_corner(s, "max") for s in inputs])
-        return _merge(lo, hi)
+        return _merge(lo, hi, unbounded=any(_unbounded(s) for s in inputs))
 
     # -- reference --------------------------------------------------------------------------------
     def compute(self, args: list[np.ndarray]) -> Any:
@@ -76,7 +76,10 @@ def _corner(s: AnyShape, which: str) -> AnyShape:
         return s
     if which == "min":
         return Shape.of(s.dtype, s.min_lens)
-    return Shape.of(s.dtype, [d.max if d.max is not None else d.min for d in s.dims])
+    return Shape.of(s.dtype, [d.max if d.max is not None else d.min + _PROBE for d in s.dims])
+
+
+_PROBE = 7  # how far above its minimum an unbounded dim is probed
 
 
 def _unbounded(s: AnyShape) -> bool:
@@ -85,15 +88,13 @@ def _unbounded(s: AnyShape) -> bool:
     return any(d.max is None for d in s.dims)
 
 
-def _merge(lo: AnyShape, hi: AnyShape | None) -> AnyShape:
+def _merge(lo: AnyShape, hi: AnyShape, unbounded: bool) -> AnyShape:
     if isinstance(lo, TupleShape):
-        his = hi.elements if isinstance(hi, TupleShape) else [None] * len(lo.elements)
-        return TupleShape(tuple(_merge(a, b) for a, b in zip(lo.elements, his)))
-    if hi is None:
-        return Shape.dynamic(lo.dtype, [Dim(n, None) for n in lo.lens])
+        return TupleShape(tuple(_merge(a, b, unbounded) for a, b in zip(lo.elements, hi.elements)))
     if lo.ndim != hi.ndim:
         raise ShapeError(f"rank depends on the input dims ({lo} vs {hi})")
-    dims = [Dim(min(a, b), max(a, b)) for a, b in zip(lo.lens, hi.lens)]
+    dims = [Dim(a, a) if a == b else Dim(min(a, b), None if unbounded else max(a, b))
+            for a, b in zip(lo.lens, hi.lens)]
     return Shape.dynamic(lo.dtype, dims)
 
 

@@ -107,7 +107,7 @@ class OnnxParser:
             return Shape.of(dtype, self.map_input_dims[name])
         if name in self.map_dyn_input_dims:
             return Shape.dynamic(dtype, [_dim(d) for d in self.map_dyn_input_dims[name]])
-        lens = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else self.default_dim_value
+        lens = [d.dim_value if d.HasField("dim_value") else self.default_dim_value
                 for d in tt.shape.dim]
         return Shape.of(dtype, lens)
 
