@@ -41,7 +41,7 @@ class ControlOp(Op):
 
 
 def _require_scalar(op: Op, what: str, s: ValueShape, dtypes: tuple[DType, ...]) -> None:
-    if not isinstance(s, Shape) or s.dtype not in dtypes or s.is_dynamic or s.elements != 1:
+    if not isinstance(s, Shape) or s.dtype not in dtypes or not all(d.contains(1) for d in s.dims):
         raise ShapeError(f"{op.name}: {what} must be a one-element {'/'.join(d.value for d in dtypes)} tensor, got {s}")
 
 
