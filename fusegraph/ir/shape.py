@@ -61,9 +61,13 @@ class Shape:
         lens = tuple(int(n) for n in lens)
         if any(n < 0 for n in lens):
             raise ShapeError(f"negative dimension in {list(lens)}")
-        st = tuple(int(s) for s in strides) if strides is not None else None
-        if st is not None and (len(st) != len(lens) or st == standard_strides(lens)):
-            st = None if st == standard_strides(lens) else st
+        st = None
+        if strides is not None:
+            std = standard_strides(lens)
+            # the stride of a size-1 dim is never used: normalize it so equal layouts compare equal
+            st = tuple(int(s) if n != 1 else d for s, n, d in zip(strides, lens, std))
+            if st == std:
+                st = None
         return Shape(dtype, tuple(Dim.fixed(n) for n in lens), st)
 
     @staticmethod
