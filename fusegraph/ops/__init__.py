@@ -12,6 +12,7 @@ from . import (  # noqa: F401
     movement_dynamic,
     nn,
     opaque,
+    optional,
     pointwise,
     pool,
     quantize,

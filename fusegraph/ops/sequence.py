@@ -1,13 +1,10 @@
-"""Sequence and optional ops. At run time a sequence is a Python list of arrays and an optional is
-None or its value; their shapes are `SequenceShape` and `OptionalShape`.
+"""Sequence ops. At run time a sequence is a Python list of arrays; its shape is a `SequenceShape`.
 
-Ops that make a sequence or an optional are not `deterministic`: such a value is no tensor, so
-constant folding must not turn it into a literal.
+Ops that make a sequence are not `deterministic`: a sequence is no tensor, so constant folding
+must not turn it into a literal.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -16,7 +13,6 @@ from ..ir.dtypes import DType
 from ..ir.op import Op, OpKind, register_op
 from ..ir.shape import (
     Dim,
-    OptionalShape,
     SequenceShape,
     Shape,
     TupleShape,
@@ -289,53 +285,3 @@ class SequenceMap(ControlOp):
             for acc, v in zip(results, outs, strict=True):
                 acc.append(v)
         return tuple(results)
-
-
-# -- optionals --------------------------------------------------------------------------------------
-@register_op
-class MakeOptional(SequenceOp):
-    """Wrap a value as an optional; with no input, an empty optional of type `elem`."""
-
-    name = "optional"
-    deterministic = False
-    elem: Shape | SequenceShape | None = None
-
-    def compute_shape(self, inputs):
-        if inputs:
-            if isinstance(inputs[0], OptionalShape):
-                raise ShapeError(f"optional: cannot wrap an optional {inputs[0]}")
-            return OptionalShape(inputs[0])
-        if not isinstance(self.elem, (Shape, SequenceShape)):
-            raise ShapeError(f"optional: an empty optional needs a tensor or sequence element type, got {self.elem}")
-        return OptionalShape(self.elem)
-
-    def compute(self, args):
-        return args[0] if args else None
-
-
-@register_op
-class OptionalHasElement(SequenceOp):
-    name = "optional_has_element"
-
-    def compute_shape(self, inputs: Sequence[ValueShape]):
-        if not isinstance(inputs[0], OptionalShape):
-            raise ShapeError(f"optional_has_element: expected an optional, got {inputs[0]}")
-        return Shape.of(DType.bool, ())
-
-    def compute(self, args):
-        return np.array(args[0] is not None)
-
-
-@register_op
-class OptionalGetElement(SequenceOp):
-    name = "optional_get_element"
-
-    def compute_shape(self, inputs):
-        if not isinstance(inputs[0], OptionalShape):
-            raise ShapeError(f"optional_get_element: expected an optional, got {inputs[0]}")
-        return inputs[0].elem
-
-    def compute(self, args):
-        if args[0] is None:
-            raise ValueError("optional_get_element: the optional is empty")
-        return args[0]
