@@ -272,7 +272,10 @@ def _format_ins(ins: Instruction, names: dict[int, str], full: bool,
 _LINE = re.compile(r"(%\d+) = ([^\[\(<:\s]+)")
 
 
-def parse_program(text: str, literal_reader: LiteralReader | None = None) -> Program:
+def parse_program(text: str, literal_reader: LiteralReader | None = None, check_shapes: bool = True) -> Program:
+    """Read the text form back. With `check_shapes=False` every instruction takes the shape the text
+    gives instead of re-deriving it, in text order: only for text that this fusegraph printed and that
+    is known intact (a compiled file's checksummed IR), where re-deriving would only repeat the work."""
     from .program import Program
 
     program = Program.__new__(Program)
@@ -297,6 +300,7 @@ def parse_program(text: str, literal_reader: LiteralReader | None = None) -> Pro
         blocks[current.name].append((lineno, line))
     values: dict[str, Instruction] = {}
     parsed: set[str] = set()
+    memo: dict[str, Any] = {}  # shape and attribute texts already read: their values are immutable
 
     def parse_module(name: str) -> None:
         if name in parsed:
@@ -305,7 +309,8 @@ def parse_program(text: str, literal_reader: LiteralReader | None = None) -> Pro
         mod = program.get_or_create_module(name)
         for lineno, line in blocks.get(name, []):
             try:
-                _parse_ins(line, mod, program, values, parse_module, reader=literal_reader)
+                _parse_ins(line, mod, program, values, parse_module, reader=literal_reader,
+                           check_shapes=check_shapes, memo=memo)
             except IRError as e:
                 raise (e if str(e).startswith("line ") else IRError(f"line {lineno}: {e}")) from None
 
@@ -316,8 +321,18 @@ def parse_program(text: str, literal_reader: LiteralReader | None = None) -> Pro
 
 def _parse_ins(line: str, mod: Module, program: Program, values: dict[str, Instruction],
                parse_module: Callable[[str], None] = lambda name: None, *,
-               reader: LiteralReader | None = None) -> None:
+               reader: LiteralReader | None = None, check_shapes: bool = True,
+               memo: dict[str, Any] | None = None) -> None:
     from .builtin import Literal
+    from .module import Instruction
+
+    def read(parse: Callable[[str], Any], text: str) -> Any:
+        if memo is None:
+            return parse(text)
+        key = f"{parse.__name__}:{text}"
+        if key not in memo:
+            memo[key] = parse(text)
+        return memo[key]
 
     if line.startswith("@return"):
         inner = line[len("@return("):-1]
@@ -347,8 +362,10 @@ def _parse_ins(line: str, mod: Module, program: Program, values: dict[str, Instr
         rest = rest[end + 1:].strip()
     if not rest.startswith(":"):
         raise IRError(f"missing ': shape' in {line!r}")
-    shape = parse_shape(rest[1:])
-    if opname == "@literal":
+    shape = read(parse_shape, rest[1:])
+    if opname == "@literal" and not check_shapes:
+        ins = mod._attach(Instruction(Literal(_parse_literal(attrs_text, shape, reader)), [], shape), None)
+    elif opname == "@literal":
         ins = mod.add_literal(_parse_literal(attrs_text, shape, reader))
         ins.op = Literal(ins.op.value.reshape(shape.lens)) if ins.shape != shape else ins.op
     elif opname == "@param":
@@ -360,14 +377,17 @@ def _parse_ins(line: str, mod: Module, program: Program, values: dict[str, Instr
         for item in _split_top(attrs_text, ","):
             if item.strip():
                 key, _, val = item.partition("=")
-                kwargs[key.strip()] = parse_value(val)
+                kwargs[key.strip()] = read(parse_value, val)
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = set(kwargs) - fields
         if unknown:
             raise IRError(f"op {opname} has no attributes {sorted(unknown)}")
-        ins = mod.add(cls(**kwargs), *inputs, module_args=module_args)
-        if str(ins.shape) != str(shape):
-            raise IRError(f"{opname}: text says {shape}, the shape rule gives {ins.shape}")
+        if not check_shapes:
+            ins = mod._attach(Instruction(cls(**kwargs), inputs, shape, module_args), None)
+        else:
+            ins = mod.add(cls(**kwargs), *inputs, module_args=module_args)
+            if str(ins.shape) != str(shape):
+                raise IRError(f"{opname}: text says {shape}, the shape rule gives {ins.shape}")
     values[name] = ins
 
 

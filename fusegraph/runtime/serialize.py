@@ -138,6 +138,8 @@ def load_buffer(data: bytes | bytearray | memoryview, *, verify_key: signing.Key
 
 
 def _load(c: Container, verify_key: signing.Key | None, integrity: str) -> Program:
+    from .. import __version__
+
     if integrity not in INTEGRITY_MODES:
         raise ValueError(f"integrity must be one of {INTEGRITY_MODES}, not {integrity!r}")
     key = signing.resolve_key(verify_key)
@@ -152,7 +154,9 @@ def _load(c: Container, verify_key: signing.Key | None, integrity: str) -> Progr
         raise c.error(f"it must hold one IR part named 'ir', it holds {kinds['ir']}")
     eager = key is not None or integrity == "eager"
     c.verify(kinds["ir"] + kinds["artifact"] + (kinds["weights"] if eager else []))
-    program = _parse_ir(c)
+    # The IR's shapes were derived and verified when it was compiled, and its checksum holds: re-derive
+    # them only when asked to check everything, or when another fusegraph (other shape rules) wrote it.
+    program = _parse_ir(c, check_shapes=eager or c.manifest.get("fusegraph_version") != __version__)
     program.metadata = metadata
     _check_specs(c, program)
     artifacts = {n[len(_ARTIFACT):]: c.part(n) for n in kinds["artifact"]}
@@ -207,7 +211,7 @@ def _target(c: Container, name: str):
                           f"which cannot run here: {e}") from None
 
 
-def _parse_ir(c: Container) -> Program:
+def _parse_ir(c: Container, check_shapes: bool) -> Program:
     def read_literal(key: str, shape: Shape) -> np.ndarray:
         part = c.parts.get(_WEIGHTS + key)
         if part is None or part.kind != "weights":
@@ -222,7 +226,7 @@ def _parse_ir(c: Container) -> Program:
         return np.frombuffer(c.data, shape.dtype.np, count, part.offset).reshape(shape.lens)
 
     try:
-        program = parse_program(str(c.part("ir"), "utf-8"), literal_reader=read_literal)
+        program = parse_program(str(c.part("ir"), "utf-8"), literal_reader=read_literal, check_shapes=check_shapes)
     except CompiledFileError:
         raise
     except (FusegraphError, ValueError, TypeError, AttributeError, KeyError, IndexError, ArithmeticError,
