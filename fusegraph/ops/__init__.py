@@ -1,6 +1,7 @@
 """Every op, registered by importing its family module. Look ops up with `fusegraph.ir.get_op_class`."""
 
 from . import (  # noqa: F401
+    attention,
     control,
     conv,
     fused,

@@ -152,3 +152,43 @@ def attention(ctx, node, args):
     if qk_out is None:
         raise ctx.error(f"qk_matmul_output_mode {mode} is not 0, 1, 2 or 3")
     return [y, present_k, present_v, qk_out]
+
+
+# -- LinearAttention --------------------------------------------------------------------------------
+_RULES = {"linear": (False, False), "gated": (True, False), "delta": (False, True), "gated_delta": (True, True)}
+
+
+def _per_step(ctx, x: Instruction, n_heads: int, what: str) -> Instruction:
+    """A (B, T, n) or (B, T, n*d) gate as (B, n, T, 1) or (B, n, T, d)."""
+    b, t, width = x.shape.lens
+    if width % n_heads:
+        raise ctx.error(f"{what} {x.shape} does not split into {n_heads} heads")
+    return ctx.add("transpose", ctx.reshape(x, [b, t, n_heads, width // n_heads]), perm=(0, 2, 1, 3))
+
+
+@converter("LinearAttention", since=27)
+def linear_attention(ctx, node, args):
+    query, key, value = args[0], args[1], args[2]
+    past, decay, beta = (args[k] if len(args) > k else None for k in (3, 4, 5))
+    rule = node.attr("update_rule", "gated_delta")
+    if rule not in _RULES:
+        raise ctx.error(f"update_rule {rule!r} is not one of {sorted(_RULES)}")
+    gated, delta = _RULES[rule]
+    if gated != (decay is not None) or delta != (beta is not None):
+        raise ctx.error(f"update_rule {rule!r} takes {'a' if gated else 'no'} decay and {'a' if delta else 'no'} beta")
+    hq, hkv = node.attr("q_num_heads"), node.attr("kv_num_heads")
+    q, k, v = _heads(ctx, query, hq, "query"), _heads(ctx, key, hkv, "key"), _heads(ctx, value, hkv, "value")
+    b, _, t, dk = q.shape.lens
+    dv = v.shape.lens[3]
+    if past is None:  # no past: a zero state, returned in the query's dtype
+        past = ctx.literal(np.zeros((b, hkv, dk, dv), query.shape.dtype.np))
+    extras = []
+    if gated:  # per-head (B, T, Hkv) or per-key-dim (B, T, Hkv*dk) log decay
+        extras.append(_per_step(ctx, decay, hkv, "decay"))
+    if delta:  # (B, T, Hkv) or (B, T, 1)
+        extras.append(_per_step(ctx, beta, beta.shape.lens[2], "beta"))
+    scale = node.attr("scale", 0.0) or 1.0 / math.sqrt(dk)
+    out = ctx.add("linear_attention", q, k, v, past, *extras, gated=gated, delta=delta, scale=scale)
+    o, state = ctx.tuple_elems(out, 2)
+    o = ctx.reshape(ctx.add("transpose", o, perm=(0, 2, 1, 3)), [b, t, hq * dv])
+    return [o, state]
