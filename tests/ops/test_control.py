@@ -179,3 +179,21 @@ def test_scan_opset8_batched_with_sequence_lens():
     model = _scan_model(8, {"directions": [1]}, xs, extra_inputs=["lens"])
     got = fusegraph.parse_onnx(model).compile(fusegraph.get_target("ref")).run(xs)
     assert_close(got, run_ort(model, xs))
+
+
+def test_silero_vad_matches_ort():
+    # If (one branch per sample rate, the other cannot work for a 512-sample chunk) + LSTM, streamed
+    silero = pytest.importorskip("silero_vad")
+    import importlib.resources
+
+    import onnx
+
+    model = onnx.load(str(importlib.resources.files(silero) / "data" / "silero_vad.onnx"))
+    program = fusegraph.parse_onnx(model, map_input_dims={"input": [2, 512], "state": [2, 2, 128]})
+    program.compile(fusegraph.get_target("ref"))
+    state = ort_state = np.zeros((2, 2, 128), np.float32)
+    for _ in range(2):
+        x = rng.standard_normal((2, 512)).astype(np.float32) * 0.1
+        out, state = program.run({"input": x, "state": state, "sr": np.array(16000, np.int64)})
+        expected, ort_state = run_ort(model, {"input": x, "state": ort_state, "sr": np.array(16000, np.int64)})
+        assert_close([out, state], [expected, ort_state])
