@@ -96,10 +96,7 @@ def _has_symbolic_dims(model: onnx.ModelProto, inits: set[str]) -> bool:
         if vi.name in inits or not vi.type.HasField("tensor_type"):
             continue
         tt = vi.type.tensor_type
-        # The parser reads a 0 dim as unknown (as MIGraphX does), so empty inputs also take their
-        # dims from the data.
-        if not tt.HasField("shape") or any(not d.HasField("dim_value") or d.dim_value == 0
-                                           for d in tt.shape.dim):
+        if not tt.HasField("shape") or any(not d.HasField("dim_value") for d in tt.shape.dim):
             return True
     return False
 
