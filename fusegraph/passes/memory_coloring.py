@@ -18,6 +18,7 @@ from ..ir.shape import Shape
 ALIGNMENT = 64
 # Ops whose result is a view of their first input (no buffer of their own).
 VIEW_OPS = frozenset({"broadcast", "transpose", "get_tuple_elem", "identity"})
+RESHAPES = frozenset({"reshape", "squeeze", "unsqueeze", "flatten"})
 
 
 @dataclasses.dataclass
@@ -49,7 +50,8 @@ def is_view(ins: Instruction) -> bool:
     if ins.op.name in VIEW_OPS:
         return True
     # a reshape of a standard tensor only renames its elements
-    return ins.op.name == "reshape" and isinstance(ins.inputs[0].shape, Shape) and ins.inputs[0].shape.standard
+    return (ins.op.name in RESHAPES and isinstance(ins.inputs[0].shape, Shape)
+            and not ins.inputs[0].shape.is_dynamic and ins.inputs[0].shape.standard)
 
 
 def plan_buffers(module: Module) -> list[Buffer] | None:

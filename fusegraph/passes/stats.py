@@ -7,12 +7,13 @@ import dataclasses
 from ..ir.op import OpKind
 from ..ir.program import Program
 from .flops import instruction_flops
-from .memory_coloring import max_live, plan_buffers
+from .memory_coloring import is_view, max_live, plan_buffers
 
 
 @dataclasses.dataclass
 class ProgramStats:
     instructions: int       # instructions that do work (no params, literals, return)
+    kernels: int            # of those, the ones that are not views (what a target launches)
     fused_kernels: int      # fused_* instructions
     flops: int
     constant_bytes: int     # bytes of literals
@@ -25,7 +26,7 @@ class ProgramStats:
 
 
 def program_stats(program: Program) -> ProgramStats:
-    work = fused = flops = const = 0
+    work = kernels = fused = flops = const = 0
     for mod in program.modules_in_order():
         for ins in mod.instructions:
             if ins.is_literal:
@@ -33,9 +34,10 @@ def program_stats(program: Program) -> ProgramStats:
             if ins.op.kind is OpKind.BUILTIN:
                 continue
             work += 1
+            kernels += not is_view(ins)
             fused += ins.op.name.startswith("fused_")
             flops += instruction_flops(ins)
     buffers = plan_buffers(program.main) or []
     plan = program.main.memory_plan
-    return ProgramStats(work, fused, flops, const, sum(b.size for b in buffers), max_live(buffers),
+    return ProgramStats(work, kernels, fused, flops, const, sum(b.size for b in buffers), max_live(buffers),
                         plan.arena_bytes if plan is not None else None)

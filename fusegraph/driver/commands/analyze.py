@@ -22,11 +22,11 @@ def _mb(n: int | None) -> str:
 
 
 def _row(name: str, runs: str, seconds: str, s) -> list[str]:
-    return [name, runs, seconds, str(s.instructions), str(s.fused_kernels), f"{s.flops / 1e9:.3f}",
+    return [name, runs, seconds, str(s.instructions), str(s.kernels), str(s.fused_kernels), f"{s.flops / 1e9:.3f}",
             _mb(s.constant_bytes), _mb(s.activation_bytes), _mb(s.arena_bytes), _mb(s.max_live_bytes)]
 
 
-COLUMNS = ["pass", "runs (changed)", "ms", "instructions", "fused", "GFLOP", "const MiB", "activ. MiB",
+COLUMNS = ["pass", "runs (changed)", "ms", "instructions", "kernels", "fused", "GFLOP", "const MiB", "activ. MiB",
            "arena MiB", "max-live MiB"]
 
 
@@ -40,8 +40,9 @@ def run(args: argparse.Namespace) -> int:
     rows = [_row("(parsed)", "", "", a.parsed)]
     rows += [_row(r.name, f"{r.runs} ({r.changed})", f"{r.seconds * 1e3:.1f}", r.stats) for r in a.rows]
     fewer = 1 - a.final.instructions / max(a.parsed.instructions, 1)
+    fewer_k = 1 - a.final.kernels / max(a.parsed.kernels, 1)
     rows.append(_row("total", "", f"{a.seconds * 1e3:.1f}", a.final))
-    caption = (f"{fewer:.1%} fewer instructions; FLOPs {a.final.flops / max(a.parsed.flops, 1):.1%} of parsed; "
+    caption = (f"{fewer:.1%} fewer instructions, {fewer_k:.1%} fewer kernels; FLOPs {a.final.flops / max(a.parsed.flops, 1):.1%} of parsed; "
                f"arena / max-live = {(a.final.arena_bytes or 0) / max(a.final.max_live_bytes, 1):.3f}")
     if args.markdown:
         print("| " + " | ".join(COLUMNS) + " |")
