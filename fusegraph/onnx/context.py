@@ -145,6 +145,7 @@ class Context:
     def parse_subgraph(self, graph: Any, name: str, input_shapes: Sequence[Any] | None = None) -> Module:
         return self.parser.parse_subgraph(graph, name, self, input_shapes)
 
-    def inline_subgraph(self, graph: Any) -> list[Instruction]:
-        """Parse an input-less subgraph (an If branch known at parse time) into this module."""
-        return self.parser.inline_subgraph(graph, self)
+    def inline_subgraph(self, graph: Any, inputs: Sequence[Instruction] = ()) -> list[Instruction]:
+        """Parse a subgraph into this module with its inputs bound to `inputs` (none for an If
+        branch known at parse time); return its outputs."""
+        return self.parser.inline_subgraph(graph, self, inputs)

@@ -194,13 +194,17 @@ class OnnxParser:
         mod.add_return(*outs)
         return mod
 
-    def inline_subgraph(self, graph: onnx.GraphProto, parent_ctx: Context) -> list[Instruction]:
-        """Parse an input-less subgraph's nodes into the current module; return its outputs.
+    def inline_subgraph(self, graph: onnx.GraphProto, parent_ctx: Context,
+                        inputs: Sequence[Instruction] = ()) -> list[Instruction]:
+        """Parse a subgraph's nodes into the current module, its inputs bound to `inputs`; return
+        its outputs.
 
-        For a branch chosen at parse time (an If whose condition is a constant)."""
-        if len(graph.input):
-            raise ParseError(f"subgraph {graph.name!r} has inputs: it cannot be inlined")
-        scope: dict[str, Instruction] = {}
+        For a branch chosen at parse time (an If whose condition is a constant), and for graphs an
+        op applies in place (FlexAttention's score_mod / prob_mod)."""
+        if len(graph.input) != len(inputs):
+            raise ParseError(f"subgraph {graph.name!r} has {len(graph.input)} inputs, {len(inputs)} given: "
+                             "it cannot be inlined")
+        scope: dict[str, Instruction] = {vi.name: x for vi, x in zip(graph.input, inputs)}
         for init in graph.initializer:
             scope[init.name] = parent_ctx.literal(self._initializer(init))
         scopes = list(getattr(parent_ctx, "scopes", [])) + [scope]

@@ -154,6 +154,33 @@ def attention(ctx, node, args):
     return [y, present_k, present_v, qk_out]
 
 
+# -- FlexAttention (ai.onnx.preview) ---------------------------------------------------------------
+@converter("FlexAttention", domain="ai.onnx.preview", since=1)
+def flex_attention(ctx, node, args):
+    """softmax(score_mod(q @ k^T * scale)) -> prob_mod -> @ v, the modifier graphs inlined in place."""
+    q, k, v = args[0], args[1], args[2]
+    if any(x.shape.ndim != 4 for x in (q, k, v)):
+        raise ctx.error(f"FlexAttention takes rank-4 Q, K, V, got {q.shape}, {k.shape}, {v.shape}")
+    hq, hkv = q.shape.lens[1], k.shape.lens[1]
+    if hq % hkv:
+        raise ctx.error(f"q heads ({hq}) are not a multiple of kv heads ({hkv})")
+    k, v = _repeat_heads(ctx, k, hq // hkv), _repeat_heads(ctx, v, hq // hkv)
+    # sqrt(scale) on each of q and k, taken in float32 and cast to the input type (as the spec does)
+    root = ctx.scalar_like(np.sqrt(np.float32(node.attr("scale", 1.0 / math.sqrt(q.shape.lens[3])))), q)
+    scores = ctx.add("dot", ctx.pointwise("mul", q, root),
+                     ctx.add("transpose", ctx.pointwise("mul", k, root), perm=(0, 1, 3, 2)))
+    precision = node.attr("softmax_precision", 0)
+    work = DType.from_onnx(precision) if precision else (
+        DType.float32 if q.shape.dtype.itemsize < 4 else q.shape.dtype)
+    scores = ctx.convert(scores, work)
+    if node.has("score_mod"):
+        scores = ctx.convert(ctx.inline_subgraph(node.attr("score_mod"), [scores])[0], work)
+    probs = ctx.add("softmax", scores, axis=3)
+    if node.has("prob_mod"):
+        probs = ctx.convert(ctx.inline_subgraph(node.attr("prob_mod"), [probs])[0], work)
+    return ctx.convert(ctx.add("dot", probs, ctx.convert(v, work)), v.shape.dtype)
+
+
 # -- LinearAttention --------------------------------------------------------------------------------
 _RULES = {"linear": (False, False), "gated": (True, False), "delta": (False, True), "gated_delta": (True, True)}
 
