@@ -27,12 +27,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import IRError
+from .builtin import Literal
 from .dtypes import DType
+from .module import Instruction
 from .op import Op, get_op_class
 from .shape import AnyShape, Dim, OptionalShape, SequenceShape, Shape, TupleShape
 
 if TYPE_CHECKING:
-    from .module import Instruction, Module
+    from .module import Module
     from .program import Program
 
 INLINE_LITERAL_MAX = 16
@@ -300,7 +302,7 @@ def parse_program(text: str, literal_reader: LiteralReader | None = None, check_
         blocks[current.name].append((lineno, line))
     values: dict[str, Instruction] = {}
     parsed: set[str] = set()
-    memo: dict[str, Any] = {}  # shape and attribute texts already read: their values are immutable
+    memo: dict[str, Any] = {}  # shape and op texts already read (see _read)
 
     def parse_module(name: str) -> None:
         if name in parsed:
@@ -323,17 +325,6 @@ def _parse_ins(line: str, mod: Module, program: Program, values: dict[str, Instr
                parse_module: Callable[[str], None] = lambda name: None, *,
                reader: LiteralReader | None = None, check_shapes: bool = True,
                memo: dict[str, Any] | None = None) -> None:
-    from .builtin import Literal
-    from .module import Instruction
-
-    def read(parse: Callable[[str], Any], text: str) -> Any:
-        if memo is None:
-            return parse(text)
-        key = f"{parse.__name__}:{text}"
-        if key not in memo:
-            memo[key] = parse(text)
-        return memo[key]
-
     if line.startswith("@return"):
         inner = line[len("@return("):-1]
         mod.add_return(*[_lookup(values, a) for a in _split_top(inner, ",") if a.strip()])
@@ -362,7 +353,7 @@ def _parse_ins(line: str, mod: Module, program: Program, values: dict[str, Instr
         rest = rest[end + 1:].strip()
     if not rest.startswith(":"):
         raise IRError(f"missing ': shape' in {line!r}")
-    shape = read(parse_shape, rest[1:])
+    shape = _read(memo, parse_shape, rest[1:])
     if opname == "@literal" and not check_shapes:
         ins = mod._attach(Instruction(Literal(_parse_literal(attrs_text, shape, reader)), [], shape), None)
     elif opname == "@literal":
@@ -372,23 +363,39 @@ def _parse_ins(line: str, mod: Module, program: Program, values: dict[str, Instr
         pname = parse_value(attrs_text.split("=", 1)[1])
         ins = mod.add_parameter(pname, shape)
     else:
-        cls = get_op_class(opname)
-        kwargs = {}
-        for item in _split_top(attrs_text, ","):
-            if item.strip():
-                key, _, val = item.partition("=")
-                kwargs[key.strip()] = read(parse_value, val)
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(kwargs) - fields
-        if unknown:
-            raise IRError(f"op {opname} has no attributes {sorted(unknown)}")
+        op = _read(memo, parse_op, f"{opname}[{attrs_text}]")
         if not check_shapes:
-            ins = mod._attach(Instruction(cls(**kwargs), inputs, shape, module_args), None)
+            ins = mod._attach(Instruction(op, inputs, shape, module_args), None)
         else:
-            ins = mod.add(cls(**kwargs), *inputs, module_args=module_args)
+            ins = mod.add(op, *inputs, module_args=module_args)
             if str(ins.shape) != str(shape):
                 raise IRError(f"{opname}: text says {shape}, the shape rule gives {ins.shape}")
     values[name] = ins
+
+
+def parse_op(text: str) -> Op:
+    """The inverse of `format_op`: `name[key=value, ...]` (or `name`) -> the op."""
+    opname, _, attrs_text = text.partition("[")
+    cls = get_op_class(opname)
+    kwargs = {}
+    for item in _split_top(attrs_text[:-1], ","):
+        if item.strip():
+            key, _, val = item.partition("=")
+            kwargs[key.strip()] = parse_value(val)
+    unknown = set(kwargs) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise IRError(f"op {opname} has no attributes {sorted(unknown)}")
+    return cls(**kwargs)
+
+
+def _read(memo: dict[str, Any] | None, parse: Callable[[str], Any], text: str) -> Any:
+    """parse(text), remembered in `memo`: a program repeats its shapes and ops, whose values are immutable."""
+    if memo is None:
+        return parse(text)
+    key = f"{parse.__name__}:{text}"
+    if key not in memo:
+        memo[key] = parse(text)
+    return memo[key]
 
 
 def _lookup(values: dict[str, Instruction], ref: str) -> Instruction:
