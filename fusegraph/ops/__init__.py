@@ -9,6 +9,7 @@ from . import (  # noqa: F401
     grid_sample,
     indexing,
     layout,
+    misc,
     movement,
     movement_dynamic,
     nn,
@@ -22,6 +23,7 @@ from . import (  # noqa: F401
     rnn,
     select,
     sequence,
+    signal,
     tensor,
 )
 from .pointwise import PointwiseOp

@@ -7,6 +7,8 @@ from . import (  # noqa: F401
     elementwise,
     gemm,
     indexing,
+    loss,
+    misc,
     movement,
     nn,
     quantize,
@@ -14,5 +16,7 @@ from . import (  # noqa: F401
     resize,
     rnn,
     sequence,
+    signal,
     tensor,
+    training,
 )
