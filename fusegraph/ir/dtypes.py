@@ -11,16 +11,19 @@ from onnx import TensorProto
 
 class DType(enum.Enum):
     bool = "bool"
+    int2 = "int2"
     int4 = "int4"
     int8 = "int8"
     int16 = "int16"
     int32 = "int32"
     int64 = "int64"
+    uint2 = "uint2"
     uint4 = "uint4"
     uint8 = "uint8"
     uint16 = "uint16"
     uint32 = "uint32"
     uint64 = "uint64"
+    float4_e2m1fn = "float4_e2m1fn"
     float8_e4m3fn = "float8_e4m3fn"
     float8_e4m3fnuz = "float8_e4m3fnuz"
     float8_e5m2 = "float8_e5m2"
@@ -81,16 +84,19 @@ class DType(enum.Enum):
 
 _NUMPY = {
     DType.bool: np.dtype(np.bool_),
+    DType.int2: np.dtype(ml_dtypes.int2),
     DType.int4: np.dtype(ml_dtypes.int4),
     DType.int8: np.dtype(np.int8),
     DType.int16: np.dtype(np.int16),
     DType.int32: np.dtype(np.int32),
     DType.int64: np.dtype(np.int64),
+    DType.uint2: np.dtype(ml_dtypes.uint2),
     DType.uint4: np.dtype(ml_dtypes.uint4),
     DType.uint8: np.dtype(np.uint8),
     DType.uint16: np.dtype(np.uint16),
     DType.uint32: np.dtype(np.uint32),
     DType.uint64: np.dtype(np.uint64),
+    DType.float4_e2m1fn: np.dtype(ml_dtypes.float4_e2m1fn),
     DType.float8_e4m3fn: np.dtype(ml_dtypes.float8_e4m3fn),
     DType.float8_e4m3fnuz: np.dtype(ml_dtypes.float8_e4m3fnuz),
     DType.float8_e5m2: np.dtype(ml_dtypes.float8_e5m2),
@@ -107,16 +113,19 @@ _FROM_NUMPY = {v: k for k, v in _NUMPY.items()}
 
 _TO_ONNX = {
     DType.bool: TensorProto.BOOL,
+    DType.int2: TensorProto.INT2,
     DType.int4: TensorProto.INT4,
     DType.int8: TensorProto.INT8,
     DType.int16: TensorProto.INT16,
     DType.int32: TensorProto.INT32,
     DType.int64: TensorProto.INT64,
+    DType.uint2: TensorProto.UINT2,
     DType.uint4: TensorProto.UINT4,
     DType.uint8: TensorProto.UINT8,
     DType.uint16: TensorProto.UINT16,
     DType.uint32: TensorProto.UINT32,
     DType.uint64: TensorProto.UINT64,
+    DType.float4_e2m1fn: TensorProto.FLOAT4E2M1,
     DType.float8_e4m3fn: TensorProto.FLOAT8E4M3FN,
     DType.float8_e4m3fnuz: TensorProto.FLOAT8E4M3FNUZ,
     DType.float8_e5m2: TensorProto.FLOAT8E5M2,
@@ -132,10 +141,10 @@ _TO_ONNX = {
 _FROM_ONNX = {v: k for k, v in _TO_ONNX.items()}
 
 FLOAT_TYPES = frozenset(
-    {DType.float16, DType.bfloat16, DType.float32, DType.float64, DType.float8_e4m3fn,
+    {DType.float16, DType.bfloat16, DType.float32, DType.float64, DType.float4_e2m1fn, DType.float8_e4m3fn,
      DType.float8_e4m3fnuz, DType.float8_e5m2, DType.float8_e5m2fnuz}
 )
 INT_TYPES = frozenset(
-    {DType.int4, DType.int8, DType.int16, DType.int32, DType.int64,
-     DType.uint4, DType.uint8, DType.uint16, DType.uint32, DType.uint64}
+    {DType.int2, DType.int4, DType.int8, DType.int16, DType.int32, DType.int64,
+     DType.uint2, DType.uint4, DType.uint8, DType.uint16, DType.uint32, DType.uint64}
 )

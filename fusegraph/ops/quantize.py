@@ -22,12 +22,15 @@ INT_RANGES = {
     DType.uint8: (0, 255), DType.int8: (-128, 127),
     DType.uint16: (0, 65535), DType.int16: (-32768, 32767),
     DType.uint4: (0, 15), DType.int4: (-8, 7),
+    DType.uint2: (0, 3), DType.int2: (-2, 1),
 }
-FLOAT8 = (DType.float8_e4m3fn, DType.float8_e4m3fnuz, DType.float8_e5m2, DType.float8_e5m2fnuz)
+# Float types ONNX quantizes to: no zero point (it must be 0), rounding in the conversion.
+FLOAT_QUANT = (DType.float8_e4m3fn, DType.float8_e4m3fnuz, DType.float8_e5m2, DType.float8_e5m2fnuz,
+               DType.float4_e2m1fn)
 
 
 def _check_quantized(op, dtype: DType) -> None:
-    if dtype not in INT_RANGES and dtype not in FLOAT8:
+    if dtype not in INT_RANGES and dtype not in FLOAT_QUANT:
         raise ShapeError(f"{op}: {dtype} is not a quantized type")
 
 
@@ -35,8 +38,9 @@ def _check_quantized(op, dtype: DType) -> None:
 class QuantizeLinear(PointwiseOp):
     """y = saturate(round_half_even(x / scale) + zero_point), as `to`.
 
-    Float8 results take no zero point (ONNX requires it to be 0) and round in the conversion; with
-    `saturate` out-of-range values clamp to the largest finite value instead of becoming inf/nan.
+    Float results (float8, float4) take no zero point (ONNX requires it to be 0) and round in the
+    conversion; with `saturate` out-of-range values clamp to the largest finite value instead of
+    becoming inf/nan (float4 has neither, so it always saturates).
     The division happens in x's dtype (the frontend converts x and scale for `precision`)."""
 
     name = "quantize_linear"

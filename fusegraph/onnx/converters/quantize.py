@@ -13,7 +13,7 @@ import numpy as np
 
 from ...ir.dtypes import DType
 from ...ir.module import Instruction
-from ...ops.quantize import FLOAT8, INT_RANGES
+from ...ops.quantize import FLOAT_QUANT, INT_RANGES
 from ..registry import converter
 from .gemm import broadcast_to, matmul
 from .reduce import normalize_axes
@@ -61,7 +61,7 @@ def quantize_linear(ctx, node, args):
     to = zp.shape.dtype if zp is not None else DType.from_onnx(attr_type) if attr_type else DType.uint8
     if attr_type and DType.from_onnx(attr_type) != to:
         raise ctx.error(f"output_dtype {DType.from_onnx(attr_type)} differs from the zero point's {to}")
-    if to not in INT_RANGES and to not in FLOAT8:
+    if to not in INT_RANGES and to not in FLOAT_QUANT:
         raise ctx.error(f"cannot quantize to {to}")
     # x / scale runs in `precision`, else in x's dtype when x and scale agree, else in float32.
     precision = node.attr("precision", 0)
