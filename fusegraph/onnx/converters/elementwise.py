@@ -65,6 +65,10 @@ def gelu(ctx, node, args):
 @converter("PRelu")
 def prelu(ctx, node, args):
     x, slope = args
+    s, xs = slope.shape, x.shape
+    if node.opset < 7 and s.ndim == 1 and xs.ndim > 2 and s.lens[0] == xs.lens[1] != xs.lens[-1]:
+        # before opset 7 a 1-D slope is per channel (axis 1), not numpy-broadcast on the last axis
+        slope = ctx.reshape(slope, (s.lens[0],) + (1,) * (xs.ndim - 2))
     zero = ctx.scalar_like(0, x)
     xb, sb, zb = ctx.broadcast(x, slope, zero)
     return ctx.add("where", ctx.add("greater_equal", xb, zb), xb, ctx.add("mul", xb, sb))
