@@ -102,7 +102,7 @@ def _load_light(url: str, name: str):
     return model, [(ins, outs)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cases(kind: str) -> tuple[Case, ...]:
     from onnx.backend.test.loader import load_model_tests
 
