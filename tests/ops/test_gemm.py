@@ -3,13 +3,14 @@
 import numpy as np
 import pytest
 from onnx import helper
+from onnx.reference import ReferenceEvaluator
 
 import fusegraph
 from fusegraph.errors import ShapeError
 from fusegraph.ir.dtypes import DType
 from fusegraph.ir.op import make_op
 from fusegraph.ir.shape import Shape
-from tests.util import make_model, node_check
+from tests.util import assert_close, make_model, node_check, run_fusegraph
 
 rng = np.random.default_rng(0)
 
@@ -117,3 +118,42 @@ def test_attention_3d_with_mask_and_cache():
 def test_attention_float_mask():
     inputs = {"q": randn(1, 2, 3, 4), "k": randn(1, 2, 5, 4), "v": randn(1, 2, 5, 4), "mask": randn(3, 5)}
     attention_check(inputs, {"qk_matmul_output_mode": 2}, n_outputs=4)
+
+
+def reference_check(op_type, inputs, attrs, opset, domain="", extra_opsets=None, names=None):
+    """One node against the ONNX reference (ONNX Runtime has neither LinearAttention nor FlexAttention)."""
+    node = helper.make_node(op_type, names or list(inputs), ["y"], domain=domain, **attrs)
+    model = make_model([node], inputs, ["y"], opset=opset, extra_opsets=extra_opsets)
+    assert_close(run_fusegraph(model, inputs), ReferenceEvaluator(model).run(None, inputs))
+
+
+@pytest.mark.parametrize("rule", ["linear", "gated", "delta", "gated_delta"])
+def test_linear_attention(rule):
+    b, t, hq, hkv, dk, dv = 2, 5, 4, 2, 3, 2
+    inputs = {"q": randn(b, t, hq * dk), "k": randn(b, t, hkv * dk) / 2, "v": randn(b, t, hkv * dv),
+              "state": randn(b, hkv, dk, dv)}
+    if rule.startswith("gated"):
+        inputs["decay"] = -np.abs(randn(b, t, hkv * dk))  # per-key-dim log decay
+    if rule.endswith("delta"):
+        inputs["beta"] = rng.random((b, t, hkv)).astype(np.float32)
+    names = ["q", "k", "v", "state", "decay" if "decay" in inputs else "", "beta" if "beta" in inputs else ""]
+    reference_check("LinearAttention", inputs, {"update_rule": rule, "q_num_heads": hq, "kv_num_heads": hkv},
+                    opset=27, names=names)
+
+
+@pytest.mark.parametrize("with_mods", [False, True])
+def test_flex_attention(with_mods):
+    inputs = {"q": randn(1, 4, 3, 8), "k": randn(1, 2, 5, 8), "v": randn(1, 2, 5, 6)}
+    attrs = {}
+    if with_mods:  # score_mod: softcap 5 * tanh(s / 5); prob_mod: halve
+        s = helper.make_tensor_value_info("s", 1, None)
+        half = helper.make_tensor("half", 1, [], [0.5])
+        five = helper.make_tensor("five", 1, [], [5.0])
+        attrs["score_mod"] = helper.make_graph(
+            [helper.make_node("Div", ["s", "five"], ["d"]), helper.make_node("Tanh", ["d"], ["t"]),
+             helper.make_node("Mul", ["t", "five"], ["o"])], "cap", [s],
+            [helper.make_tensor_value_info("o", 1, None)], [five])
+        attrs["prob_mod"] = helper.make_graph([helper.make_node("Mul", ["s", "half"], ["o"])], "halve", [s],
+                                              [helper.make_tensor_value_info("o", 1, None)], [half])
+    reference_check("FlexAttention", inputs, attrs, opset=26, domain="ai.onnx.preview",
+                    extra_opsets={"ai.onnx.preview": 1})

@@ -69,6 +69,15 @@ def test_int4():
     reference_check("DequantizeLinear", {"q": q}, initializers={"s": scale, "zp": np.array(2, ml_dtypes.uint4)})
 
 
+@pytest.mark.parametrize("zp", [np.array(0, ml_dtypes.int2), np.array(1, ml_dtypes.uint2),
+                                np.array(0, ml_dtypes.float4_e2m1fn)])
+def test_two_and_four_bit_types(zp):
+    scale = np.array(10.0, np.float32)
+    reference_check("QuantizeLinear", {"x": X[0]}, initializers={"s": scale, "zp": zp}, opset=25)
+    q = X[0].astype(zp.dtype)
+    reference_check("DequantizeLinear", {"q": q}, initializers={"s": scale, "zp": zp}, opset=25)
+
+
 FLOAT8 = [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2, ml_dtypes.float8_e5m2fnuz]
 
 
