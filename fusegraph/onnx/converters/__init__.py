@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401
     attention,
+    contrib,
     control,
     conv,
     elementwise,
