@@ -50,6 +50,33 @@ class Dot(Op):
 
 
 @register_op
+class BroadcastForDot(Op):
+    """The first input with its batch dims (all but the last two) broadcast against the second's,
+    numpy-matmul style; its last two dims are kept. A view. The frontend uses it where the batch
+    dims are dynamic (static ones take `broadcast`), so `dot` always sees equal batch dims."""
+
+    name = "broadcast_for_dot"
+    kind = OpKind.MOVEMENT
+
+    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
+        x, other = inputs
+        if x.ndim < 2 or other.ndim < 2:
+            raise ShapeError(f"{self}: needs inputs of rank >= 2, got {x} and {other}")
+        try:
+            batch = tuple(np.broadcast_shapes(x.lens[:-2], other.lens[:-2]))
+        except ValueError:
+            raise ShapeError(f"{self}: batch dims of {x} and {other} do not broadcast") from None
+        pad = len(batch) - (x.ndim - 2)
+        strides = [0] * pad + [0 if n == 1 and m != 1 else st
+                               for n, m, st in zip(x.lens[:-2], batch[pad:], x.strides[:-2], strict=True)]
+        return Shape.of(x.dtype, [*batch, *x.lens[-2:]], [*strides, *x.strides[-2:]])
+
+    def compute(self, args):
+        x, other = (np.asarray(a) for a in args)
+        return np.broadcast_to(x, np.broadcast_shapes(x.shape[:-2], other.shape[:-2]) + x.shape[-2:])
+
+
+@register_op
 class QuantDot(Op):
     """Integer a @ b accumulated exactly in int32 (wrapping like the hardware), result int32.
 

@@ -205,7 +205,7 @@ class SoftmaxOp(Op):
     """Softmax-like normalization along one axis; same shape and dtype as the input."""
 
     kind: ClassVar[OpKind] = OpKind.REDUCE
-    axis: int = -1
+    axis: int = 0
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
         (x,) = inputs

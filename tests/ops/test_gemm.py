@@ -45,6 +45,15 @@ def test_matmul_with_shared_weights_is_one_2d_dot():
     assert [d.shape.lens for d in dots] == [(6, 5)]
 
 
+def test_matmul_and_gemm_with_dynamic_batch():
+    a = randn(2, 5, 8)
+    node_check("MatMul", {"a": a}, initializers={"w": randn(8, 3)}, map_dyn_input_dims={"a": [(1, 4), (1, 16), 8]})
+    node_check("MatMul", {"a": a, "b": randn(2, 8, 3)},
+               map_dyn_input_dims={"a": [(1, 4), (1, 16), 8], "b": [(1, 4), 8, 3]})
+    node_check("Gemm", {"a": randn(3, 8)}, {"transB": 1}, initializers={"b": randn(4, 8), "c": randn(4)},
+               map_dyn_input_dims={"a": [(1, 8), 8]})
+
+
 @pytest.mark.parametrize("attrs,c", [({}, (1, 4)), ({"transA": 1}, (3, 4)), ({"transB": 1, "alpha": 0.5}, (4,)),
                                      ({"alpha": 2.0, "beta": 0.25, "transA": 1, "transB": 1}, ()),
                                      ({"beta": 0.0}, (3, 4))])

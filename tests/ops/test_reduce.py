@@ -73,6 +73,14 @@ def test_reduce_empty_axis(op):
     check_vs_ort(model, feeds, map_input_dims={"x": [2, 0, 3]})
 
 
+def test_dynamic_batch():
+    dyn = {"x": [(1, 4), (1, 8), 4]}
+    node_check("ReduceMean", {"x": X}, {"keepdims": 0}, initializers={"axes": i64(-1)}, opset=18,
+               map_dyn_input_dims=dyn)
+    node_check("Softmax", {"x": X}, {"axis": -1}, opset=13, map_dyn_input_dims=dyn)
+    node_check("ArgMax", {"x": X}, {"axis": 2, "keepdims": 0}, opset=13, map_dyn_input_dims=dyn)
+
+
 def test_reductions_keep_dims_in_the_ir():
     model = make_model([helper.make_node("ReduceMean", ["x", "a"], ["y"], keepdims=0)], {"x": X}, ["y"],
                        {"a": i64(-1)}, opset=18)

@@ -36,6 +36,8 @@ def matmul(ctx, a: Instruction, b: Instruction, op: str = "dot") -> Instruction:
         b = ctx.reshape(b, [b.shape.lens[0], 1])
     if a.shape.ndim == b.shape.ndim and a.shape.dims[:-2] == b.shape.dims[:-2]:
         out = ctx.add(op, a, b)
+    elif a.shape.is_dynamic or b.shape.is_dynamic:  # batch dims known at run time
+        out = ctx.add(op, ctx.add("broadcast_for_dot", a, b), ctx.add("broadcast_for_dot", b, a))
     elif b.shape.ndim == 2:
         # One weight matrix for every batch: a single [batch*M, K] x [K, N] product.
         lead = a.shape.lens[:-1]
@@ -78,7 +80,7 @@ def gemm(ctx, node, args):
         return y
     if beta != 1.0:
         c = ctx.pointwise("mul", c, ctx.scalar_like(beta, c))
-    return ctx.add("add", y, broadcast_to(ctx, c, y.shape.lens))
+    return ctx.pointwise("add", y, c)  # C broadcasts to [M, N]
 
 
 @converter("Det", since=11)

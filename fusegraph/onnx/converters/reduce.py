@@ -2,7 +2,8 @@
 
 IR reductions always keep the reduced axes; `keepdims=0` becomes a reshape here. ReduceL1, ReduceL2,
 ReduceLogSum, ReduceLogSumExp and ReduceSumSquare are built from `reduce_sum`/`reduce_max` and
-pointwise ops, so fusion passes see one reduction between pointwise chains.
+pointwise ops, so fusion passes see one reduction between pointwise chains. Axes that are only
+known at run time (an `axes` input that is not a constant) take `reduce_dynamic` instead.
 """
 
 from __future__ import annotations
@@ -57,8 +58,11 @@ def _reducer(ctx, node, args, from_input: bool):
     `reduce_<kind>` (+ a reshape); axes known only at run time give `reduce_dynamic`."""
     keepdims = bool(node.attr("keepdims", 1))
     axes_in = args[1] if from_input and len(args) > 1 else None
-    axes = node.attr("axes", []) if not from_input else [] if axes_in is None else ctx.const_ints(axes_in, "axes")
-    if axes is None:
+    if not from_input:
+        axes = node.attr("axes", [])
+    else:
+        axes = [] if axes_in is None else ctx.const_ints(axes_in, "axes")
+    if axes is None:  # an input computed at run time
         axes_in = ctx.convert(axes_in, DType.int64)
         noop = bool(node.attr("noop_with_empty_axes", 0))
         return lambda kind, v, keep=False: ctx.add("reduce_dynamic", v, axes_in, reduction=kind,
