@@ -272,6 +272,8 @@ def _format_ins(ins: Instruction, names: dict[int, str], full: bool,
 
 
 _LINE = re.compile(r"(%\d+) = ([^\[\(<:\s]+)")
+# A line without nesting in its attributes, quotes or submodules: `%3 = op[a=(1, 2)](%1, %2) : shape`
+_PLAIN_LINE = re.compile(r"(%\d+) = ([^\[\(<:\s]+)(?:\[([^\[\]<>\"']*)\])?(?:\(([%\d, ]*)\))? : ([^<>]+)")
 
 
 def parse_program(text: str, literal_reader: LiteralReader | None = None, check_shapes: bool = True) -> Program:
@@ -329,6 +331,12 @@ def _parse_ins(line: str, mod: Module, program: Program, values: dict[str, Instr
         inner = line[len("@return("):-1]
         mod.add_return(*[_lookup(values, a) for a in _split_top(inner, ",") if a.strip()])
         return
+    m = _PLAIN_LINE.fullmatch(line)
+    if m:  # most lines: the regex alone splits them
+        name, opname, attrs_text, args, shape_text = m.groups()
+        inputs = [_lookup(values, a) for a in args.split(",")] if args else []
+        _add_ins(mod, name, opname, attrs_text or "", inputs, [], shape_text, values, reader, check_shapes, memo)
+        return
     m = _LINE.match(line)
     if not m:
         raise IRError(f"cannot read {line!r}")
@@ -353,7 +361,13 @@ def _parse_ins(line: str, mod: Module, program: Program, values: dict[str, Instr
         rest = rest[end + 1:].strip()
     if not rest.startswith(":"):
         raise IRError(f"missing ': shape' in {line!r}")
-    shape = _read(memo, parse_shape, rest[1:])
+    _add_ins(mod, name, opname, attrs_text, inputs, module_args, rest[1:], values, reader, check_shapes, memo)
+
+
+def _add_ins(mod: Module, name: str, opname: str, attrs_text: str, inputs: list[Instruction],
+             module_args: list[Module], shape_text: str, values: dict[str, Instruction],
+             reader: LiteralReader | None, check_shapes: bool, memo: dict[str, Any] | None) -> None:
+    shape = _read(memo, parse_shape, shape_text)
     if opname == "@literal" and not check_shapes:
         ins = mod._attach(Instruction(Literal(_parse_literal(attrs_text, shape, reader)), [], shape), None)
     elif opname == "@literal":

@@ -217,7 +217,7 @@ class Container:
         return parts
 
     def _check_zeros(self, start: int, stop: int) -> None:
-        if any(self.data[start:stop]):
+        if bytes(self.data[start:stop]).strip(b"\0"):
             raise self.error(f"the padding at bytes {start}..{stop} is not zero (the file is damaged)")
 
 
