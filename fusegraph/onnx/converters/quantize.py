@@ -27,7 +27,9 @@ def qparam(ctx, x: Instruction, p: Instruction, axis: int, block_size: int, what
     if not ps.is_dynamic and ps.elements == 1:
         return ctx.reshape(p, [])
     (axis,) = normalize_axes(ctx, [axis], xs.ndim, "axis")
-    n = xs.lens[axis]
+    if not xs.dims[axis].is_fixed or (block_size and xs.is_dynamic):
+        raise ctx.error(f"{what} {ps}: the quantized dims of {xs} must be static")
+    n = xs.dims[axis].min
     if not block_size:
         if ps.ndim != 1 or ps.lens[0] != n:
             raise ctx.error(f"{what} {ps} is neither per-tensor nor per-axis {axis} of {xs}")
@@ -57,8 +59,12 @@ def _arg(args, k):
 @converter("QuantizeLinear", since=10)
 def quantize_linear(ctx, node, args):
     x, scale, zp = args[0], args[1], _arg(args, 2)
+    # The result type: the zero point's, else output_dtype (opset 21+), else uint8.
     attr_type = node.attr("output_dtype", 0)
-    to = zp.shape.dtype if zp is not None else DType.from_onnx(attr_type) if attr_type else DType.uint8
+    if zp is not None:
+        to = zp.shape.dtype
+    else:
+        to = DType.from_onnx(attr_type) if attr_type else DType.uint8
     if attr_type and DType.from_onnx(attr_type) != to:
         raise ctx.error(f"output_dtype {DType.from_onnx(attr_type)} differs from the zero point's {to}")
     if to not in INT_RANGES and to not in FLOAT_QUANT:
