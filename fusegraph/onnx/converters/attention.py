@@ -48,9 +48,9 @@ def _additive(ctx, allowed: Instruction, dtype: DType) -> Instruction:
 
 
 def _positional(ctx, sq: int, skv: int, offset, causal: bool, left: int, right: int):
-    """May query i attend key j, with d = i + offset - j: causal needs d >= 0, a window
-    left <= ... needs d <= left and -d <= right (-1: unbounded). `offset` is an int, or a per-batch
-    [B] instruction (external cache); the result is [Sq, Skv] or [B, 1, Sq, Skv]."""
+    """May query i attend key j? With d = i + offset - j, causal needs d >= 0 and a sliding window
+    needs d <= left and -d <= right (a bound of -1 is no bound). `offset` is an int, or a per-batch
+    [B] instruction (external cache); the result is [Sq, Skv] or [B, 1, Sq, Skv] (None: no rule)."""
     rules = [(causal, "greater_equal", 0), (left >= 0, "less_equal", left), (right >= 0, "greater_equal", -right)]
     rules = [(name, bound) for on, name, bound in rules if on]
     if not rules:
