@@ -3,9 +3,9 @@
 Every op computes what ORT's CPU kernels compute, in float32, and requantizes with round half to even
 and saturation (`quantize_linear`; its scale is 1 where the scale is already folded in):
 
-    QLinearAdd   y = sat(round((a - za) * (sa/sc) + (b - zb) * (sb/sc) + zc))  zc added before
-                     rounding, as ORT's kernels do (it moves ties: round(2.5 + 1) != round(2.5) + 1)
-    QLinearMul   y = sat(round((a - za) * (b - zb) * (sa*sb/sc)) + zc)
+    QLinearAdd   y = sat(round((a - za) * (sa/sc) + (b - zb) * (sb/sc) + zc))
+    QLinearMul   y = sat(round((a - za) * (b - zb) * (sa*sb/sc) + zc))
+                     (zc added before rounding, as ORT's kernels do: it moves ties when odd)
     QLinearSigmoid, QLinearLeakyRelu, QLinearConcat: y = quantize(f(dequantize(x))), which is what
                      ORT's 256-entry lookup tables hold
     QLinearGlobalAveragePool  y = sat(round((sum(x) - zx*n) * (sx / (sy*n))) + zy) over n pixels,
@@ -54,9 +54,12 @@ def _scale(ctx, s: Instruction, what: str) -> Instruction:
     return ctx.convert(_scalar(ctx, s, what), F32)
 
 
-def _requantize(ctx, v: Instruction, zp: Instruction, to: DType) -> Instruction:
-    """sat(round(v) + zp) as `to`."""
-    return ctx.pointwise("quantize_linear", v, ctx.literal(np.ones((), np.float32)), zp, to=to)
+def _requantize(ctx, v: Instruction, zp: Instruction | None, like: Instruction) -> Instruction:
+    """sat(round(v + zp)) in like's type: ORT's QLinearAdd/Mul kernels add the zero point before
+    rounding, which moves ties when it is odd (round(2.5 + 1) = 4, round(2.5) + 1 = 3)."""
+    v = ctx.pointwise("add", v, ctx.convert(_zero_point(ctx, zp, like, "C zero point"), F32))
+    one, zero = ctx.literal(np.ones((), np.float32)), ctx.literal(np.zeros((), like.shape.dtype.np))
+    return ctx.pointwise("quantize_linear", v, one, zero, to=like.shape.dtype)
 
 
 def _dequantize(ctx, x, scale, zp, what: str) -> Instruction:
@@ -76,9 +79,7 @@ def qlinear_add(ctx, node, args):
     terms = [ctx.pointwise("mul", _centered(ctx, x, z, f"{w} zero point"),
                            ctx.add("div", _scale(ctx, s, f"{w} scale"), out_scale))
              for x, s, z, w in ((a, sa, za, "A"), (b, sb, zb, "B"))]
-    zc = _zero_point(ctx, zc, a, "C zero point")
-    v = ctx.pointwise("add", ctx.pointwise("add", *terms), ctx.convert(zc, F32))
-    return _requantize(ctx, v, ctx.literal(np.zeros((), a.shape.dtype.np)), a.shape.dtype)
+    return _requantize(ctx, ctx.pointwise("add", *terms), zc, a)
 
 
 @converter("QLinearMul", domain=MS)
@@ -87,7 +88,7 @@ def qlinear_mul(ctx, node, args):
     ratio = ctx.add("div", ctx.add("mul", _scale(ctx, sa, "A scale"), _scale(ctx, sb, "B scale")),
                     _scale(ctx, sc, "C scale"))
     prod = ctx.pointwise("mul", _centered(ctx, a, za, "A zero point"), _centered(ctx, b, zb, "B zero point"))
-    return _requantize(ctx, ctx.pointwise("mul", prod, ratio), _zero_point(ctx, zc, a, "C zero point"), a.shape.dtype)
+    return _requantize(ctx, ctx.pointwise("mul", prod, ratio), zc, a)
 
 
 def _lookup_op(fn):
@@ -143,4 +144,6 @@ def qlinear_global_average_pool(ctx, node, args):
     # One multiplier sx / (sy * n), in float32 and in this order, as ORT's kernel forms it.
     n = ctx.literal(np.array(pixels, np.float32))
     scale = ctx.add("div", _scale(ctx, sx, "x scale"), ctx.add("mul", _scale(ctx, sy, "y scale"), n))
-    return _requantize(ctx, ctx.pointwise("mul", acc, scale), _scalar(ctx, zy, "y zero point"), x.shape.dtype)
+    zy = ctx.convert(_scalar(ctx, zy, "y zero point"), DType.int32)
+    return ctx.pointwise("quantize_linear", ctx.pointwise("mul", acc, scale), ctx.literal(np.ones((), np.float32)),
+                         zy, to=x.shape.dtype)
