@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+import fusegraph
+from fusegraph.errors import ParseError
 from tests.util import assert_close, check_vs_ort, make_model, run_fusegraph, run_ort
 
 MS = "com.microsoft"
@@ -222,6 +224,19 @@ def test_attention_past_present(unidirectional):
     inputs, names = _with(_attention_inputs(), ATTENTION_INPUTS, past=past, mask=np.array([6, 7], np.int32))
     contrib_check("Attention", inputs, {"num_heads": NH, "unidirectional": unidirectional}, ("y", "present"),
                   input_names=names)
+
+
+@pytest.mark.parametrize("extra, attrs, message", [
+    ({"mask": np.ones((B, 1, S, S), np.int32)}, {}, "mask"),  # Megatron's 4-D mask: ORT's CPU kernel lacks it too
+    ({}, {"do_rotary": 1}, "do_rotary"),
+    ({}, {"qkv_hidden_sizes": [8, 8]}, "qkv_hidden_sizes"),
+])
+def test_attention_unsupported_forms_name_the_node(extra, attrs, message):
+    inputs, names = _with(_attention_inputs(), ATTENTION_INPUTS, **extra)
+    model = contrib_model("Attention", inputs, {"num_heads": NH, **attrs}, input_names=names)
+    model.graph.node[0].name = "attn0"
+    with pytest.raises(ParseError, match=f"attn0.*{message}"):
+        fusegraph.parse_onnx(model)
 
 
 # -- MultiHeadAttention ------------------------------------------------------------------------------
