@@ -87,8 +87,8 @@ class DFT(SignalOp):
         x = inputs[0]
         if len(inputs) != 1 + (self.axis is None):
             raise self._fail("expects the axis as an input exactly when the axis attribute is None", inputs)
-        if x.ndim < 2 or x.dims[-1] not in (Dim.fixed(1), Dim.fixed(2)):
-            raise self._fail("the last dim must be 1 (real) or 2 (complex)", inputs)
+        if x.ndim < 2 or x.dims[-1] not in (Dim.fixed(1), Dim.fixed(2)) or not x.dtype.is_float:
+            raise self._fail("expects floats whose last dim is 1 (real) or 2 (complex)", inputs)
         if self.axis is not None and not 0 <= self.axis < x.ndim - 1:
             raise self._fail(f"axis {self.axis} out of range", inputs)
         dims = list(x.dims[:-1])
@@ -136,8 +136,8 @@ class STFT(SignalOp):
         if len(inputs) != 2 + (self.frame_step is None):
             raise self._fail("expects the frame step as an input exactly when frame_step is None", inputs)
         x, w = inputs[:2]
-        if x.ndim != 3 or x.dims[-1] not in (Dim.fixed(1), Dim.fixed(2)) or w.ndim != 1:
-            raise self._fail("expects a [batch, length, 1|2] signal and a 1-D window", inputs)
+        if x.ndim != 3 or x.dims[-1] not in (Dim.fixed(1), Dim.fixed(2)) or w.ndim != 1 or not x.dtype.is_float:
+            raise self._fail("expects a float [batch, length, 1|2] signal and a 1-D window", inputs)
         if self.frame_step is not None and self.frame_step < 1:
             raise self._fail(f"frame_step {self.frame_step} must be positive", inputs)
         length, width = x.dims[1], w.dims[0]

@@ -4,7 +4,8 @@
 Each node updates n tensors at once: inputs R (learning rate), T (update count, int64), then n
 tensors of each kind (X..., G..., and H... / V...), outputs n of each updated kind in that order.
 Each update is elementwise over its tensor with R and T broadcast as scalars; decisions on T
-(the first step, T = 0) are selects, since T is known only at run time.
+(the first step, T <= 0 as the ONNX reference reads "T > 0" false) are selects, since T is known
+only at run time.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def _groups(ctx, node, args, kinds: int):
 
 
 def _first_step(ctx, t):
-    """T == 0 as a bool scalar: the step whose bias corrections and momentum weights differ."""
+    """T <= 0 as a bool scalar: the first step, without bias corrections and with the gradient's
+    momentum weight 1."""
     return ctx.pointwise("less_equal", t, ctx.scalar_like(0, t))
 
 
