@@ -28,6 +28,7 @@ class DType(enum.Enum):
     float8_e4m3fnuz = "float8_e4m3fnuz"
     float8_e5m2 = "float8_e5m2"
     float8_e5m2fnuz = "float8_e5m2fnuz"
+    float8_e8m0fnu = "float8_e8m0fnu"  # a power of two (exponent only): MX block scales
     float16 = "float16"
     bfloat16 = "bfloat16"
     float32 = "float32"
@@ -101,6 +102,7 @@ _NUMPY = {
     DType.float8_e4m3fnuz: np.dtype(ml_dtypes.float8_e4m3fnuz),
     DType.float8_e5m2: np.dtype(ml_dtypes.float8_e5m2),
     DType.float8_e5m2fnuz: np.dtype(ml_dtypes.float8_e5m2fnuz),
+    DType.float8_e8m0fnu: np.dtype(ml_dtypes.float8_e8m0fnu),
     DType.float16: np.dtype(np.float16),
     DType.bfloat16: np.dtype(ml_dtypes.bfloat16),
     DType.float32: np.dtype(np.float32),
@@ -130,6 +132,7 @@ _TO_ONNX = {
     DType.float8_e4m3fnuz: TensorProto.FLOAT8E4M3FNUZ,
     DType.float8_e5m2: TensorProto.FLOAT8E5M2,
     DType.float8_e5m2fnuz: TensorProto.FLOAT8E5M2FNUZ,
+    DType.float8_e8m0fnu: TensorProto.FLOAT8E8M0,
     DType.float16: TensorProto.FLOAT16,
     DType.bfloat16: TensorProto.BFLOAT16,
     DType.float32: TensorProto.FLOAT,
@@ -142,7 +145,7 @@ _FROM_ONNX = {v: k for k, v in _TO_ONNX.items()}
 
 FLOAT_TYPES = frozenset(
     {DType.float16, DType.bfloat16, DType.float32, DType.float64, DType.float4_e2m1fn, DType.float8_e4m3fn,
-     DType.float8_e4m3fnuz, DType.float8_e5m2, DType.float8_e5m2fnuz}
+     DType.float8_e4m3fnuz, DType.float8_e5m2, DType.float8_e5m2fnuz, DType.float8_e8m0fnu}
 )
 INT_TYPES = frozenset(
     {DType.int2, DType.int4, DType.int8, DType.int16, DType.int32, DType.int64,

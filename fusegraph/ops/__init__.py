@@ -10,6 +10,7 @@ from . import (  # noqa: F401
     indexing,
     layout,
     misc,
+    ml,
     movement,
     movement_dynamic,
     nn,
@@ -18,12 +19,14 @@ from . import (  # noqa: F401
     pointwise,
     pool,
     quantize,
+    random,
     reduce,
     resize,
     rnn,
     select,
     sequence,
     signal,
+    strings,
     tensor,
 )
 from .pointwise import PointwiseOp

@@ -11,6 +11,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import ShapeError
@@ -124,12 +125,26 @@ for _name, _fn in [
 
 
 # -- pointwise ops with attributes --------------------------------------------------------------------
+# float8 types whose conversion can saturate: out-of-range values (and infinities) clamp to the
+# largest finite value instead of becoming inf or nan (ONNX Cast's `saturate`, on by default).
+SATURATING = (DType.float8_e4m3fn, DType.float8_e4m3fnuz, DType.float8_e5m2, DType.float8_e5m2fnuz)
+
+
 @register_op
 class Convert(PointwiseOp):
+    """x as dtype `to`: floats round to nearest even, floats to ints truncate toward zero.
+
+    With `saturate`, conversions to a float8 type clamp to its finite range first (nan stays nan);
+    without it, out-of-range values follow the format (inf where it has one, else nan)."""
+
     name = "convert"
     to: DType = DType.float32
+    saturate: bool = True
 
     def body(self, x):
+        if self.saturate and self.to in SATURATING:
+            top = float(ml_dtypes.finfo(self.to.np).max)
+            x = c("min", c("max", x, -top), top)
         return convert(x, self.to)
 
     def output_dtype(self, dtypes):

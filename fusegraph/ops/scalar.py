@@ -206,12 +206,70 @@ def evaluate(expr: Expr, args: list[np.ndarray]):
 
 def _convert(x, dtype: DType):
     x = np.asarray(x)
+    if dtype is DType.string:
+        return _to_strings(x)
+    if x.dtype == object:
+        return _from_strings(x, dtype)
+    if dtype is DType.float8_e8m0fnu:
+        return _to_e8m0(x)
     target = dtype.np
-    if dtype.is_int and x.dtype.kind == "f":
+    if dtype.is_int and DType.from_numpy(x.dtype).is_float:
         # Saturating casts are not ONNX semantics; truncate toward zero like C.
         with np.errstate(invalid="ignore"):
-            return np.trunc(x).astype(target)
+            return np.trunc(x.astype(np.float64) if x.dtype.kind == "V" else x).astype(target)
     return x.astype(target)
+
+
+def _to_e8m0(x: np.ndarray) -> np.ndarray:
+    """ONNX's default conversion to float8e8m0 (round_mode "up", saturating), bit for bit as its
+    reference: the float32 exponent, one more when any mantissa bit is set unless that passes 2^127;
+    the sign is dropped; inf and nan become nan."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+    exp = ((bits >> 23) & 0xFF).astype(np.uint16)
+    special = exp == 0xFF
+    up = ((bits & 0x7FFFFF) != 0) & ~special & (exp < 0xFE)
+    return np.where(special, 0xFF, exp + up).astype(np.uint8).view(DType.float8_e8m0fnu.np)
+
+
+def _to_strings(x: np.ndarray) -> np.ndarray:
+    """Numbers as ONNX's reference prints them (numpy's str: '0.1', '1e+10', 'nan', 'inf', 'True')."""
+    if x.dtype == object:
+        return x
+    if x.dtype.kind == "V":  # ml_dtypes (bf16, fp8, int4, ...) have no numpy string cast
+        return np.array([str(v) for v in x.reshape(-1).tolist()], dtype=object).reshape(x.shape)
+    return x.astype(np.str_).astype(object)
+
+
+def _from_strings(x: np.ndarray, dtype: DType) -> np.ndarray:
+    """Strings parsed as ONNX Cast specifies: plain or scientific notation, 'INF'/'+INF'/'-INF'/'NaN'
+    in any case; a fractional string read as an integer truncates."""
+    flat = x.reshape(-1).tolist()
+    if dtype.is_int:
+        vals = [_parse_int(s) for s in flat]
+        return np.array(vals, dtype=np.int64 if dtype.is_signed else np.uint64).reshape(x.shape).astype(dtype.np)
+    nums = np.array([_parse_float(s) for s in flat], dtype=np.float64).reshape(x.shape)
+    if dtype is DType.bool:
+        return nums != 0
+    with np.errstate(over="ignore"):  # out of range becomes inf, as for any float narrowing
+        return nums.astype(dtype.np)
+
+
+def _parse_float(s) -> float:
+    t = str(s).strip()
+    if t.lower() in ("true", "false"):
+        return float(t.lower() == "true")
+    try:
+        return float(t)  # also reads inf, +INF, -Infinity, nan in any case
+    except ValueError:
+        # A value error: the interpreter reports it with the instruction that met it.
+        raise ValueError(f"cannot cast string {s!r} to a number") from None
+
+
+def _parse_int(s) -> int:
+    try:
+        return int(str(s).strip())
+    except ValueError:
+        return int(math.trunc(_parse_float(s)))
 
 
 def variables(expr: Expr) -> set[int]:

@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401
     attention,
+    cast,
     contrib,
     control,
     conv,
@@ -10,14 +11,17 @@ from . import (  # noqa: F401
     indexing,
     loss,
     misc,
+    ml,
     movement,
     nn,
     quantize,
+    random,
     reduce,
     resize,
     rnn,
     sequence,
     signal,
+    strings,
     tensor,
     training,
 )

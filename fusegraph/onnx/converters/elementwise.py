@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.dtypes import DType
 from ..registry import converter
 
 # ONNX op type -> fusegraph pointwise op, for ops whose attributes map by name (or have none)
@@ -116,16 +115,6 @@ def clip_v11(ctx, node, args):
     lo = args[1] if len(args) > 1 and args[1] is not None else ctx.scalar_like(info.min, x)
     hi = args[2] if len(args) > 2 and args[2] is not None else ctx.scalar_like(info.max, x)
     return ctx.pointwise("clip", x, lo, hi)
-
-
-@converter("Cast")
-def cast(ctx, node, args):
-    return ctx.convert(args[0], DType.from_onnx(node.attr("to")))
-
-
-@converter("CastLike", since=15)
-def cast_like(ctx, node, args):
-    return ctx.convert(args[0], args[1].shape.dtype)
 
 
 @converter("Identity")
