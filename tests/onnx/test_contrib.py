@@ -176,6 +176,13 @@ def test_embed_layer_norm(segments, mask, positions):
                   input_names=names)
 
 
+def test_embed_layer_norm_fp16():
+    inputs = {"ids": IDS, **{k: v.astype(np.float16) for k, v in EMBED.items()},
+              "gamma": GAMMA.astype(np.float16), "beta": BETA.astype(np.float16)}
+    contrib_check("EmbedLayerNormalization", inputs, outputs=("y", "mask_index", "sum"),
+                  input_names=["ids", "", "word", "position", "", "gamma", "beta"], rtol=2e-3, atol=2e-3)
+
+
 # -- Attention ---------------------------------------------------------------------------------------
 B, S, DIN, NH = 2, 4, 6, 2
 
@@ -432,3 +439,23 @@ def test_quantize_dequantize_contrib(dtype):
     q = rng.integers(0, 100, (2, 3, 4)).astype(dtype)
     contrib_check("DequantizeLinear", {"q": q}, initializers=per_tensor)
     contrib_check("DequantizeLinear", {"q": q}, {"axis": 1}, initializers=per_axis)
+
+
+def test_bert_layer_chain():
+    """The contrib ops of an ORT-optimized BERT layer wired as the optimizer wires them: the mask
+    index of EmbedLayerNormalization feeds Attention, whose output goes through SkipLayerNorm and a
+    BiasGelu feed-forward."""
+    ffn = 32
+    inputs = {"ids": IDS, "mask": np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32)}
+    weights = {**EMBED, "gamma": GAMMA, "beta": BETA, "qkv_w": randn(H, 3 * H) * 0.3, "qkv_b": randn(3 * H),
+               "w1": randn(H, ffn) * 0.3, "b1": randn(ffn), "w2": randn(ffn, H) * 0.3}
+    nodes = [
+        helper.make_node("EmbedLayerNormalization", ["ids", "", "word", "position", "", "gamma", "beta", "mask"],
+                         ["emb", "mask_index"], domain=MS),
+        helper.make_node("Attention", ["emb", "qkv_w", "qkv_b", "mask_index"], ["att"], domain=MS, num_heads=4),
+        helper.make_node("SkipLayerNormalization", ["att", "emb", "gamma", "beta"], ["ln"], domain=MS),
+        helper.make_node("MatMul", ["ln", "w1"], ["h1"]),
+        helper.make_node("BiasGelu", ["h1", "b1"], ["g"], domain=MS),
+        helper.make_node("FusedMatMul", ["g", "w2"], ["y"], domain=MS, alpha=0.5),
+    ]
+    check_vs_ort(make_model(nodes, inputs, ["y"], weights, extra_opsets={MS: 1}), inputs)

@@ -111,7 +111,9 @@ def _num_heads(ctx, node) -> int:
     return n
 
 
-def _unsupported(ctx, node, attrs=(), inputs=(), args=()):
+def _reject(ctx, node, args, attrs=(), inputs=()):
+    """A typed error for the set attributes in `attrs` and present inputs (index, name) in `inputs`
+    that this converter does not implement."""
     for a in attrs:
         if node.attr(a, 0):
             raise ctx.error(f"attribute {a} is not supported")
@@ -124,7 +126,7 @@ def _unsupported(ctx, node, attrs=(), inputs=(), args=()):
 @converter("Attention", domain=MS)
 def attention(ctx, node, args):
     x, weights, bias, mask, past, attention_bias = (arg(args, k) for k in range(6))
-    _unsupported(ctx, node, ("do_rotary", "past_present_share_buffer"), [(6, "past_sequence_length")], args)
+    _reject(ctx, node, args, ("do_rotary", "past_present_share_buffer"), [(6, "past_sequence_length")])
     n = _num_heads(ctx, node)
     width = static_lens(ctx, weights, "weights")[-1]
     sizes = node.attr("qkv_hidden_sizes", None) or [width // 3] * 3
@@ -154,7 +156,7 @@ def attention(ctx, node, args):
 # -- MultiHeadAttention -----------------------------------------------------------------------------
 def _packed(ctx, x: Instruction, index: int, bias: Instruction | None) -> Instruction:
     """Part `index` of a packed (B, L, N, parts, H) tensor as (B, N, L, H), plus its bias (N*H)."""
-    b, seq, n, parts, head = x.shape.lens
+    b, seq, n, _, head = x.shape.lens
     part = ctx.reshape(ctx.add("slice", x, axes=(3,), starts=(index,), ends=(index + 1,), steps=(1,)),
                        [b, seq, n, head])
     if bias is not None:
@@ -169,22 +171,23 @@ def _projected(ctx, x: Instruction, bias, n: int, what: str) -> Instruction:
 @converter("MultiHeadAttention", domain=MS)
 def multi_head_attention(ctx, node, args):
     query, key, value, bias, mask, attention_bias, past_k, past_v = (arg(args, i) for i in range(8))
-    _unsupported(ctx, node, (), [(8, "past_sequence_length"), (9, "cache_indirection")], args)
+    _reject(ctx, node, args, inputs=[(8, "past_sequence_length"), (9, "cache_indirection")])
     n = _num_heads(ctx, node)
-    qrank = len(static_lens(ctx, query, "query"))
-    if qrank == 5:  # packed QKV: (B, S, N, 3, H)
-        d = query.shape.lens[2] * query.shape.lens[4]
+    qlens = static_lens(ctx, query, "query")
+    if len(qlens) == 5:  # packed QKV: (B, S, N, 3, H)
+        if qlens[2:4] != (n, 3):
+            raise ctx.error(f"packed query {query.shape} is not (B, S, {n}, 3, H)")
+        d = n * qlens[4]
         biases = [None] * 3 if bias is None else last_axis_slices(ctx, bias, (d, d, d))
         q, k, v = (_packed(ctx, query, i, biases[i]) for i in range(3))
     else:
-        d = query.shape.lens[-1]
-        if key is None:
-            raise ctx.error("key is required unless query packs Q, K and V")
-        krank = len(static_lens(ctx, key, "key"))
-        kv_width = [d, d] if krank != 3 else [d, key.shape.lens[-1]]
-        if value is not None and krank == 3:
-            kv_width[1] = static_lens(ctx, value, "value")[-1]
-        biases = [None] * 3 if bias is None else last_axis_slices(ctx, bias, [d, *kv_width])
+        d = qlens[-1]
+        krank = 0 if key is None else len(static_lens(ctx, key, "key"))
+        if krank not in (3, 4, 5) or (krank != 5 and value is None):
+            raise ctx.error("needs key and value (3-D, or 4-D per head), a packed (B, L, N, 2, H) key, "
+                            "or a packed (B, S, N, 3, H) query")
+        v_width = static_lens(ctx, value, "value")[-1] if krank == 3 else d
+        biases = [None] * 3 if bias is None else last_axis_slices(ctx, bias, (d, d, v_width))
         q = _projected(ctx, query, biases[0], n, "query")
         if krank == 5:  # packed KV: (B, L, N, 2, H)
             k, v = (_packed(ctx, key, i, biases[1 + i]) for i in range(2))
