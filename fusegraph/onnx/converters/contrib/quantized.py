@@ -54,22 +54,22 @@ def _scale(ctx, s: Instruction, what: str) -> Instruction:
     return ctx.convert(_scalar(ctx, s, what), F32)
 
 
-def _requantize(ctx, v: Instruction, zp: Instruction | None, like: Instruction) -> Instruction:
-    """sat(round(v + zp)) in like's type: ORT's QLinearAdd/Mul kernels add the zero point before
-    rounding, which moves ties when it is odd (round(2.5 + 1) = 4, round(2.5) + 1 = 3)."""
-    v = ctx.pointwise("add", v, ctx.convert(_zero_point(ctx, zp, like, "C zero point"), F32))
-    one, zero = ctx.literal(np.ones((), np.float32)), ctx.literal(np.zeros((), like.shape.dtype.np))
-    return ctx.pointwise("quantize_linear", v, one, zero, to=like.shape.dtype)
-
-
 def _dequantize(ctx, x, scale, zp, what: str) -> Instruction:
     return ctx.pointwise("dequantize_linear", x, _scale(ctx, scale, f"{what} scale"),
                          _zero_point(ctx, zp, x, f"{what} zero point"), to=F32)
 
 
-def _quantize(ctx, v, scale, zp, to: DType) -> Instruction:
+def _quantize(ctx, v, scale: Instruction | None, zp: Instruction | None, to: DType) -> Instruction:
+    """sat(round(v / scale) + zp) as `to`; no scale is 1 (v already scaled), no zero point is 0."""
     zp = ctx.literal(np.zeros((), to.np)) if zp is None else _scalar(ctx, zp, "output zero point")
-    return ctx.pointwise("quantize_linear", v, _scale(ctx, scale, "output scale"), zp, to=to)
+    scale = ctx.literal(np.ones((), np.float32)) if scale is None else _scale(ctx, scale, "output scale")
+    return ctx.pointwise("quantize_linear", v, scale, zp, to=to)
+
+
+def _plus_zero_point(ctx, v: Instruction, zp: Instruction | None, like: Instruction) -> Instruction:
+    """v + zp in float32: ORT's QLinearAdd/Mul kernels add the output zero point before rounding,
+    which moves ties when it is odd (round(2.5 + 1) = 4, round(2.5) + 1 = 3)."""
+    return ctx.pointwise("add", v, ctx.convert(_zero_point(ctx, zp, like, "C zero point"), F32))
 
 
 @converter("QLinearAdd", domain=MS)
@@ -79,7 +79,7 @@ def qlinear_add(ctx, node, args):
     terms = [ctx.pointwise("mul", _centered(ctx, x, z, f"{w} zero point"),
                            ctx.add("div", _scale(ctx, s, f"{w} scale"), out_scale))
              for x, s, z, w in ((a, sa, za, "A"), (b, sb, zb, "B"))]
-    return _requantize(ctx, ctx.pointwise("add", *terms), zc, a)
+    return _quantize(ctx, _plus_zero_point(ctx, ctx.pointwise("add", *terms), zc, a), None, None, a.shape.dtype)
 
 
 @converter("QLinearMul", domain=MS)
@@ -88,7 +88,7 @@ def qlinear_mul(ctx, node, args):
     ratio = ctx.add("div", ctx.add("mul", _scale(ctx, sa, "A scale"), _scale(ctx, sb, "B scale")),
                     _scale(ctx, sc, "C scale"))
     prod = ctx.pointwise("mul", _centered(ctx, a, za, "A zero point"), _centered(ctx, b, zb, "B zero point"))
-    return _requantize(ctx, ctx.pointwise("mul", prod, ratio), zc, a)
+    return _quantize(ctx, _plus_zero_point(ctx, ctx.pointwise("mul", prod, ratio), zc, a), None, None, a.shape.dtype)
 
 
 def _lookup_op(fn):
@@ -144,6 +144,4 @@ def qlinear_global_average_pool(ctx, node, args):
     # One multiplier sx / (sy * n), in float32 and in this order, as ORT's kernel forms it.
     n = ctx.literal(np.array(pixels, np.float32))
     scale = ctx.add("div", _scale(ctx, sx, "x scale"), ctx.add("mul", _scale(ctx, sy, "y scale"), n))
-    zy = ctx.convert(_scalar(ctx, zy, "y zero point"), DType.int32)
-    return ctx.pointwise("quantize_linear", ctx.pointwise("mul", acc, scale), ctx.literal(np.ones((), np.float32)),
-                         zy, to=x.shape.dtype)
+    return _quantize(ctx, ctx.pointwise("mul", acc, scale), None, zy, x.shape.dtype)
