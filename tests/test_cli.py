@@ -205,7 +205,7 @@ USER_ERRORS = [
     (["run", "{tiny}", "--batch", "0"], "positive integer"),
     (["run", "{tiny}", "--input-dim", "x=2,3", "--input-dim", "idx=3,1"], "broadcast"),
     (["perf", "{tiny}", "--bogus"], "unrecognized arguments"),
-    (["read", "{fgx}"], "not supported"),
+    (["read", "{fgx}"], "fgx magic"),
     (["read", "{dir}"], "directory"),
     (["nonesuch"], "invalid choice"),
 ]

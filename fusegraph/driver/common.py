@@ -97,7 +97,11 @@ def load(args: argparse.Namespace, *, target: str | None = None, options: Any = 
     dims = parse_dim_specs(args.input_dim)
     files = load_input_files(getattr(args, "input", []))
     with status(f"loading {args.model}"):
+        t0 = time.perf_counter()
         source = resolve_model(args.model)
+        load_s = time.perf_counter() - t0
+    if source.compiled is not None:
+        return _load_compiled(args, source, files, target, load_s)
     samples = source.sample_inputs(args.batch or 1, args.seed)
     map_dims = resolve_input_dims(source.proto, input_dims=dims, files=files, samples=samples,
                                   batch=args.batch, default_dim=args.default_dim)
@@ -116,3 +120,25 @@ def load(args: argparse.Namespace, *, target: str | None = None, options: Any = 
             loaded.compile_s = time.perf_counter() - t0
         loaded.target = target
     return loaded
+
+
+def _load_compiled(args: argparse.Namespace, source: Any, files: dict[str, np.ndarray], target: str | None,
+                   load_s: float) -> Loaded:
+    """An .fgx file holds a program compiled already: its input shapes and its target were fixed then."""
+    from ..errors import InputError
+
+    program = source.compiled
+    fixed = [o for o, v in (("--input-dim", args.input_dim), ("--batch", args.batch),
+                            ("--default-dim", args.default_dim)) if v]
+    if fixed:
+        raise InputError(f"{args.model} is compiled, with its input shapes fixed: {', '.join(fixed)} cannot "
+                         f"change them (compile the ONNX model again instead)")
+    # a target the user did not ask for (the default) yields to the file's; any other must match it
+    asked = target is not None and (getattr(args, "target", None) is not None or target != default_target())
+    if asked and target != program.target_name:
+        raise TargetError(f"{args.model} is compiled for target {program.target_name!r}; to run on {target!r}, "
+                          f"compile the ONNX model for it (fusegraph compile MODEL --target {target})")
+    first = next(iter(program.get_parameter_shapes().values()), None)
+    batch = first.dims[0].min if getattr(first, "dims", None) else 1
+    samples = source.sample_inputs(batch, args.seed)  # None unless it was compiled from a built-in model
+    return Loaded(source, program, files, samples, target=program.target_name, parse_s=load_s)

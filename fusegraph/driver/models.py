@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -15,6 +16,8 @@ from ..onnx import load_model
 # Suffixes that are surely meant as files: such a MODEL that does not exist is a missing file,
 # not an unknown model name.
 MODEL_SUFFIXES = (".onnx", ".fgx", ".pb")
+# program metadata naming the built-in model a compiled file was made from
+ZOO_MODEL_KEY = "zoo_model"
 
 
 @dataclasses.dataclass
@@ -22,9 +25,10 @@ class ModelSource:
     """Where a model came from, and what is known about its inputs."""
 
     label: str                     # as the user wrote it; used in messages and titles
-    proto: onnx.ModelProto
+    proto: onnx.ModelProto | None  # None for a compiled .fgx file: there is no ONNX model to parse
     path: Path | None = None       # the file, when MODEL was one (ORT reads external data beside it)
     builtin: str | None = None     # the zoo's name, when MODEL was one
+    compiled: Any = None           # the compiled Program, when MODEL was an .fgx file
 
     def sample_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray] | None:
         """Realistic inputs (valid token ids, ...) for built-in models; None for files."""
@@ -40,9 +44,12 @@ def _load_onnx(path: Path, label: str) -> ModelSource:
 
 
 def _load_compiled(path: Path, label: str) -> ModelSource:
-    # Hook for compiled .fgx files: load the saved Program here and carry it on the ModelSource
-    # (commands then skip parse/compile). Until the format exists, say so rather than misparse it.
-    raise ModelLoadError(f"{label}: compiled .fgx files are not supported by this version of fusegraph yet")
+    # the saved Program travels on the ModelSource; commands skip parse and compile for it
+    from ..runtime.serialize import load
+
+    program = load(path)
+    zoo = program.metadata.get(ZOO_MODEL_KEY)  # compiled from a built-in model: its samples still fit
+    return ModelSource(label, None, path=path, builtin=zoo if zoo and _is_builtin(zoo) else None, compiled=program)
 
 
 # suffix -> loader; anything else is read as ONNX (exported models carry all sorts of names)

@@ -29,6 +29,8 @@ class OrtSession:
     def __init__(self, source: ModelSource, threads: int | None = None):
         if not available():
             raise TargetError(f"ONNX Runtime is not installed: {INSTALL_HINT}")
+        if source.proto is None:
+            raise PeerError(f"{source.label} is a compiled fusegraph program: ONNX Runtime needs the ONNX model")
         import onnxruntime as ort
 
         opts = ort.SessionOptions()

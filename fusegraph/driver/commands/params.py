@@ -19,8 +19,10 @@ def run(args: argparse.Namespace) -> int:
 
     loaded = load(args)
     program, proto = loaded.program, loaded.source.proto
-    declared = {vi.name: dims_str(declared_dims(vi)) for vi in graph_inputs(proto)}
-    declared.update({vi.name: dims_str(declared_dims(vi)) for vi in proto.graph.output})
+    declared = {}
+    if proto is not None:  # a compiled .fgx file keeps no ONNX declarations
+        declared = {vi.name: dims_str(declared_dims(vi)) for vi in graph_inputs(proto)}
+        declared.update({vi.name: dims_str(declared_dims(vi)) for vi in proto.graph.output})
     rows = []
     for name, shape in program.get_parameter_shapes().items():
         rows.append(("input", name, _dtype(shape), _dims(shape), declared.get(name, "-")))

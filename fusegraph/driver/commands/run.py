@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
 
     target = args.target or default_target()
     loaded = load(args, target=target)
+    target = loaded.target or target  # a compiled .fgx file runs on the target it was compiled for
     feeds = loaded.inputs(args.fill, args.seed)
     with status(f"running on {target}"):
         outputs = loaded.program.run(feeds)

@@ -81,12 +81,13 @@ def run(args: argparse.Namespace) -> int:
 
     target = args.target or default_target()
     loaded = load(args, target=target)
+    target = loaded.target or target  # a compiled .fgx file runs on the target it was compiled for
     feeds = loaded.inputs(args.fill, args.seed)
     with status(f"running on {target}"):
         actual = loaded.program.run(feeds)
     reference = args.reference
     if reference == "auto":
-        reference = "ort" if ort.available() else "ref"
+        reference = "ort" if ort.available() and loaded.source.proto is not None else "ref"
     if reference == "ort":
         with status("running ONNX Runtime"):
             expected = ort.OrtSession(loaded.source).run(feeds)
