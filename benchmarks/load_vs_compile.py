@@ -1,0 +1,118 @@
+"""Loading a compiled .fgx file vs parsing the ONNX model and compiling it again (issue 7).
+
+    python benchmarks/load_vs_compile.py [--models resnet50,bert_base] [--target cpu] [--repeat 5]
+
+Both sides start from a file on disk with a warm page cache: `parse_onnx(model.onnx) + compile` against
+`load(model.fgx)`, alternated, median of --repeat runs. Also timed: `load(integrity="eager")` (every
+weight checksum verified at load, as a signed load does) and the first run after each, since a lazy load
+verifies its weights then. Outputs are checked bit-identical. The target defaults to the best CPU target
+available (cpu, else ref). Goal: load >= 15x faster than parse + compile for ResNet-50 and BERT-base.
+Writes benchmarks/results/load_vs_compile-<host>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import onnx  # noqa: E402
+
+import fusegraph  # noqa: E402
+from benchmarks._common import write_results  # noqa: E402
+from fusegraph import models  # noqa: E402
+from fusegraph.errors import FusegraphError, TargetError  # noqa: E402
+
+GOAL = 15.0
+
+
+def best_cpu_target() -> str:
+    for name in ("cpu", "ref"):
+        try:
+            fusegraph.get_target(name)
+            return name
+        except TargetError:
+            continue
+    raise SystemExit("no CPU target is available")
+
+
+def _timed(fn):
+    gc.collect()
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def measure(name: str, target: str, repeat: int, workdir: Path) -> dict:
+    info = models.MODELS[name]
+    dims = info.default_shapes(batch=1)
+    onnx_path, fgx_path = workdir / f"{name}.onnx", workdir / f"{name}.fgx"
+    onnx.save(models.get_model(name), str(onnx_path))
+
+    def parse_compile():
+        return fusegraph.parse_onnx(onnx_path, map_input_dims=dims).compile(fusegraph.get_target(target))
+
+    compiled = parse_compile()
+    fusegraph.save(compiled, fgx_path)
+    compile_s, load_s, eager_s = [], [], []
+    for _ in range(repeat):  # alternate, so drift in the machine's load hits both sides alike
+        compile_s.append(_timed(parse_compile)[0])
+        load_s.append(_timed(lambda: fusegraph.load(fgx_path))[0])
+        eager_s.append(_timed(lambda: fusegraph.load(fgx_path, integrity="eager"))[0])
+    feeds = models.sample_inputs(name, batch=1)
+    loaded = fusegraph.load(fgx_path)
+    run_loaded_s, got = _timed(lambda: loaded.run(feeds))  # first run: includes the lazy weight checks
+    run_compiled_s, want = _timed(lambda: compiled.run(feeds))
+    identical = len(got) == len(want) and all(
+        a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes() for a, b in zip(got, want))
+    row = {
+        "model": name, "target": target, "instructions": sum(len(m) for m in compiled.modules.values()),
+        "onnx_bytes": os.path.getsize(onnx_path), "fgx_bytes": os.path.getsize(fgx_path),
+        "parse_compile_s": statistics.median(compile_s), "load_s": statistics.median(load_s),
+        "load_eager_s": statistics.median(eager_s), "first_run_after_load_s": run_loaded_s,
+        "first_run_after_compile_s": run_compiled_s, "bit_identical": identical,
+        "samples": {"parse_compile_s": compile_s, "load_s": load_s, "load_eager_s": eager_s},
+    }
+    row["speedup"] = row["parse_compile_s"] / row["load_s"]
+    row["speedup_eager"] = row["parse_compile_s"] / row["load_eager_s"]
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="resnet50,bert_base")
+    ap.add_argument("--target", default=None, help="default: the best CPU target available")
+    ap.add_argument("--repeat", type=int, default=5)
+    a = ap.parse_args()
+    target = a.target or best_cpu_target()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="fgx-bench-") as tmp:
+        for name in a.models.split(","):
+            try:
+                rows.append(measure(name, target, a.repeat, Path(tmp)))
+            except FusegraphError as e:  # e.g. an operator not supported yet: say so, measure the rest
+                rows.append({"model": name, "target": target, "error": f"{type(e).__name__}: {e}"})
+    print(f"{'model':<10} {'target':<6} {'fgx MB':>7} {'parse+compile s':>16} {'load s':>8} {'speedup':>8} "
+          f"{'eager load s':>13} {'speedup':>8}  identical")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['model']:<10} {r['target']:<6} failed: {r['error'][:120]}")
+            continue
+        print(f"{r['model']:<10} {r['target']:<6} {r['fgx_bytes'] / 1e6:7.1f} {r['parse_compile_s']:16.3f} "
+              f"{r['load_s']:8.4f} {r['speedup']:7.1f}x {r['load_eager_s']:13.4f} {r['speedup_eager']:7.1f}x  "
+              f"{r['bit_identical']}")
+    ok = all("error" not in r and r["speedup"] >= GOAL and r["bit_identical"] for r in rows)
+    print(f"goal: load >= {GOAL:.0f}x faster than parse + compile, bit-identical outputs: {'met' if ok else 'NOT met'}")
+    print("wrote", write_results("load_vs_compile", {"goal_speedup": GOAL, "goal_met": ok, "results": rows}))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
