@@ -61,7 +61,10 @@ class StringConcat(StringOp):
 class StringSplit(StringOp):
     """(substrings, counts): each string split on `delimiter` at most `maxsplit` times (None: no limit),
     padded with "" to the largest count along a new last axis; counts are int64 of the input's shape.
-    delimiter None splits on runs of whitespace and drops leading and trailing whitespace."""
+
+    delimiter None splits on runs of whitespace and, as the spec says, drops leading and trailing
+    whitespace, also after the last split (ONNX's reference keeps it there; ONNX Runtime does not).
+    With a delimiter, "" is one empty substring, as in ONNX's reference (ONNX Runtime gives none)."""
 
     name = "string_split"
     delimiter: str | None = None
@@ -78,7 +81,11 @@ class StringSplit(StringOp):
     def compute(self, args):
         (x,) = args
         limit = -1 if self.maxsplit is None else self.maxsplit
-        parts = [s.split(self.delimiter, limit) for s in x.reshape(-1).tolist()]
+        flat = x.reshape(-1).tolist()
+        if self.delimiter is None:
+            parts = [s.strip().split(None, limit) for s in flat]
+        else:
+            parts = [s.split(self.delimiter, limit) for s in flat]
         width = max((len(p) for p in parts), default=0)
         padded = [p + [""] * (width - len(p)) for p in parts]
         subs = _strings([w for p in padded for w in p], x.shape + (width,))
