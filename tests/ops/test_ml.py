@@ -7,6 +7,7 @@ from onnx import helper, numpy_helper
 
 import fusegraph
 from fusegraph.errors import ParseError
+from fusegraph.ir.text import parse_program
 from tests.util import check_vs_ort, make_model, run_fusegraph
 
 ML = "ai.onnx.ml"
@@ -156,3 +157,27 @@ def test_tfidf_strings():
     got = run_fusegraph(make_model([node], {"x": x}, ["y"], opset=9), {"x": x})[0]
     # columns: b, c, (a, b) twice adjacent, (b, c) once skipping one item, a
     assert got.tolist() == [2, 1, 2, 1, 2]
+
+
+def test_label_encoder_keys_must_match_the_input_type():
+    node = helper.make_node("LabelEncoder", ["x"], ["y"], domain=ML, keys_int64s=[1], values_int64s=[2])
+    model = make_model([node], {"x": np.array(["a"], dtype=object)}, ["y"], extra_opsets={ML: 4})
+    with pytest.raises(ParseError, match="keys cannot match"):
+        fusegraph.parse_onnx(model)
+
+
+def test_ir_text_round_trip():
+    # Nested tuples (member sets, n-grams), nan keys and quoted strings print and parse back.
+    models = [
+        make_model([helper.make_node("TreeEnsemble", ["x"], ["y"], domain=ML, **tree_attrs())], {"x": X_TREE},
+                   ["y"], opset=21, extra_opsets={ML: 5}),
+        make_model([helper.make_node("LabelEncoder", ["x"], ["y"], domain=ML, keys_floats=[0.5, float("nan")],
+                                     values_strings=["a'", 'b"'])], {"x": X_TREE}, ["y"], extra_opsets={ML: 4}),
+        make_model([helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode="TF", min_gram_length=1,
+                                     max_gram_length=2, max_skip_count=0, ngram_counts=[0, 1],
+                                     ngram_indexes=[0, 1], pool_strings=["a, b)", "a, b)", "c"])],
+                   {"x": np.array(["a"], dtype=object)}, ["y"], opset=9),
+    ]
+    for model in models:
+        text = str(fusegraph.parse_onnx(model))
+        assert str(parse_program(text)) == text

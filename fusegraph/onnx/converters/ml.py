@@ -57,9 +57,12 @@ def label_encoder(ctx, node, args):
     values = _table(ctx, node, "values")
     if keys is None or values is None:
         raise ctx.error("needs keys_* and values_* attributes")
-    (keys, _), (values, to) = keys, values
+    (keys, key_type), (values, to) = keys, values
     if len(keys) != len(values):
         raise ctx.error(f"{len(keys)} keys but {len(values)} values")
+    x_type = args[0].shape.dtype
+    if _kind(key_type) != _kind(x_type):
+        raise ctx.error(f"{key_type} keys cannot match {x_type} input elements")
     if node.has("default_tensor"):
         default = _python(np.asarray(node.attr("default_tensor")).reshape(-1)[0])
     elif to is DType.string:
@@ -80,6 +83,10 @@ def _table(ctx, node, prefix: str):
         if node.has(f"{prefix}_{suffix}"):
             return tuple(node.attr(f"{prefix}_{suffix}")), dtype
     return None
+
+
+def _kind(dtype: DType) -> str:
+    return "string" if dtype is DType.string else "float" if dtype.is_float else "int"
 
 
 def _python(v):
@@ -152,6 +159,9 @@ def tfidf_vectorizer(ctx, node, args):
                 ngrams.append(tuple(pool[at: at + n]))
                 columns.append(indexes[k])
             k += 1
-    return ctx.add("tfidf_vectorizer", args[0], ngrams=tuple(ngrams), columns=tuple(columns),
-                   output_size=max(indexes) + 1 if indexes else 0, max_skip=node.attr("max_skip_count"),
-                   mode=node.attr("mode"), weights=tuple(node.attr("weights", [])))
+    size = max(indexes) + 1 if indexes else 0
+    weights = tuple(node.attr("weights", []))
+    if weights and len(weights) < size:  # weights are per output column
+        raise ctx.error(f"{len(weights)} weights for {size} output columns")
+    return ctx.add("tfidf_vectorizer", args[0], ngrams=tuple(ngrams), columns=tuple(columns), output_size=size,
+                   max_skip=node.attr("max_skip_count"), mode=node.attr("mode"), weights=weights[:size])
