@@ -1,0 +1,215 @@
+"""C source of generated CPU kernels: fused pointwise chains (here), fused reductions (reduce.py).
+
+Every kernel has one C signature, so one ctypes prototype calls them all:
+
+    void NAME(void *const *p, const int64_t *d, int nt)
+
+p[0] is the output (contiguous), p[1..] the inputs; nt the most threads it may use. A pointwise
+kernel is generated for a rank, not for shapes: d holds the output lens, then each input's strides in
+elements (0 where broadcast). A reduction kernel bakes its shapes in and ignores d.
+
+A kernel forks OpenMP threads only when each thread gets enough work (`fg_threads`): a kernel on a
+thousand elements runs on the calling thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ....ir.dtypes import DType
+from ....ir.shape import Shape
+from ....ops.scalar import Call, Expr
+from .c_expr import EXPENSIVE, CodegenUnsupported, CRenderer, CValue, c_type
+
+# Elements of the cheapest work per thread before a kernel forks; divided by the per-element cost.
+GRAIN = 32768
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """One kernel's C definitions (without the shared prelude) and how to call it."""
+
+    name: str
+    code: str
+    helpers: tuple[tuple[str, str], ...]  # (name, C definition) of shared helpers, in dependency order
+    in_dtypes: tuple[DType, ...]
+    out_dtype: DType
+    ndim: int | None = None  # pointwise: the rank of the lens/strides passed in d
+    in_shapes: tuple[Shape, ...] | None = None  # fixed-shape kernels: the input layouts baked in
+    out_lens: tuple[int, ...] | None = None
+
+
+def finish(template: str, renderer: CRenderer, prefix: str, **fields) -> KernelSource:
+    """Name a kernel by the hash of its code (identical kernels share one definition)."""
+    helpers = tuple(renderer.helpers.items())
+    digest = hashlib.sha256((template + repr(helpers)).encode()).hexdigest()[:16]
+    name = f"{prefix}_{digest}"
+    return KernelSource(name=name, code=template.replace("KNAME", name), helpers=helpers, **fields)
+
+
+def expr_cost(expr: Expr) -> int:
+    """Rough per-element cost: 1, plus 4 per transcendental call."""
+    if isinstance(expr, Call):
+        return (4 if expr.fn in EXPENSIVE else 0) + sum(expr_cost(a) for a in expr.args)
+    return 0
+
+
+# -- layouts ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Layout:
+    """A pointwise index space with dims merged where every input allows it (fewer, longer rows)."""
+
+    lens: tuple[int, ...]
+    strides: tuple[tuple[int, ...], ...]  # per input, in elements
+
+    @property
+    def inner(self) -> tuple[int | None, ...]:
+        """Each input's inner stride class: 1 contiguous, 0 broadcast, None anything else."""
+        return tuple(s[-1] if s[-1] in (0, 1) else None for s in self.strides)
+
+    def dims(self) -> list[int]:
+        return [*self.lens, *(x for s in self.strides for x in s)]
+
+    def padded(self, ndim: int) -> Layout:
+        if len(self.lens) > ndim:
+            raise CodegenUnsupported(f"layout {self.lens} needs rank {len(self.lens)}, kernel has {ndim}")
+        pad = ndim - len(self.lens)
+        return Layout((1,) * pad + self.lens, tuple((0,) * pad + s for s in self.strides))
+
+
+def coalesce(lens: Sequence[int], strides: Sequence[Sequence[int]]) -> Layout:
+    """Drop size-1 dims and merge neighbours that are contiguous for every input (and the output)."""
+    keep = [k for k, n in enumerate(lens) if n != 1]
+    out_lens: list[int] = []
+    out_strides: list[list[int]] = [[] for _ in strides]
+    for k in keep:
+        if out_lens and all(os[-1] == s[k] * lens[k] for os, s in zip(out_strides, strides)):
+            out_lens[-1] *= lens[k]
+            for os, s in zip(out_strides, strides):
+                os[-1] = s[k]
+        else:
+            out_lens.append(int(lens[k]))
+            for os, s in zip(out_strides, strides):
+                os.append(int(s[k]))
+    if not out_lens:
+        return Layout((1,), tuple((0,) for _ in strides))
+    return Layout(tuple(out_lens), tuple(tuple(s) for s in out_strides))
+
+
+def plan_pointwise(in_shapes: Sequence[Shape], out_lens: Sequence[int]) -> Layout:
+    """The coalesced layout of a pointwise op whose inputs (views, maybe broadcast) have `out_lens`."""
+    return coalesce(out_lens, [s.strides for s in in_shapes])
+
+
+# -- pointwise ---------------------------------------------------------------------------------------
+def pointwise_kernel(expr: Expr, in_dtypes: Sequence[DType], out_dtype: DType, ndim: int,
+                     inner: Sequence[int | None] | None = None, *, fast_math: bool = True) -> KernelSource:
+    """A kernel computing `expr` over a contiguous output of rank `ndim`.
+
+    `inner` gives, per input, the inner stride its fast path assumes: 1 (contiguous), 0 (one value per
+    row, loaded once) or None (any stride). The fast path is taken when the strides passed agree, so
+    gcc vectorizes its inner loop; any other strides take the general (strided) loop."""
+    n, nd = len(in_dtypes), int(ndim)
+    if nd < 1:
+        raise CodegenUnsupported("pointwise kernels need rank >= 1 (pass a scalar as shape [1])")
+    inner = tuple(inner) if inner is not None else (None,) * n
+    if len(inner) != n or any(s not in (0, 1, None) for s in inner):
+        raise CodegenUnsupported(f"inner strides {inner} do not fit {n} inputs")
+    r = CRenderer(fast_math=fast_math, prefix="v")
+    ins = [CValue(f"x{k}", dt) for k, dt in enumerate(in_dtypes)]
+    stmts, result = r.render(expr, ins, out_dtype)
+    ot = c_type(out_dtype)
+    ts = [c_type(dt) for dt in in_dtypes]
+    body = "".join(f"            {s}\n" for s in stmts) + f"            o[j] = {result};\n"
+
+    def loads(fast: bool) -> str:
+        out = []
+        for k, t in enumerate(ts):
+            if fast and inner[k] == 1:
+                out.append(f"const {t} x{k} = in{k}[o{k} + j];")
+            elif fast and inner[k] == 0:
+                out.append(f"const {t} x{k} = h{k};")
+            else:
+                out.append(f"const {t} x{k} = in{k}[o{k} + j * s{k}];")
+        return "".join(f"            {x}\n" for x in out)
+
+    outer = range(nd - 1)
+    lines = ["static void KNAME_tiles(void *const *p, const int64_t *d, int64_t t0, int64_t t1, "
+             "int64_t chunk, int64_t nchunk) {",
+             f"    {ot} *const out = ({ot} *)p[0];",
+             f"    const int64_t inner = d[{nd - 1}];"]
+    for k, t in enumerate(ts):
+        lines.append(f"    const {t} *const in{k} = (const {t} *)p[{k + 1}];")
+        lines.append(f"    const int64_t *const st{k} = d + {nd * (k + 1)}, s{k} = st{k}[{nd - 1}];")
+    cond = " && ".join(f"s{k} == {s}" for k, s in enumerate(inner) if s is not None) or "1"
+    lines.append(f"    const int fast = {cond};")
+    lines.append("    int64_t row = t0 / nchunk;")
+    lines += [f"    int64_t i{i};" for i in outer]
+    if nd > 1:
+        lines.append("    { int64_t rest = row;")
+        lines += [f"      i{i} = rest % d[{i}]; rest /= d[{i}];" for i in reversed(outer)]
+        lines.append("    }")
+    for k in range(n):
+        terms = " + ".join(f"i{i} * st{k}[{i}]" for i in outer) or "0"
+        lines.append(f"    int64_t o{k} = {terms};")
+    lines += [
+        "    for (int64_t tile = t0; tile < t1;) {",
+        "        const int64_t c0 = tile % nchunk;",
+        "        const int64_t c1 = t1 - tile < nchunk - c0 ? c0 + (t1 - tile) : nchunk;",
+        "        const int64_t j0 = c0 * chunk, j1 = c1 * chunk < inner ? c1 * chunk : inner;",
+        f"        {ot} *const o = out + row * inner;",
+        "        if (fast) {",
+        *[f"        const {t} h{k} = in{k}[o{k}];" for k, t in enumerate(ts) if inner[k] == 0],
+        "        #pragma GCC ivdep",
+        "        for (int64_t j = j0; j < j1; ++j) {",
+        loads(True) + body + "        }",
+        "        } else {",
+        "        for (int64_t j = j0; j < j1; ++j) {",
+        loads(False) + body + "        }",
+        "        }",
+        "        tile += c1 - c0;",
+        "        if (tile >= t1) break;",
+        "        ++row;",
+    ]
+    # Advance the outer index (an odometer) and every input's row offset with it.
+    for i in reversed(outer):
+        lines.append(f"        if (++i{i} < d[{i}]) {{ {' '.join(f'o{k} += st{k}[{i}];' for k in range(n))} }}")
+        lines.append(f"        else {{ i{i} = 0; {' '.join(f'o{k} -= st{k}[{i}] * (d[{i}] - 1);' for k in range(n))}")
+    lines.append("        " + "}" * (nd - 1))
+    lines.append("    }\n}\n")
+    rows = " * ".join(f"d[{i}]" for i in outer) or "1"
+    grain = max(1024, GRAIN // (1 + expr_cost(expr)))
+    lines += [
+        "FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {",
+        f"    const int64_t rows = {rows}, inner = d[{nd - 1}], total = rows * inner;",
+        "    if (total <= 0) return;",
+        f"    const int use = fg_threads(nt, total, {grain});",
+        "    int64_t chunk = inner, nchunk = 1;",
+        "    if (use > 1 && rows < 4 * use) {  /* few rows: split them so every thread gets work */",
+        "        chunk = (total + 4 * use - 1) / (4 * use);",
+        "        chunk = (chunk + 63) / 64 * 64;",
+        "        if (chunk > inner) chunk = inner;",
+        "        nchunk = (inner + chunk - 1) / chunk;",
+        "    }",
+        "    const int64_t tiles = rows * nchunk;",
+        "    if (use == 1) { KNAME_tiles(p, d, 0, tiles, chunk, nchunk); return; }",
+        "    #pragma omp parallel num_threads(use)",
+        "    {",
+        "        const int64_t k = omp_get_thread_num(), m = omp_get_num_threads();",
+        "        KNAME_tiles(p, d, tiles * k / m, tiles * (k + 1) / m, chunk, nchunk);",
+        "    }",
+        "}",
+    ]
+    return finish("\n".join(lines) + "\n", r, "fg_pointwise", in_dtypes=tuple(in_dtypes),
+                  out_dtype=out_dtype, ndim=nd)
+
+
+def pointwise_kernel_for(expr: Expr, in_shapes: Sequence[Shape], out_shape: Shape,
+                         *, fast_math: bool = True) -> tuple[KernelSource, Layout]:
+    """The kernel for one pointwise instruction, with the layout (lens and strides) to call it with."""
+    layout = plan_pointwise(in_shapes, out_shape.lens)
+    src = pointwise_kernel(expr, [s.dtype for s in in_shapes], out_shape.dtype, len(layout.lens),
+                           layout.inner, fast_math=fast_math)
+    return src, layout

@@ -1,0 +1,425 @@
+"""C kernels for `fused_reduce` bodies: each row in passes, values per element or per row.
+
+The reduced axes must form a trailing block of the reduced input's lens `full` (size-1 dims aside),
+so a "row" is one index of the other axes and its R = prod(reduced lens) elements are contiguous in a
+full-lens output. Every value of the body is per element (F: lens `full`, computed inside a loop over
+the row) or per row (R: the reduced lens, a scalar between loops). A reduction of an F value that
+depends on R values known after pass L runs in pass L+1; an F output is written in the pass after its
+inputs are known. F values are recomputed in each pass that needs them (cheap; the row is in L1),
+except expensive ones (exp, erf, ...) needed in several passes, kept in a per-thread row buffer. Layer
+norm is three passes (sum; centred sum of squares; output), softmax three (max; sum of exp, kept;
+output). Other reduced-axes sets raise CodegenUnsupported so the target can pick another kernel.
+
+Sums, means and products of floats accumulate in double (numpy's float32 pairwise sums are within a
+few ulp of that); `#pragma omp simd reduction` lets gcc vectorize them without -ffast-math. Max and
+min carry a NaN flag: numpy's propagate NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ....ir.dtypes import DType
+from ....ir.module import Instruction, Module
+from ....ir.shape import Shape
+from .c_expr import CodegenUnsupported, CRenderer, CValue, c_type, convert, literal
+from .kernels import GRAIN, KernelSource, expr_cost, finish
+
+REDUCE_OPS = {"reduce_sum": "sum", "reduce_mean": "mean", "reduce_prod": "prod",
+              "reduce_max": "max", "reduce_min": "min"}
+NORMALIZE_OPS = ("softmax", "log_softmax")
+BUFFER_BYTES = 64 * 1024  # per-thread row buffers for kept values, on the stack
+
+
+@dataclass(eq=False)
+class _Acc:
+    """An accumulator: `op` (sum | mean | prod | max | min | sq) of F node `src` in pass `pass_`;
+    `sq` sums (x - center)^2, center being an R node (centred moments) or None (raw moments)."""
+
+    name: str
+    op: str
+    src: _Node
+    pass_: int
+    result: str  # the C name of the finished per-row value
+    dtype: DType  # of the finished value
+    center: _Node | None = None
+
+
+@dataclass(eq=False)
+class _Node:
+    kind: str  # view | pw | alias | acc | tuple | exp | log | softmax
+    cls: str  # F (per element) | R (per row) | raw (a parameter only broadcast)
+    dtype: DType
+    level: int  # R values it needs are known after this pass
+    ins: Instruction | None = None
+    inputs: list[_Node] = field(default_factory=list)
+    name: str = ""
+    param: int = -1  # views: which parameter
+    shape: Shape | None = None  # views: lens and strides into the parameter's buffer
+    accs: list[_Acc] = field(default_factory=list)
+    index: int = 0  # alias of a tuple element: which
+    uses: set[int] = field(default_factory=set)
+    kept: bool = False
+
+
+class Body:
+    """A fused_reduce body as per-row and per-element nodes, with its accumulators."""
+
+    def __init__(self, body: Module, axes: Sequence[int]):
+        self.module = body
+        red = [i for i in body.instructions
+               if i.op.name in REDUCE_OPS or i.op.name == "moments" or i.op.name in NORMALIZE_OPS]
+        if not red:
+            raise CodegenUnsupported(f"{body.name}: no reduction in the body")
+        self.full = tuple(red[0].inputs[0].shape.lens)
+        nd = len(self.full)
+        self.axes = tuple(sorted(a % nd for a in axes))
+        self.reduced = tuple(1 if k in self.axes else n for k, n in enumerate(self.full))
+        if self.full == self.reduced:
+            raise CodegenUnsupported(f"{body.name}: reduces only size-1 axes of {list(self.full)}")
+        self.outer = [k for k in range(nd) if k not in self.axes and self.full[k] > 1]
+        self.red = [k for k in self.axes if self.full[k] > 1]
+        if self.outer and self.red and max(self.outer) > min(self.red):
+            raise CodegenUnsupported(f"{body.name}: reduced axes {list(self.axes)} of {list(self.full)} "
+                                     "are not a trailing block")
+        self.rows = math.prod(self.full[k] for k in self.outer)
+        self.R = math.prod(self.full[k] for k in self.red)
+        self.nodes: list[_Node] = []  # in a topological order
+        self.accs: list[_Acc] = []
+        self.out: _Node | None = None
+        by_uid: dict[int, _Node] = {}
+        for ins in body.instructions:
+            node = self._node(ins, [by_uid.get(i.uid) for i in ins.inputs])
+            if node is not None:
+                by_uid[ins.uid] = node
+        if self.out is None:
+            raise CodegenUnsupported(f"{body.name}: no @return")
+
+    def _fail(self, why: str) -> CodegenUnsupported:
+        return CodegenUnsupported(f"{self.module.name}: {why}")
+
+    def _cls(self, lens) -> str:
+        return "F" if tuple(lens) == self.full else "R" if tuple(lens) == self.reduced else "raw"
+
+    def _push(self, node: _Node) -> _Node:
+        node.name = f"n{len(self.nodes)}"
+        self.nodes.append(node)
+        return node
+
+    def _acc(self, node: _Node, op: str, src: _Node, pass_: int, center: _Node | None = None) -> _Acc:
+        if src.cls != "F":
+            raise self._fail("reduces a value that is not per element")
+        if src.dtype == DType.bool and op not in ("max", "min"):
+            raise self._fail(f"{op} of booleans")
+        a = _Acc(f"a{len(self.accs)}", op, src, pass_, f"{node.name}_{len(node.accs)}", node.dtype, center)
+        node.accs.append(a)
+        self.accs.append(a)
+        return a
+
+    def _node(self, ins: Instruction, xs: list) -> _Node | None:
+        op, name, shape = ins.op, ins.op.name, ins.shape
+        level = max((x.level for x in xs if x is not None), default=0)
+        if name == "@return":
+            if len(xs) != 1 or xs[0].kind in ("view", "alias"):
+                raise self._fail("returns several values, or an input view")
+            self.out = xs[0]
+            return None
+        if name != "@param" and (not isinstance(shape, Shape) and name != "moments"):
+            raise self._fail(f"{name} gives {shape}")
+        if name == "@param" or (name == "broadcast" and xs[0].kind == "view"):
+            # A parameter, or a broadcast view of one: loads from the parameter's buffer.
+            cls = self._cls(shape.lens)
+            param = self.module.parameters.index(ins) if name == "@param" else xs[0].param
+            if cls != "raw":
+                c_type(shape.dtype)
+            return self._push(_Node("view", cls, shape.dtype, 0, ins, param=param, shape=shape))
+        if name == "broadcast":
+            (src,) = xs
+            if src.cls != "R" or self._cls(shape.lens) == "raw":
+                raise self._fail(f"broadcast of {ins.inputs[0].shape} to {shape}")
+            return self._push(_Node("alias", self._cls(shape.lens), src.dtype, src.level, ins, [src]))
+        if name == "get_tuple_elem":
+            (src,) = xs
+            if src.kind != "tuple":
+                raise self._fail(f"get_tuple_elem of {src.kind}")
+            return self._push(_Node("alias", "R", src.dtype, src.accs[op.index].pass_, ins, [src],
+                                    index=op.index))
+        if getattr(op, "expr", None) is not None:  # a pointwise op: its scalar body
+            cls = self._cls(shape.lens)
+            if cls == "raw" or any(x.cls != cls for x in xs):
+                raise self._fail(f"{name} on {shape} mixes per-row and per-element values")
+            c_type(shape.dtype)
+            return self._push(_Node("pw", cls, shape.dtype, level, ins, xs))
+        if name in REDUCE_OPS or name == "moments" or name in NORMALIZE_OPS:
+            axes = tuple(sorted(op.axes)) if hasattr(op, "axes") else (op.axis % len(self.full),)
+            if axes != self.axes or tuple(ins.inputs[0].shape.lens) != self.full:
+                raise self._fail(f"{op} does not reduce axes {list(self.axes)} of {list(self.full)}")
+            (src,) = xs
+            c_type(src.dtype)
+            if name in REDUCE_OPS:
+                node = self._push(_Node("acc", "R", shape.dtype, level + 1, ins, [src]))
+                self._acc(node, REDUCE_OPS[name], src, level + 1)
+                return node
+            if not src.dtype.is_float:
+                raise self._fail(f"{name} of {src.dtype}")
+            if name == "moments":
+                node = self._push(_Node("tuple", "R", src.dtype, level + 1, ins, [src]))
+                mean = self._acc(node, "mean", src, level + 1)
+                if op.centered:  # the second pass subtracts the finished mean
+                    center = self._push(_Node("alias", "R", src.dtype, mean.pass_, None, [node], index=0))
+                    self._acc(node, "sq", src, level + 2, center)
+                else:
+                    self._acc(node, "sq", src, level + 1)
+                return node
+            mx = self._push(_Node("acc", "R", src.dtype, level + 1, None, [src]))
+            self._acc(mx, "max", src, level + 1)
+            e = self._push(_Node("exp", "F", src.dtype, level + 1, None, [src, mx]))
+            total = self._push(_Node("acc", "R", src.dtype, level + 2, None, [e]))
+            self._acc(total, "sum", e, level + 2)
+            if name == "softmax":
+                return self._push(_Node("softmax", "F", src.dtype, level + 2, ins, [e, total]))
+            log = self._push(_Node("log", "R", src.dtype, level + 2, None, [total]))
+            return self._push(_Node("softmax", "F", src.dtype, level + 2, ins, [src, mx, log]))
+        raise self._fail(f"no C kernel for {name} inside a fused reduction")
+
+
+def view_offsets(b: Body, n: _Node) -> tuple[str, int]:
+    """(row offset, step along the row) of a view; the offset is `row * k` when the outer strides are
+    a scaled contiguous layout, else a sum over the outer indices i<k>."""
+    s = n.shape.strides
+    sigma, linear, size = None, True, 1
+    for k in reversed(b.outer):
+        sigma = s[k] if sigma is None else sigma
+        linear = linear and s[k] == sigma * size
+        size *= b.full[k]
+    if linear:
+        row = f"row * {sigma}" if sigma else "0"
+    else:
+        row = " + ".join(f"i{k} * {s[k]}" for k in b.outer if s[k]) or "0"
+    if n.cls == "R" or not b.red:
+        return row, 0
+    inner = [s[k] for k in b.red]
+    for k in range(len(inner) - 1):
+        if inner[k] != inner[k + 1] * b.full[b.red[k + 1]]:
+            raise CodegenUnsupported(f"{b.module.name}: strides {list(s)} do not collapse along the row")
+    return row, inner[-1]
+
+
+def _bounds(dt: DType) -> tuple[str, str]:
+    """Initial values of max and min accumulators: the lowest and highest of the dtype."""
+    if dt.is_float:
+        return "(-INFINITY)", "INFINITY"
+    if dt == DType.bool:
+        return "0", "1"
+    info = np.iinfo(dt.np)
+    return literal(info.min, dt), literal(info.max, dt)
+
+
+_ACC_CLAUSE = {"sum": "+", "mean": "+", "sq": "+", "prod": "*", "max": "max", "min": "min"}
+
+
+def acc_type(a: _Acc) -> str:
+    if a.op in ("max", "min"):
+        return c_type(a.src.dtype)
+    if a.op in ("mean", "sq") or a.src.dtype.is_float:
+        return "double"
+    return c_type(a.src.dtype)  # integer sums and products wrap, as numpy's in the input dtype
+
+
+def acc_init(a: _Acc) -> list[str]:
+    t = acc_type(a)
+    if a.op in ("max", "min"):
+        lo, hi = _bounds(a.src.dtype)
+        flag = [f"int {a.name}_nan = 0;"] if a.src.dtype.is_float else []
+        return [f"{t} {a.name} = {lo if a.op == 'max' else hi};", *flag]
+    return [f"{t} {a.name} = {1 if a.op == 'prod' else 0};"]
+
+
+def acc_step(a: _Acc, x: str) -> str:
+    t, xt = acc_type(a), c_type(a.src.dtype)
+    if a.op in ("max", "min"):
+        step = f"{a.name} = {x} {'>' if a.op == 'max' else '<'} {a.name} ? {x} : {a.name};"
+        return step + (f" {a.name}_nan |= {x} != {x};" if a.src.dtype.is_float else "")
+    if a.op == "sq":  # numpy squares in the input dtype, then averages
+        d = f"{x} - {a.center.name}" if a.center is not None else x
+        return f"{{ const {xt} d = {d}; {a.name} += ({t})(d * d); }}"
+    return f"{a.name} {'*' if a.op == 'prod' else '+'}= ({t}){x};"
+
+
+def acc_result(a: _Acc, b: Body) -> str:
+    dtype = a.dtype
+    t = c_type(dtype)
+    if a.op in ("max", "min"):
+        value = f"({a.name}_nan ? NAN : {a.name})" if a.src.dtype.is_float else a.name
+        return convert(value, a.src.dtype, dtype)
+    if a.op in ("mean", "sq"):
+        mean = f"({a.name} / {float(b.R)!r})"
+        return f"(({t}){mean})" if dtype.is_float else f"(({t})trunc{mean})"  # integer means truncate
+    return f"(({t}){a.name})"
+
+
+class _Emitter:
+    def __init__(self, b: Body, r: CRenderer, fast_math: bool):
+        self.b, self.r, self.fast_math = b, r, fast_math
+        self.out_pass = b.out.level + 1 if b.out.cls == "F" else 0
+        self.passes = max([a.pass_ for a in b.accs] + [self.out_pass])
+        self.steps = {id(n): view_offsets(b, n) for n in b.nodes if n.kind == "view" and n.cls != "raw"}
+        for p in range(1, self.passes + 1):
+            for n in self.needs(p, keep=False):
+                n.uses.add(p)
+        budget = BUFFER_BYTES
+        for n in b.nodes:  # keep expensive values needed in several passes, while the budget lasts
+            size = b.R * n.dtype.itemsize
+            if self.costly(n) and len(n.uses) > 1 and size <= budget:
+                n.kept, budget = True, budget - size
+
+    @staticmethod
+    def costly(n: _Node) -> int:
+        return 4 if n.kind == "exp" else expr_cost(n.ins.op.expr) if n.kind == "pw" else 0
+
+    def hoisted(self, n: _Node) -> bool:
+        """An F view constant along the row is loaded once per row."""
+        return n.kind == "view" and n.cls == "F" and self.steps[id(n)][1] == 0
+
+    def needs(self, p: int, keep: bool = True) -> list[_Node]:
+        """The per-element nodes that pass p computes (or loads back), in order."""
+        stack = [a.src for a in self.b.accs if a.pass_ == p] + ([self.b.out] if p == self.out_pass else [])
+        seen: set[int] = set()
+        while stack:
+            n = stack.pop()
+            if n.cls != "F" or id(n) in seen or self.hoisted(n):
+                continue
+            seen.add(id(n))
+            if not (keep and n.kept and min(n.uses) < p):
+                stack += n.inputs
+        return [n for n in self.b.nodes if id(n) in seen]
+
+    def node(self, n: _Node, p: int = 0) -> list[str]:
+        """Statements defining n.name: in the loop of pass p, or per row (p = 0)."""
+        t, f = c_type(n.dtype), "f" if n.dtype == DType.float32 else ""
+        buf = f"k{n.name}"
+        if p and n.kept and min(n.uses) < p:
+            return [f"const {t} {n.name} = {buf}[j];"]
+        if n.kind == "view":
+            row, step = self.steps[id(n)]
+            idx = row if not p or step == 0 else f"{row} + j" if step == 1 else f"{row} + j * {step}"
+            lines = [f"const {t} {n.name} = in{n.param}[{idx}];"]
+        elif n.kind == "alias":
+            src = n.inputs[0]
+            lines = [f"const {t} {n.name} = {src.accs[n.index].result if src.kind == 'tuple' else src.name};"]
+        elif n.kind == "acc":
+            lines = [f"const {t} {n.name} = {n.accs[0].result};"]
+        elif n.kind == "pw":
+            stmts, res = self.r.render(n.ins.op.expr, [CValue(x.name, x.dtype) for x in n.inputs], n.dtype)
+            lines = [*stmts, f"const {t} {n.name} = {res};"]
+        elif n.kind == "exp":  # numpy: exp(x - max)
+            x, mx = n.inputs
+            fn = self.r.need("fg_expf") if f and self.fast_math else f"exp{f}"
+            lines = [f"const {t} {n.name} = {fn}({x.name} - {mx.name});"]
+        elif n.kind == "log":
+            lines = [f"const {t} {n.name} = log{f}({n.inputs[0].name});"]
+        elif n.kind == "softmax":  # numpy: exp(shifted) / total, or shifted - log(total)
+            a = n.inputs
+            value = f"{a[0].name} / {a[1].name}" if len(a) == 2 else f"({a[0].name} - {a[1].name}) - {a[2].name}"
+            lines = [f"const {t} {n.name} = {value};"]
+        else:
+            raise AssertionError(n.kind)
+        if p and n.kept:
+            lines.append(f"{buf}[j] = {n.name};")
+        return lines
+
+    def emit(self) -> tuple[str, int]:
+        b, out = self.b, self.b.out
+        ot = c_type(out.dtype)
+        body: list[str] = []
+        if any(row.startswith("i") for row, _ in self.steps.values()):  # outer indices needed
+            body.append("int64_t rest = row;")
+            for k in reversed(b.outer):
+                body.append(f"const int64_t i{k} = rest % {b.full[k]}; rest /= {b.full[k]};")
+        for n in b.nodes:
+            if self.hoisted(n) or (n.cls == "R" and n.level == 0 and n.kind != "acc"):
+                body += self.node(n)
+        cost = 0
+        for p in range(1, self.passes + 1):
+            accs = [a for a in b.accs if a.pass_ == p]
+            loop = [line for n in self.needs(p) for line in self.node(n, p)]
+            cost += 1 + sum(self.costly(n) for n in self.needs(p))
+            loop += [acc_step(a, a.src.name) for a in accs]
+            if p == self.out_pass:
+                loop.append(f"o[j] = {out.name};")
+            clauses = {}
+            for a in accs:
+                clauses.setdefault(_ACC_CLAUSE[a.op], []).append(a.name)
+                if a.op in ("max", "min") and a.src.dtype.is_float:
+                    clauses.setdefault("|", []).append(f"{a.name}_nan")
+            red = "".join(f" reduction({op}:{','.join(names)})" for op, names in clauses.items())
+            body += [line for a in accs for line in acc_init(a)]
+            body += [f"#pragma omp simd{red}", f"for (int64_t j = 0; j < {b.R}; ++j) {{",
+                     *("    " + line for line in loop), "}"]
+            body += [f"const {c_type(a.dtype)} {a.result} = {acc_result(a, b)};" for a in accs]
+            for n in b.nodes:
+                if n.cls == "R" and n.level == p and n.kind not in ("view", "tuple"):
+                    body += self.node(n)
+        if out.cls == "R":
+            body.append(f"out[row] = {out.name};")
+        kept = [f"    {c_type(n.dtype)} k{n.name}[{b.R}] __attribute__((aligned(64)));" for n in b.nodes if n.kept]
+        # Typed base pointers; the output never overlaps an input (the memory plan keeps live buffers
+        # apart), which the passes over a row rely on anyway.
+        bases = [f"    const {c_type(p.shape.dtype)} *restrict const in{k} = (const {c_type(p.shape.dtype)} *)p[{k + 1}];"
+                 for k, p in enumerate(b.module.parameters) if any(n.param == k and n.cls != "raw" for n in b.nodes)]
+        work = b.rows * max(b.R, 1) * cost
+        code = "\n".join([
+            "static void KNAME_rows(void *const *p, int64_t r0, int64_t r1) {",
+            f"    {ot} *restrict const out = ({ot} *)p[0];",
+            *bases,
+            *kept,
+            "    for (int64_t row = r0; row < r1; ++row) {",
+            f"        {ot} *const o = out + row * {b.R};" if out.cls == "F" else "",
+            *("        " + line for line in body),
+            "    }",
+            "}",
+            "FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {",
+            "    (void)d;",
+            f"    int use = fg_threads(nt, {work}, {kernel_grain(1)});",
+            f"    if (use > {b.rows}) use = {max(b.rows, 1)};",
+            f"    if (use <= 1) {{ KNAME_rows(p, 0, {b.rows}); return; }}",
+            "    #pragma omp parallel num_threads(use)",
+            "    {",
+            "        const int64_t k = omp_get_thread_num(), m = omp_get_num_threads();",
+            f"        KNAME_rows(p, {b.rows} * k / m, {b.rows} * (k + 1) / m);",
+            "    }",
+            "}",
+        ]) + "\n"
+        return code, cost
+
+
+def kernel_grain(cost: int) -> int:
+    return max(1024, GRAIN // max(cost, 1))
+
+
+def reduce_kernel(body: Module, axes: Sequence[int], *, fast_math: bool = True) -> KernelSource:
+    """A kernel for a fused_reduce body reducing `axes` (the instruction's attribute). Shapes and
+    strides are baked in: p[1..] must be laid out as the body's parameters say, p[0] contiguous."""
+    b = Body(body, axes)
+    r = CRenderer(fast_math=fast_math, prefix="v")
+    code, _ = _Emitter(b, r, fast_math).emit()
+    params = body.parameters
+    return finish(code, r, "fg_reduce", in_dtypes=tuple(p.shape.dtype for p in params),
+                  out_dtype=b.out.dtype, in_shapes=tuple(p.shape for p in params),
+                  out_lens=tuple(body.outputs[0].shape.lens))
+
+
+def softmax_kernel(dtype: DType, lens: Sequence[int], *, axis: int = -1, log: bool = False,
+                   fast_math: bool = True) -> KernelSource:
+    """softmax (or log_softmax) of a contiguous `lens` tensor along `axis` (the last, or a trailing
+    block of size-1 dims after it): the same generator on a one-op body."""
+    from ....ir.op import make_op
+
+    m = Module("softmax")
+    x = m.add_parameter("x0", Shape.of(dtype, lens))
+    m.add_return(m.add(make_op("log_softmax" if log else "softmax", axis=axis % len(lens)), x))
+    return reduce_kernel(m, (axis % len(lens),), fast_math=fast_math)
