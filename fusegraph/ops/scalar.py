@@ -213,11 +213,18 @@ def _convert(x, dtype: DType):
     if dtype is DType.float8_e8m0fnu:
         return _to_e8m0(x)
     target = dtype.np
-    if dtype.is_int and DType.from_numpy(x.dtype).is_float:
-        # Saturating casts are not ONNX semantics; truncate toward zero like C.
+    if dtype.is_int and x.dtype.kind == "f" and x.dtype.isbuiltin == 1:
+        # Saturating casts are not ONNX semantics; truncate toward zero like C (as ml_dtypes'
+        # own float types do when they convert themselves).
         with np.errstate(invalid="ignore"):
-            return np.trunc(x.astype(np.float64) if x.dtype.kind == "V" else x).astype(target)
-    return x.astype(target)
+            return np.trunc(x).astype(target)
+    try:
+        return x.astype(target)
+    except TypeError:
+        # ml_dtypes types convert only to and from numpy's own: go through float32 or int64, which
+        # hold every value of the narrow types exactly, so the result is still rounded once.
+        via = np.float32 if DType.from_numpy(x.dtype).is_float else np.int64
+        return x.astype(via).astype(target)
 
 
 def _to_e8m0(x: np.ndarray) -> np.ndarray:
@@ -235,7 +242,7 @@ def _to_strings(x: np.ndarray) -> np.ndarray:
     """Numbers as ONNX's reference prints them (numpy's str: '0.1', '1e+10', 'nan', 'inf', 'True')."""
     if x.dtype == object:
         return x
-    if x.dtype.kind == "V":  # ml_dtypes (bf16, fp8, int4, ...) have no numpy string cast
+    if x.dtype.isbuiltin != 1:  # ml_dtypes (bf16, fp8, int4, ...) have no numpy string cast
         return np.array([str(v) for v in x.reshape(-1).tolist()], dtype=object).reshape(x.shape)
     return x.astype(np.str_).astype(object)
 
@@ -251,7 +258,7 @@ def _from_strings(x: np.ndarray, dtype: DType) -> np.ndarray:
     if dtype is DType.bool:
         return nums != 0
     with np.errstate(over="ignore"):  # out of range becomes inf, as for any float narrowing
-        return nums.astype(dtype.np)
+        return _convert(nums, dtype)
 
 
 def _parse_float(s) -> float:
