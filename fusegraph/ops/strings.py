@@ -46,11 +46,11 @@ class StringConcat(StringOp):
         x, y = inputs
         if x.lens != y.lens:
             raise ShapeError(f"{self.name}: inputs must have equal lens, got {x} and {y}")
-        return x
+        return Shape(DType.string, x.dims)  # standard layout, whatever the inputs' strides
 
     def compute_dynamic_shape(self, inputs):
         self._check_strings(inputs)
-        return inputs[0]
+        return Shape(DType.string, inputs[0].dims)
 
     def compute(self, args):
         x, y = args
@@ -113,7 +113,7 @@ class StringNormalizer(StringOp):
             raise ShapeError(f"{self.name}: bad case_change {self.case_change!r}")
         c = x.dims[-1]
         if not self.stopwords and c.min >= 1:
-            return x
+            return Shape(DType.string, x.dims)
         kept = Dim(1, None if c.max is None else max(c.max, 1))  # an empty result is [""]
         return Shape.dynamic(DType.string, x.dims[:-1] + (kept,))
 
