@@ -199,7 +199,11 @@ class CRenderer:
         ct = rt if rt.is_float else DType.float64  # e.g. erf of an int32 computes in float64
         x = as_(arg, ct)
         f32 = ct == DType.float32
-        if fn == "sigmoid":
+        if fn == "sigmoid" and isinstance(arg, CValue) and not arg.dtype.is_float:
+            # The reference's formula, 1 / (1 + exp(-x)), negating in the integer type (INT_MIN wraps).
+            neg = convert(f"(-{arg.code})", arg.dtype, DType.float64)
+            code = f"(1.0 / (1.0 + exp({neg})))"
+        elif fn == "sigmoid":
             name = ("fg_sigmoidf" if self.fast_math else "fg_sigmoidf_libm") if f32 else "fg_sigmoid"
             code = f"{self.need(name)}({x})"
         elif fn == "round":  # rint rounds half to even in the default rounding mode, as numpy

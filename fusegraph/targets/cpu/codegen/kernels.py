@@ -42,9 +42,10 @@ class KernelSource:
 
 
 def finish(template: str, renderer: CRenderer, prefix: str, **fields) -> KernelSource:
-    """Name a kernel by the hash of its code (identical kernels share one definition)."""
+    """Name a kernel by the hash of its code and signature (identical kernels share one definition)."""
     helpers = tuple(renderer.helpers.items())
-    digest = hashlib.sha256((template + repr(helpers)).encode()).hexdigest()[:16]
+    signature = repr(sorted((k, str(v)) for k, v in fields.items()))  # bool and uint8 share C types
+    digest = hashlib.sha256((template + repr(helpers) + signature).encode()).hexdigest()[:16]
     name = f"{prefix}_{digest}"
     return KernelSource(name=name, code=template.replace("KNAME", name), helpers=helpers, **fields)
 
