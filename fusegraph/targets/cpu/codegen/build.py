@@ -9,7 +9,9 @@ Files are written to a temporary name and renamed, so a reader never sees half a
 
 Flags: no -ffast-math. -ffp-contract=off keeps a*b+c two roundings as numpy computes it;
 -fno-math-errno and -fno-trapping-math only drop errno/FP-flag side effects (values are unchanged)
-so sqrt, floor, rint and selects vectorize; -fwrapv makes signed overflow wrap as numpy's does.
+so sqrt, floor, rint and selects vectorize; -fwrapv makes signed overflow wrap as numpy's does;
+-mprefer-vector-width=512 uses AVX-512 where -march=native has it (gcc picks 256 otherwise): the
+float32 exp/erf kernels run about 1.3x faster with it (ignored on CPUs without AVX-512).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from ....errors import CompileError, InputError
 from .cmath import PRELUDE
 from .kernels import KernelSource, coalesce
 
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fvisibility=hidden",
+FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-fPIC", "-shared", "-fvisibility=hidden",
          "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-fwrapv")
 COMPILER = "cc"
 
