@@ -275,6 +275,9 @@ def _programs():
         "prod": (
             [n("Sigmoid", ["x"], ["s"]), n("ReduceProd", ["s"], ["y"], axes=[1], keepdims=1)],
             {"x": nan_rows[[0, 1, 3]]}, {}, 17),
+        "mean-int64": (
+            [n("Add", ["x", "x"], ["s"]), n("ReduceMean", ["s"], ["y"], axes=[1], keepdims=1)],
+            {"x": rng.integers(-50, 50, (9, 31)).astype(np.int64)}, {}, 17),
         "not-trailing": (
             [n("Exp", ["x"], ["e"]), n("ReduceSum", ["e", "ax"], ["y"], keepdims=1)],
             {"x": x3}, {"ax": np.array([1], np.int64)}, 17),
@@ -411,3 +414,54 @@ def test_fixed_shape_kernel_binds_only_its_layout(reduce_programs):
     with pytest.raises(InputError, match="expected"):
         lib[src.name].bind(out, np.asfortranarray(x))
     np.testing.assert_allclose(lib[src.name](out, np.asfortranarray(x)), want, rtol=1e-5)  # copied
+
+
+def test_layernorm_accumulates_more_accurately_than_float32():
+    """Rows far from zero: double accumulation keeps the float64 answer where float32 sums drift."""
+    x = (rng.standard_normal((16, 768)) + 300).astype(np.float32)
+    model = make_model([helper.make_node("LayerNormalization", ["x", "g"], ["y"], axis=-1)], {"x": x}, ["y"],
+                       {"g": np.ones(768, np.float32)})
+    p = fusegraph.parse_onnx(model)
+    PassManager().run(p, generic_pipeline())
+    (ins,) = [i for i in p.main.instructions if i.op.name == "fused_reduce"]
+    src = cg.reduce_kernel(ins.module_args[0], ins.op.axes)
+    args = [x if i.op.name == "@param" else i.op.value for i in ins.inputs]
+    got = build([src])[src.name](np.empty(x.shape, np.float32), *args)
+    x64 = x.astype(np.float64)
+    exact = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
+    ref = np.asarray(ref_evaluate(ins, args, {}))
+    assert np.abs(got - exact).max() <= np.abs(ref - exact).max()
+    np.testing.assert_allclose(got, exact, atol=2e-5)
+
+
+_FORK_PROBE = """
+import os, sys, numpy as np
+from fusegraph.ir import DType
+from fusegraph.ops.scalar import parse_expr
+from fusegraph.targets.cpu import codegen as cg
+src = cg.pointwise_kernel(parse_expr("add(x0, x1)"), [DType.float32] * 2, DType.float32, 1, (1, 1))
+k = cg.build_library([src], threads=4)[src.name]
+tasks = lambda: len(os.listdir("/proc/self/task"))
+before = tasks()
+small = np.ones(1000, np.float32)
+for _ in range(50):
+    k(np.empty_like(small), small, small)
+after_small = tasks()
+big = np.ones(1 << 20, np.float32)
+k(np.empty_like(big), big, big)
+print(before, after_small, tasks())
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through /proc")
+def test_small_kernels_never_fork_threads():
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    res = subprocess.run([sys.executable, "-c", _FORK_PROBE], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": root, "OMP_NUM_THREADS": "4"})
+    assert res.returncode == 0, res.stderr
+    before, after_small, after_big = map(int, res.stdout.split())
+    assert after_small == before  # 1,000 elements: on the calling thread, no OpenMP team started
+    assert after_big > before  # a million: the team of 4
