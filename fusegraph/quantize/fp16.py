@@ -1,0 +1,129 @@
+"""Half-precision conversion of a program: `quantize_fp16` and `quantize_bf16`, generic IR passes that
+every target runs.
+
+float32 weights become half literals (clipped to the format's finite range, so -FLT_MAX masks stay
+finite), float32 inputs are converted on entry and outputs converted back on exit: callers keep
+feeding and reading float32. Ops named in `keep_fp32` (by default the reductions, softmax and the
+layer-norm moments: everything that accumulates) read float32 and their results are converted back,
+so accumulation stays in float32 while the tensors between ops are half. Ops whose shape rule refuses
+half inputs are kept in float32 the same way. Run it before fusion: the converts then fuse into the
+neighbouring kernels (a layer norm stays one fused_reduce that accumulates in float32).
+
+Invariant afterwards: no float32 value remains in the main module except inputs, outputs, the
+inputs and results of kept ops, and results of ops whose attributes ask for float32 explicitly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import ml_dtypes
+import numpy as np
+
+from ..errors import FusegraphError
+from ..ir.dtypes import DType
+from ..ir.module import Instruction, Module
+from ..ir.op import OpKind
+from ..ir.program import Program
+from ..ir.shape import Shape
+from ..ops.pointwise import Convert, FusedPointwise
+
+DEFAULT_KEEP_FP32 = frozenset({
+    "reduce_sum", "reduce_mean", "reduce_prod", "reduce_dynamic", "moments", "softmax", "log_softmax",
+    "fused_reduce",
+})
+F32 = DType.float32
+
+
+def quantize_fp16(program: Program, keep_fp32: Iterable[str] = DEFAULT_KEEP_FP32) -> Program:
+    """Convert `program` (in place) to float16 compute; returns it."""
+    _quantize_module(program.main, DType.float16, frozenset(keep_fp32))
+    return program
+
+
+def quantize_bf16(program: Program, keep_fp32: Iterable[str] = DEFAULT_KEEP_FP32) -> Program:
+    """Convert `program` (in place) to bfloat16 compute; returns it."""
+    _quantize_module(program.main, DType.bfloat16, frozenset(keep_fp32))
+    return program
+
+
+def quantize_fp16_pass(module: Module) -> bool:
+    """The fp16 conversion as a pipeline pass (the main module only; it reports a change if any)."""
+    return module.parent is None and _quantize_module(module, DType.float16, DEFAULT_KEEP_FP32)
+
+
+def quantize_bf16_pass(module: Module) -> bool:
+    return module.parent is None and _quantize_module(module, DType.bfloat16, DEFAULT_KEEP_FP32)
+
+
+def _is_f32(ins: Instruction) -> bool:
+    return isinstance(ins.shape, Shape) and ins.shape.dtype == F32
+
+
+def _half_literal(value: np.ndarray, half: DType) -> np.ndarray:
+    top = float(ml_dtypes.finfo(half.np).max)
+    return np.clip(value, -top, top).astype(half.np)
+
+
+def _quantize_module(module: Module, half: DType, keep: frozenset[str]) -> bool:
+    if not any(_is_f32(i) for i in module.instructions):
+        return False
+    new: dict[int, Instruction] = {}       # old uid -> its replacement
+    converted: dict[tuple[int, DType], Instruction] = {}
+
+    def as_type(x: Instruction, dt: DType, before: Instruction) -> Instruction:
+        """`x` (a new instruction) as `dt` (one convert per value and type)."""
+        if not isinstance(x.shape, Shape) or x.shape.dtype == dt or not x.shape.dtype.is_float:
+            return x
+        key = (x.uid, dt)
+        if key not in converted:
+            converted[key] = module.insert(before, Convert(to=dt), x)
+        return converted[key]
+
+    old = list(module.instructions)
+    ret = module.return_ins
+    for ins in old:
+        if ins is ret:
+            continue
+        if ins.is_param:
+            new[ins.uid] = ins
+            continue
+        if ins.is_literal:
+            if _is_f32(ins):
+                new[ins.uid] = module.insert(ins, type(ins.op)(_half_literal(ins.literal, half)))
+            else:
+                new[ins.uid] = ins
+            continue
+        inputs = [new.get(x.uid, x) for x in ins.inputs]
+        if ins.op.name in keep or ins.module_args and ins.op.kind is OpKind.CONTROL:
+            new[ins.uid] = _rebuild(module, ins, [as_type(x, F32, ins) for x in inputs], as_type, half)
+            continue
+        half_inputs = [as_type(x, half, ins) if _is_f32(x) else x for x in inputs]
+        try:
+            new[ins.uid] = module.insert(ins, _half_op(ins.op, half), *half_inputs, module_args=ins.module_args)
+        except FusegraphError:  # the op refuses half inputs: keep it in float32
+            new[ins.uid] = _rebuild(module, ins, [as_type(x, F32, ins) for x in inputs], as_type, half)
+    outs = []
+    for o in ret.inputs:
+        x = new.get(o.uid, o)
+        outs.append(as_type(x, o.shape.dtype, ret) if isinstance(o.shape, Shape) and x.shape.dtype != o.shape.dtype else x)
+    module.replace_inputs(ret, outs)
+    for ins in reversed(old):  # the old instructions are now unused
+        if ins is not ret and not ins.users and not ins.is_param and ins.module is module:
+            module.remove(ins)
+    return True
+
+
+def _rebuild(module: Module, ins: Instruction, inputs: list[Instruction], as_type, half: DType) -> Instruction:
+    """`ins` over `inputs` as it was (float32 inside); a float32 result is handed on as half."""
+    x = module.insert(ins, ins.op, *inputs, module_args=ins.module_args)
+    return as_type(x, half, ins) if _is_f32(x) else x
+
+
+def _half_op(op, half: DType):
+    """The op with float32 attributes that name result types turned half."""
+    if isinstance(op, Convert) and op.to == F32:
+        return Convert(to=half, saturate=op.saturate)
+    if isinstance(op, FusedPointwise) and op.out_type == F32:
+        return FusedPointwise(body_text=op.body_text, n_inputs=op.n_inputs, out_type=half)
+    return op

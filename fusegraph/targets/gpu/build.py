@@ -1,0 +1,190 @@
+"""Building a gpu executable's steps: device memory (one activation allocation holding the arena, the
+output region and the input buffers; one packed weight allocation), a Slot per value, and one run
+closure per step from the lowering table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ...errors import CompileError
+from ...ir.dtypes import DType
+from ...ir.module import Instruction, Module
+from ...ir.shape import Shape
+from ...passes.memory_coloring import ALIGNMENT
+from .device import has_torch_dtype, to_device, torch, torch_dtype
+from .layout import channels_last_order, dense_strides
+from .lowering import Slot, find_lowering, storage_mode
+from .plan import ARENA, LITERAL, OUTPUT, PARAM, VIEW, Plan, make_plan
+
+
+def _align(n: int) -> int:
+    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+class BuildContext:
+    """What lowering builders see: torch, the device, build-time constants and kernel launchers."""
+
+    def __init__(self, device: Any):
+        self.torch = torch()
+        self.device = device
+        self.kernels: list[Any] = []  # Triton launchers (their sources are saved with the program)
+
+    def constant(self, value: np.ndarray) -> Any:
+        """A small build-time array (index maps, divisors) on the device."""
+        value = np.asarray(value)
+        return to_device(value, DType.from_numpy(value.dtype), self.device)
+
+    def submodule_runner(self, body: Module) -> Callable:
+        """Run `body` op by op with the lowering table (buffers allocated per run)."""
+        return EagerModule(self, body)
+
+
+class EagerModule:
+    """A submodule evaluated step by step, each value a fresh tensor: the fallback for fused bodies
+    the kernel generator does not take."""
+
+    def __init__(self, ctx: BuildContext, module: Module):
+        self.plan = make_plan(module, storage_mode)
+        self.module = module
+        self.runs = []
+        for step in self.plan.steps:
+            entry = find_lowering(step)
+            self.runs.append((step, entry.mode, entry.build(ctx, step)))
+        self.params = [p.uid for p in module.parameters]
+        self.literals = {i.uid: ctx.constant(i.literal) for i in module.instructions if i.is_literal}
+
+    def __call__(self, out: Any, *inputs: Any) -> None:
+        t = torch()
+        env: dict[int, Any] = dict(zip(self.params, inputs))
+        env.update(self.literals)
+        for step, mode, run in self.runs:
+            args = [env[x.uid] for x in step.inputs]
+            if mode == "into":
+                shape = step.ins.shape
+                buf = t.empty(shape.lens, dtype=torch_dtype(shape.dtype), device=out.device)
+                run(buf, *args)
+                env[step.ins.uid] = buf
+            else:
+                env[step.ins.uid] = run(*args)
+        out.copy_(env[self.module.outputs[0].uid])
+
+
+def allocate(plan: Plan, module: Module, device: Any) -> tuple[dict[int, Slot], Any, Any]:
+    """Slots of params, literals and arena/output buffers; the activation and weight allocations."""
+    t = torch()
+    by_uid = {i.uid: i for i in module.instructions}
+    params = [i for i in module.instructions if i.is_param]
+    input_offsets, n_in = {}, 0
+    for p in params:
+        _check_tensor_type(p)
+        input_offsets[p.uid] = n_in
+        n_in += _align(p.shape.bytes)
+    base_out = plan.arena_bytes
+    base_in = base_out + plan.output_bytes
+    activations = t.empty(max(base_in + n_in, 1), dtype=t.uint8, device=device)
+    slots: dict[int, Slot] = {}
+
+    def view(storage, offset: int, ins: Instruction) -> Any:
+        shape = ins.shape
+        order = channels_last_order(shape.ndim) if ins.uid in plan.channels_last and shape.ndim in (4, 5) \
+            else tuple(range(shape.ndim))
+        strides = dense_strides(shape.lens, order)
+        flat = storage[offset:offset + max(shape.bytes, 0)].view(torch_dtype(shape.dtype))
+        return flat.as_strided(shape.lens, strides)
+
+    for uid, offset in plan.offsets.items():
+        slots[uid] = Slot(view(activations, offset, by_uid[uid]))
+    for uid, offset in plan.output_offsets.items():
+        slots[uid] = Slot(view(activations, base_out + offset, by_uid[uid]))
+    for p in params:
+        slots[p.uid] = Slot(view(activations, base_in + input_offsets[p.uid], p))
+    literals = [i for i in module.instructions if i.is_literal and has_torch_dtype(i.shape.dtype)]
+    offsets, n_w = {}, 0
+    for lit in literals:
+        offsets[lit.uid] = n_w
+        n_w += _align(lit.shape.bytes)
+    weights = t.empty(max(n_w, 1), dtype=t.uint8, device=device)
+    for lit in literals:
+        dst = view(weights, offsets[lit.uid], lit)
+        dst.copy_(to_device(lit.literal, lit.shape.dtype, device).reshape(lit.shape.lens))
+        slots[lit.uid] = Slot(dst)
+    for i in module.instructions:
+        if i.is_literal and i.uid not in slots:
+            slots[i.uid] = Slot(None)  # no device type (strings, 4-bit): an error if a step reads it
+    return slots, activations, weights
+
+
+def _check_tensor_type(ins: Instruction) -> None:
+    if not isinstance(ins.shape, Shape) or not has_torch_dtype(ins.shape.dtype):
+        raise CompileError(f"target 'gpu': {ins.op} of type {ins.shape} has no device tensor type")
+
+
+def build_steps(plan: Plan, ctx: BuildContext, slots: dict[int, Slot],
+                outputs: set[int]) -> list[Callable[[], None]]:
+    """The closures to run in order: one per step (none for views fixed at build time), each
+    transient released right after the last step that reads it (program outputs are kept)."""
+    releases: dict[int, list[Slot]] = {}
+    per_step: list[list[Callable[[], None]]] = []
+    for k, step in enumerate(plan.steps):
+        fn = find_lowering(step).build(ctx, step)
+        for x in step.inputs:
+            if plan.storage.get(x.uid) == LITERAL and slots[x.uid].t is None:
+                raise CompileError(f"target 'gpu': {step.ins.op} reads a {x.shape} literal, which has no device type")
+        ins_slots = [slots[x.uid] for x in step.inputs]
+        uid = step.ins.uid
+        mode = plan.storage[uid]
+        if mode in (ARENA, OUTPUT):
+            per_step.append([_into(fn, slots[uid].t, ins_slots)])
+            continue
+        slot = slots.setdefault(uid, Slot())
+        if mode == VIEW and ins_slots[0].t is not None and _fixed(plan, step.inputs[0]):
+            base = ins_slots[0].t
+            v = fn(*[s.t for s in ins_slots])
+            if _aliases(v, base):  # a true view of fixed memory: nothing to run
+                slot.t = v
+                per_step.append([])
+                continue
+        per_step.append([_value(fn, slot, ins_slots)])
+        owner = plan.owner[uid]
+        if owner not in outputs:
+            releases.setdefault(max(plan.last_use.get(owner, k), k), []).append(slot)
+    steps: list[Callable[[], None]] = []
+    for k, runs in enumerate(per_step):
+        steps.extend(runs)
+        steps.extend(_release(s) for s in releases.get(k, ()))
+    return steps
+
+
+def _fixed(plan: Plan, x: Instruction) -> bool:
+    """Whether `x` lives in memory fixed at build time (so a view of it can be made once)."""
+    return plan.storage.get(plan.owner.get(x.uid, -1)) in (ARENA, OUTPUT, PARAM, LITERAL)
+
+
+def _aliases(v: Any, base: Any) -> bool:
+    t = torch()
+    return isinstance(v, t.Tensor) and v.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+
+
+def _into(fn, out, ins_slots):
+    if len(ins_slots) == 1:
+        a = ins_slots[0]
+        return lambda: fn(out, a.t)
+    if len(ins_slots) == 2:
+        a, b = ins_slots
+        return lambda: fn(out, a.t, b.t)
+    return lambda: fn(out, *[s.t for s in ins_slots])
+
+
+def _value(fn, slot, ins_slots):
+    def run():
+        slot.t = fn(*[s.t for s in ins_slots])
+    return run
+
+
+def _release(slot):
+    def run():
+        slot.t = None
+    return run

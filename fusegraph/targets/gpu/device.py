@@ -1,0 +1,102 @@
+"""The gpu target's one door to torch and triton: imported here, lazily, with a typed error when absent,
+and the table between fusegraph dtypes and torch / triton dtypes."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from ...errors import TargetError
+from ...ir.dtypes import DType
+
+
+@functools.cache
+def torch() -> Any:
+    """The torch module; TargetError (naming the extra to install) when it is missing."""
+    try:
+        import torch as _torch
+    except ModuleNotFoundError:
+        raise TargetError("target 'gpu' needs torch and triton: pip install 'fusegraph[gpu]'") from None
+    return _torch
+
+
+@functools.cache
+def triton() -> Any:
+    try:
+        import triton as _triton
+    except ModuleNotFoundError:
+        raise TargetError("target 'gpu' needs triton for its generated kernels: pip install 'fusegraph[gpu]'") from None
+    return _triton
+
+
+def resolve_device(name: str | None) -> Any:
+    """The torch device to compile for: `name` if given, else the current CUDA device. No silent CPU:
+    a missing GPU is a TargetError (tests may ask for 'cpu' explicitly, with Triton's interpreter)."""
+    t = torch()
+    if name is None:
+        if not t.cuda.is_available():
+            raise TargetError("target 'gpu' found no CUDA device (torch.cuda.is_available() is False)")
+        return t.device("cuda", t.cuda.current_device())
+    return t.device(name)
+
+
+# fusegraph dtype -> torch dtype name (None: torch has no such tensor type)
+_TORCH_NAMES = {
+    DType.bool: "bool", DType.int8: "int8", DType.int16: "int16", DType.int32: "int32", DType.int64: "int64",
+    DType.uint8: "uint8", DType.uint16: "uint16", DType.uint32: "uint32", DType.uint64: "uint64",
+    DType.float16: "float16", DType.bfloat16: "bfloat16", DType.float32: "float32", DType.float64: "float64",
+    DType.float8_e4m3fn: "float8_e4m3fn", DType.float8_e4m3fnuz: "float8_e4m3fnuz",
+    DType.float8_e5m2: "float8_e5m2", DType.float8_e5m2fnuz: "float8_e5m2fnuz",
+    DType.complex64: "complex64", DType.complex128: "complex128",
+}
+
+# dtypes the generated Triton kernels compute with (others go through torch, or are a CompileError)
+TRITON_TYPES = {
+    DType.bool: "tl.int1", DType.int8: "tl.int8", DType.int16: "tl.int16", DType.int32: "tl.int32",
+    DType.int64: "tl.int64", DType.uint8: "tl.uint8", DType.uint16: "tl.uint16", DType.uint32: "tl.uint32",
+    DType.uint64: "tl.uint64", DType.float16: "tl.float16", DType.bfloat16: "tl.bfloat16",
+    DType.float32: "tl.float32", DType.float64: "tl.float64",
+}
+
+
+def has_torch_dtype(dt: DType) -> bool:
+    return dt in _TORCH_NAMES
+
+
+def torch_dtype(dt: DType) -> Any:
+    name = _TORCH_NAMES.get(dt)
+    if name is None:
+        raise TargetError(f"target 'gpu' has no device tensor type for {dt}")
+    return getattr(torch(), name)
+
+
+# numpy dtypes torch.from_numpy cannot take are moved as raw bits of the same width
+_BITS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def to_device(arr: np.ndarray, dt: DType, device: Any) -> Any:
+    """A host array as a device tensor of `dt` (ml_dtypes' bf16 and fp8 travel as raw bits)."""
+    t = torch()
+    arr = np.ascontiguousarray(arr)
+    if not arr.flags.writeable:  # torch.from_numpy wants writable memory (literals are read-only)
+        arr = arr.copy()
+    if arr.dtype.kind == "V" or dt in (DType.bfloat16,) or dt.name.startswith("float8"):
+        bits = arr.view(getattr(np, _BITS[arr.dtype.itemsize]))
+        return t.from_numpy(bits).to(device).view(torch_dtype(dt))
+    if dt in (DType.uint16, DType.uint32, DType.uint64):
+        return t.from_numpy(arr.view(getattr(np, _BITS[arr.dtype.itemsize]))).to(device).view(torch_dtype(dt))
+    return t.from_numpy(arr).to(device)
+
+
+def to_host(tensor: Any, dt: DType) -> np.ndarray:
+    """A (host or device) tensor as a numpy array of `dt`, C-contiguous, owning its memory."""
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    tensor = tensor.contiguous()
+    if dt is DType.bfloat16 or dt.name.startswith("float8") or dt in (DType.uint16, DType.uint32, DType.uint64):
+        bits = getattr(torch(), _BITS[tensor.element_size()])
+        return tensor.view(bits).numpy().view(dt.np).copy()
+    return tensor.numpy().copy()

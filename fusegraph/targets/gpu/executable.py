@@ -1,0 +1,178 @@
+"""The gpu Executable: a flat list of steps over fixed device memory, replayed as one CUDA graph.
+
+Inputs are copied into fixed input buffers (host arrays: one host-to-device copy; device tensors:
+one device copy, or none when the caller writes into `input_buffers()` directly); the steps (or the
+captured graph) run on the caller's current stream, or the one given; outputs come back as numpy
+arrays, or as device tensors that alias the executable's output buffers (valid until the next run,
+like torch.compile's CUDA graphs) unless `copy_outputs` is asked for. One run at a time per
+executable (a lock): the buffers and the graph are shared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ...errors import InputError
+from ...ir.dtypes import DType
+from ...ir.program import Program
+from ..base import CompileOptions, Executable
+from .device import to_host, torch
+from .lowering import Slot
+
+
+class GpuExecutable(Executable):
+    def __init__(self, program: Program, options: CompileOptions, device: Any, steps: list[Callable[[], None]],
+                 slots: dict[int, Slot], memory: tuple[Any, Any], graph_mode: bool, sources: dict[str, str],
+                 fp32_exact: bool):
+        super().__init__(program, options)
+        self.device = device
+        self.steps = steps
+        self.memory = memory  # (activations, weights): keeps the allocations alive
+        self.sources = sources
+        main = program.main
+        self._inputs = {p.op.param_name: (slots[p.uid].t, p.shape.dtype) for p in main.parameters}
+        self._outputs = [(slots[o.uid], o.shape.dtype) for o in main.outputs]
+        self._lock = threading.Lock()
+        self._fp32_exact = fp32_exact
+        self.graph = None
+        self.graph_mode = graph_mode and device.type == "cuda"
+        self._warm = False
+
+    # -- running ----------------------------------------------------------------------------------
+    def _precision(self):
+        """fp32 programs run in true fp32 (cuDNN and cuBLAS would otherwise use TF32)."""
+        t = torch()
+        if not self._fp32_exact or self.device.type != "cuda":
+            return contextlib.nullcontext()
+        return _Fp32Exact(t)
+
+    def _run_steps(self) -> None:
+        for step in self.steps:
+            step()
+
+    def warm_up(self) -> None:
+        """Run once (compiling kernels, choosing cuDNN algorithms), then capture the graph."""
+        t = torch()
+        with self._precision():
+            if self.device.type != "cuda":
+                self._run_steps()
+                self._warm = True
+                return
+            side = t.cuda.Stream(self.device)
+            side.wait_stream(t.cuda.current_stream(self.device))
+            with t.cuda.stream(side):
+                self._run_steps()
+                self._run_steps()
+            t.cuda.current_stream(self.device).wait_stream(side)
+            if self.graph_mode:
+                graph = t.cuda.CUDAGraph()
+                with t.cuda.graph(graph):
+                    self._run_steps()
+                self.graph = graph
+        self._warm = True
+
+    def _launch(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+            return
+        with self._precision():
+            self._run_steps()
+
+    def input_buffers(self) -> dict[str, Any]:
+        """The device tensors the program reads its inputs from: write into them and call
+        `run_device()` with no inputs for zero-copy input."""
+        return {name: buf for name, (buf, _) in self._inputs.items()}
+
+    def execute(self, inputs: dict[str, Any]) -> list[np.ndarray]:
+        """numpy in (already checked by `run`), numpy out."""
+        t = torch()
+        with self._lock:
+            for name, value in inputs.items():
+                buf, dt = self._inputs[name]
+                _copy_in(buf, value, dt)
+            if not self._warm:
+                self.warm_up()
+            self._launch()
+            outs = [to_host(slot.t, dt) for slot, dt in self._outputs]
+        del t
+        return outs
+
+    def run(self, inputs: Mapping[str, Any]) -> list[Any]:
+        """numpy arrays in: numpy arrays out (checked like every target). Device tensors (torch, or
+        any DLPack producer) in: device tensors out, without host copies."""
+        if inputs and any(_is_device_tensor(v) for v in inputs.values()):
+            return self.run_device(inputs)
+        return super().run(inputs)
+
+    def run_device(self, inputs: Mapping[str, Any] | None = None, stream: Any = None,
+                   copy_outputs: bool = False) -> list[Any]:
+        """Run on device tensors. `inputs` may be torch tensors, DLPack producers or numpy arrays;
+        None uses what `input_buffers()` hold. Runs on `stream` (a torch.cuda.Stream) if given, else
+        on the current stream. Outputs alias the executable's buffers unless `copy_outputs`."""
+        t = torch()
+        if self._pending_checks:
+            self._run_pending_checks()
+        ctx = t.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+        with self._lock, ctx:
+            if inputs is not None:
+                self._check_names(inputs)
+                for name, value in inputs.items():
+                    buf, dt = self._inputs[name]
+                    _copy_in(buf, _as_tensor(value) if not isinstance(value, np.ndarray) else value, dt, name)
+            if not self._warm:
+                self.warm_up()
+            self._launch()
+            outs = [slot.t for slot, _ in self._outputs]
+            return [o.clone() for o in outs] if copy_outputs else outs
+
+    def _check_names(self, inputs: Mapping[str, Any]) -> None:
+        missing = [n for n in self._inputs if n not in inputs]
+        extra = [n for n in inputs if n not in self._inputs]
+        if missing or extra:
+            raise InputError(f"missing input(s) {missing}, unknown input(s) {extra} (the program takes "
+                             f"{list(self._inputs)})")
+
+
+class _Fp32Exact:
+    def __init__(self, t):
+        self.t = t
+
+    def __enter__(self):
+        t = self.t
+        self.old = (t.backends.cuda.matmul.allow_tf32, t.backends.cudnn.allow_tf32)
+        t.backends.cuda.matmul.allow_tf32 = False
+        t.backends.cudnn.allow_tf32 = False
+
+    def __exit__(self, *exc):
+        self.t.backends.cuda.matmul.allow_tf32, self.t.backends.cudnn.allow_tf32 = self.old
+
+
+def _is_device_tensor(v: Any) -> bool:
+    if isinstance(v, np.ndarray):
+        return False
+    t = torch()
+    return isinstance(v, t.Tensor) or hasattr(v, "__dlpack__")
+
+
+def _as_tensor(v: Any) -> Any:
+    t = torch()
+    if isinstance(v, t.Tensor):
+        return v
+    return t.from_dlpack(v)  # cupy, jax, ... share the memory
+
+
+def _copy_in(buf: Any, value: Any, dt: DType, name: str = "") -> None:
+    t = torch()
+    if isinstance(value, np.ndarray):
+        from .device import to_device
+
+        value = to_device(value, dt, "cpu")
+    if tuple(value.shape) != tuple(buf.shape) or value.dtype != buf.dtype:
+        raise InputError(f"input {name!r}: expected {buf.dtype} {list(buf.shape)}, got {value.dtype} {list(value.shape)}")
+    buf.copy_(value, non_blocking=value.device.type != "cpu" or value.is_pinned())
+    del t

@@ -1,0 +1,193 @@
+"""Lowerings of data movement: views (free when they alias a fixed tensor), copies into the arena
+(concat, pad, slices with negative steps), indexing (gather, gather_elements) and resize, whose
+per-axis source maps are computed at build time from the reference's own coordinate rules."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import CompileError
+from ...ops.layout import PAD_MODES
+from .device import torch
+from .lowering import lowering
+
+
+@lowering("broadcast", mode="view")
+def broadcast(ctx, step):
+    lens = tuple(step.ins.op.out_lens)
+    return lambda x: x.broadcast_to(lens)
+
+
+@lowering("broadcast_for_dot", mode="view")
+def broadcast_for_dot(ctx, step):
+    lens = step.ins.shape.lens
+    return lambda x, other=None: x.broadcast_to(lens)
+
+
+@lowering("transpose", mode="view")
+def transpose(ctx, step):
+    perm = tuple(step.ins.op.perm)
+    return lambda x: x.permute(perm)
+
+
+@lowering("reshape", "squeeze", "unsqueeze", "flatten", mode="view")
+def reshape(ctx, step):
+    lens = step.ins.shape.lens
+    return lambda x: x.reshape(lens)  # a view when the layout allows, else a copy every run
+
+
+@lowering("contiguous", mode="view")
+def contiguous(ctx, step):
+    return lambda x: x.contiguous()
+
+
+@lowering("get_tuple_elem", mode="view")
+def get_tuple_elem(ctx, step):
+    index = step.ins.op.index
+    return lambda x: x[index]
+
+
+@lowering("slice", mode="view")
+def slice_(ctx, step):
+    op = step.ins.op
+    index: list = [slice(None)] * step.inputs[0].shape.ndim
+    flips = []
+    for a, s, e, st in zip(op.axes, op.starts, op.ends, op.steps):
+        if st > 0:
+            index[a] = slice(s, e, st)
+        else:  # torch has no negative steps: take the positions as an index list (a copy)
+            flips.append((a, ctx.constant(np.arange(s, e, st, dtype=np.int64))))
+    index_t = tuple(index)
+
+    def run(x):
+        x = x[index_t]
+        for a, idx in flips:
+            x = x.index_select(a, idx)
+        return x
+    return run
+
+
+@lowering("concat", mode="into", note="copies into slices of the output")
+def concat(ctx, step):
+    t = torch()
+    axis = step.ins.op.axis
+
+    def run(out, *xs):
+        t.cat(xs, dim=axis, out=out)
+    return run
+
+
+@lowering("pad", mode="into")
+def pad(ctx, step):
+    op = step.ins.op
+    if op.mode not in PAD_MODES:
+        raise CompileError(f"target 'gpu': {op}: unknown pad mode")
+    r = step.inputs[0].shape.ndim
+    begins = op.pads[:r]
+    inner = tuple(slice(b, b + n) for b, n in zip(begins, step.inputs[0].shape.lens))
+    if op.mode == "constant":
+        value = op.value
+
+        def run_constant(out, x):
+            out.fill_(value)
+            out[inner].copy_(x)
+        return run_constant
+    # edge / reflect / wrap: gather every output position's source index, axis by axis
+    idx = []
+    for a in range(r):
+        n, b, m = step.inputs[0].shape.lens[a], begins[a], step.ins.shape.lens[a]
+        pos = np.arange(m) - b
+        if op.mode == "edge":
+            src = np.clip(pos, 0, n - 1)
+        elif op.mode == "wrap":
+            src = np.mod(pos, n)
+        else:  # reflect (without repeating the edge)
+            period = 2 * (n - 1) if n > 1 else 1
+            k = np.mod(pos, period)
+            src = np.where(k < n, k, period - k) if n > 1 else np.zeros_like(pos)
+        idx.append(None if (m == n and b == 0) else ctx.constant(src.astype(np.int64)))
+
+    def run_index(out, x):
+        for a, ix in enumerate(idx):
+            if ix is not None:
+                x = x.index_select(a, ix)
+        out.copy_(x)
+    return run_index
+
+
+@lowering("gather", mode="into")
+def gather(ctx, step):
+    axis = step.ins.op.axis
+    t = torch()
+    n = step.inputs[0].shape.lens[axis]
+
+    def run(out, data, idx):
+        idx = t.where(idx < 0, idx + n, idx).to(t.int64)
+        picked = data.index_select(axis, idx.reshape(-1))
+        out.copy_(picked.reshape(out.shape))
+    return run
+
+
+@lowering("gather_elements", mode="into")
+def gather_elements(ctx, step):
+    axis = step.ins.op.axis
+    t = torch()
+    n = step.inputs[0].shape.lens[axis]
+
+    def run(out, data, idx):
+        idx = t.where(idx < 0, idx + n, idx).to(t.int64)
+        t.gather(data, axis, idx, out=out)
+    return run
+
+
+@lowering("resize", mode="value", note="per-axis index maps (nearest) or interpolation matrices")
+def resize(ctx, step):
+    op = step.ins.op
+    x_shape = step.inputs[0].shape
+    r = x_shape.ndim
+    plan = []
+    for axis, (n_in, n_out) in enumerate(zip(x_shape.lens, step.ins.shape.lens)):
+        roi = (op.roi[axis], op.roi[axis + r]) if op.roi else (0.0, 1.0)
+        if op.scales and np.isclose(op.scales[axis], 1.0) and n_in == n_out and roi == (0.0, 1.0):
+            continue
+        src, outside = op._source(axis, n_in, n_out, roi)
+        eye = np.eye(n_in, dtype=np.float64)
+        if op.mode == "nearest":  # the reference picks rows of the identity: recover the indices
+            picked = op._nearest(eye, 0, src)
+            plan.append((axis, "index", ctx.constant(picked.argmax(axis=1).astype(np.int64)), None))
+        else:
+            m = op._interpolate(eye, 0, src)  # (n_out, n_in): the axis' interpolation matrix
+            plan.append((axis, "matrix", ctx.constant(m), None))
+        if outside is not None and outside.any():
+            plan[-1] = plan[-1][:3] + (ctx.constant(outside),)
+    fill = op.extrapolation_value
+    t = torch()
+
+    def run(x):
+        y = x
+        for axis, kind, arg, outside in plan:
+            if kind == "index":
+                y = y.index_select(axis, arg)
+            else:  # float32 math (float64 for float64 and integers), as the reference
+                work = t.float32 if y.dtype in (t.float16, t.bfloat16, t.float32) else t.float64
+                yf = y.to(work)
+                y = t.movedim(t.tensordot(arg.to(work), yf, dims=([1], [axis])), 0, axis)
+            if outside is not None:
+                shape = [1] * r
+                shape[axis] = -1
+                y = t.where(outside.reshape(shape), t.tensor(fill, dtype=y.dtype, device=y.device), y)
+        if y.dtype != x.dtype:  # back to the input type, rounded and saturated like the reference
+            if x.dtype == t.bool:
+                y = y != 0
+            else:
+                info = t.finfo(x.dtype) if x.dtype.is_floating_point else t.iinfo(x.dtype)
+                y = (y if x.dtype.is_floating_point else t.round(y)).clamp(info.min, info.max).to(x.dtype)
+        return y.contiguous(memory_format=_format_of(x))
+    return run
+
+
+def _format_of(x):
+    t = torch()
+    if x.dim() == 4 and x.is_contiguous(memory_format=t.channels_last) and not x.is_contiguous():
+        return t.channels_last
+    return t.contiguous_format

@@ -1,0 +1,184 @@
+"""Lowerings of the heavy ops to the vendor libraries through torch: matmuls to cuBLAS(Lt) (with the
+bias epilogue for gemm_bias), attention to scaled_dot_product_attention (flash / memory-efficient),
+convolutions and pooling to cuDNN in channels-last."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...errors import CompileError
+from ...ops.conv import window_attrs
+from .device import torch
+from .lowering import lowering
+
+
+# -- matmul -----------------------------------------------------------------------------------------
+@lowering("dot", mode="into", note="cuBLAS")
+def dot(ctx, step):
+    t = torch()
+
+    def run(out, a, b):
+        if a.dtype.is_floating_point:
+            t.matmul(a, b, out=out)
+        else:  # integer matmuls are exact in float64 (cuBLAS has no integer path here)
+            out.copy_(t.matmul(a.to(t.float64), b.to(t.float64)))
+    return run
+
+
+@lowering("gemm_bias", mode="into", note="cuBLASLt addmm with the bias epilogue")
+def gemm_bias(ctx, step):
+    t = torch()
+    n = step.ins.shape.lens[-1]
+
+    def run(out, a, w, bias):
+        t.addmm(bias.reshape(n), a, w, out=out.view(-1, n))
+    return run
+
+
+@lowering("attention", mode="value", note="scaled_dot_product_attention")
+def attention(ctx, step):
+    F = torch().nn.functional
+    scale = step.data["scale"]
+
+    def run(q, kt, v, mask=None):
+        return F.scaled_dot_product_attention(q, kt.transpose(-1, -2), v, attn_mask=mask, scale=scale)
+    return run
+
+
+@lowering("quant_dot", mode="into", note="exact in float64")
+def quant_dot(ctx, step):
+    t = torch()
+
+    def run(out, a, b, *zero_points):
+        af, bf = a.to(t.float64), b.to(t.float64)
+        if zero_points:
+            af = af - zero_points[0].to(t.float64)
+            if len(zero_points) > 1:
+                bf = bf - zero_points[1].to(t.float64)
+        out.copy_(t.matmul(af, bf))
+    return run
+
+
+@lowering("einsum", mode="into")
+def einsum(ctx, step):
+    t = torch()
+    eq = step.ins.op.equation
+
+    def run(out, *xs):
+        out.copy_(t.einsum(eq, *xs))
+    return run
+
+
+# -- convolution ------------------------------------------------------------------------------------
+def _conv_fn(ndim: int, transposed: bool):
+    F = torch().nn.functional
+    if transposed:
+        return {3: F.conv_transpose1d, 4: F.conv_transpose2d, 5: F.conv_transpose3d}[ndim]
+    return {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[ndim]
+
+
+def _pad_args(pb, pe):
+    """torch.nn.functional.pad's argument (last axis first) for begins `pb` and ends `pe`."""
+    out = []
+    for b, e in zip(reversed(pb), reversed(pe)):
+        out += [b, e]
+    return out
+
+
+@lowering("convolution", mode="value", note="cuDNN, channels-last")
+def convolution(ctx, step):
+    op = step.ins.op
+    x_shape = step.inputs[0].shape
+    nsp = x_shape.ndim - 2
+    if nsp not in (1, 2, 3):
+        raise CompileError(f"target 'gpu': {op} has {nsp} spatial dims (1 to 3 supported)")
+    pb, pe, strides, dils = window_attrs(op, nsp)
+    conv = _conv_fn(x_shape.ndim, False)
+    F = torch().nn.functional
+    symmetric = tuple(pb) == tuple(pe)
+    pads = _pad_args(pb, pe)
+
+    def run(x, w):
+        if not symmetric:
+            x = F.pad(x, pads)
+        return conv(x, w, None, strides, list(pb) if symmetric else 0, dils, op.group)
+    return run
+
+
+@lowering("deconvolution", mode="value", note="cuDNN transposed convolution")
+def deconvolution(ctx, step):
+    op = step.ins.op
+    x_shape = step.inputs[0].shape
+    nsp = x_shape.ndim - 2
+    if nsp not in (1, 2, 3):
+        raise CompileError(f"target 'gpu': {op} has {nsp} spatial dims (1 to 3 supported)")
+    pb, pe, strides, dils = window_attrs(op, nsp)
+    conv = _conv_fn(x_shape.ndim, True)
+    out_sp = step.ins.shape.lens[2:]
+
+    def run(x, w):
+        # no padding, then crop the begins: ends and output_padding follow from the IR's out lens
+        y = conv(x, w, None, strides, 0, 0, op.group, dils)
+        index = [slice(None), slice(None)]
+        for i, (b, n, have) in enumerate(zip(pb, out_sp, y.shape[2:])):
+            if b + n > have:  # output_padding past the full result: zeros
+                y = torch().nn.functional.pad(y, [0, 0] * (nsp - 1 - i) + [0, b + n - have])
+            index.append(slice(b, b + n))
+        return y[tuple(index)]
+    return run
+
+
+@lowering("pooling", mode="value", note="cuDNN / torch pooling kernels")
+def pooling(ctx, step):
+    op = step.ins.op
+    t = torch()
+    F = t.nn.functional
+    x_shape = step.inputs[0].shape
+    nd = x_shape.ndim
+    axes = tuple(range(2, nd))
+    if op.global_pool:
+        if op.mode == "max":
+            return lambda x: t.amax(x, dim=axes, keepdim=True)
+        if op.mode == "average":
+            return lambda x: t.mean(x, dim=axes, keepdim=True)
+        p = float(op.lp_order)
+        return lambda x: (x.abs() ** p).sum(dim=axes, keepdim=True) ** (1.0 / p)
+    if nd - 2 not in (1, 2, 3):
+        raise CompileError(f"target 'gpu': {op} has {nd - 2} spatial dims (1 to 3 supported)")
+    g = op.geometry(x_shape.lens[2:])
+    out_sp = list(g.out)
+    crop = (slice(None), slice(None), *[slice(0, n) for n in out_sp])
+    pads = _pad_args(g.begins, g.ends)
+    ks, st, dil = list(g.lengths), list(g.strides), list(g.dilations)
+    if op.mode == "max":
+        fn = {3: F.max_pool1d, 4: F.max_pool2d, 5: F.max_pool3d}[nd]
+        simple = tuple(g.begins) == tuple(g.ends) and all(2 * b <= k for b, k in zip(g.begins, ks))
+
+        def run_max(x):
+            if simple:
+                return fn(x, ks, st, list(g.begins), dil, ceil_mode=op.ceil_mode)[crop]
+            xp = F.pad(x, pads, value=-math.inf) if x.dtype.is_floating_point else F.pad(x, pads, value=int(
+                t.iinfo(x.dtype).min))
+            return fn(xp, ks, st, 0, dil, ceil_mode=op.ceil_mode)[crop]
+        return run_max
+    if any(d != 1 for d in dil):
+        raise CompileError(f"target 'gpu': {op}: dilated average pooling has no lowering")
+    fn = {3: F.avg_pool1d, 4: F.avg_pool2d, 5: F.avg_pool3d}[nd]
+    # sums of the zero-padded input over each window, divided by the reference's own counts
+    counts = ctx.constant(np.asarray(op._counts(x_shape.lens[2:], g), dtype=np.float32))
+    p = float(op.lp_order)
+    kwargs = {"divisor_override": 1} if nd != 3 else {}
+    window = math.prod(ks)
+
+    def run_avg(x):
+        xf = x.float() if x.dtype in (t.float16, t.bfloat16) else x
+        if op.mode == "lpnorm":
+            xf = xf.abs() ** p
+        s = fn(F.pad(xf, pads), ks, st, 0, ceil_mode=op.ceil_mode, **kwargs)[crop]
+        if nd == 3:  # avg_pool1d has no divisor_override
+            s = s * window
+        y = s / counts if op.mode == "average" else s ** (1.0 / p)
+        return y.to(x.dtype)
+    return run_avg

@@ -1,0 +1,87 @@
+"""The gpu target's lowering table: op (or pattern) name -> how its value is made on the device.
+
+An entry has a storage mode and a builder:
+  "into"      the builder's step writes into a buffer the executable owns (arena or output region);
+  "value"     the step returns a new tensor (library calls without an out= form, e.g. cuDNN conv,
+              SDPA): a transient, released after its last use;
+  "view"      a function of the input tensor that usually aliases it (reshape, transpose, slice...):
+              computed once at build time when it does alias a fixed tensor, else re-run every time.
+Ops missing from the table are a CompileError naming the op: nothing ever falls back to the host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import CompileError
+from .plan import ARENA, TRANSIENT, VIEW, Step
+
+
+class Slot:
+    """Where a value's tensor is found at run time (fixed at build time for arena values and views of
+    them; set by its step for transients)."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, t: Any = None):
+        self.t = t
+
+
+@dataclasses.dataclass(frozen=True)
+class Lowering:
+    mode: str                                   # "into" | "value" | "view"
+    build: Callable[..., Any]
+    note: str = ""                              # how the op runs (shown by `describe_lowering`)
+
+
+LOWERINGS: dict[str, Lowering] = {}
+
+
+def lowering(*names: str, mode: str, note: str = ""):
+    """Register a builder for ops `names`. Builders of "into"/"value" ops take (ctx, step) and return
+    a function (run at every execution) of the input tensors (and `out` for "into"); "view" builders
+    take (ctx, step) and return a function of the one input tensor."""
+    if mode not in ("into", "value", "view"):
+        raise ValueError(mode)
+
+    def register(fn):
+        for n in names:
+            if n in LOWERINGS:
+                raise CompileError(f"two gpu lowerings for {n!r}")
+            LOWERINGS[n] = Lowering(mode, fn, note)
+        return fn
+
+    return register
+
+
+def storage_mode(step: Step) -> str:
+    """The plan's storage for a step's value, from its table entry (CompileError if it has none)."""
+    entry = find_lowering(step)
+    return {"into": ARENA, "value": TRANSIENT, "view": VIEW}[entry.mode]
+
+
+def find_lowering(step: Step) -> Lowering:
+    _load_tables()
+    entry = LOWERINGS.get(step.kind)
+    if entry is None:
+        raise CompileError(f"target 'gpu' has no lowering for op {step.ins.op.name!r} ({step.ins.op}); "
+                           "it cannot run on the GPU")
+    return entry
+
+
+def describe_lowering(step: Step) -> str:
+    entry = find_lowering(step)
+    return f"{step.kind}: {entry.mode}" + (f" ({entry.note})" if entry.note else "")
+
+
+_loaded = False
+
+
+def _load_tables() -> None:
+    global _loaded
+    if not _loaded:
+        from . import lower_math, lower_movement, lower_nn  # noqa: F401  (register entries)
+
+        _loaded = True

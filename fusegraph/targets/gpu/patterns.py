@@ -1,0 +1,223 @@
+"""Subgraphs the gpu target runs as one library call, found on the optimized IR:
+
+* attention: dot(Q, K^T) -> [scale, additive mask] -> softmax(last axis) -> dot(., V), with the
+  softmax alone or fused with its prologue (fused_reduce), becomes one
+  torch.nn.functional.scaled_dot_product_attention call (flash / memory-efficient kernels);
+* gemm_bias: dot(A, W) [-> reshape that splits rows] -> add(., broadcast(bias over the last axis))
+  becomes one torch.addmm (cuBLASLt's bias epilogue).
+
+Each match is a `Group` keyed by the uid of the instruction whose value it produces; its members are
+the instructions it replaces, its inputs the values it reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ...ir.module import Instruction, Module
+from ...ir.shape import Shape
+from ...ops.scalar import Call, Expr, Var
+
+FLOATS = ("float16", "bfloat16", "float32")
+VIEW_CHAIN = ("broadcast", "reshape", "squeeze", "unsqueeze", "flatten", "contiguous")
+
+
+@dataclasses.dataclass
+class Group:
+    kind: str
+    root: Instruction
+    members: list[Instruction]
+    inputs: list[Instruction]
+    data: dict
+
+
+def match_groups(module: Module) -> dict[int, Group]:
+    groups: dict[int, Group] = {}
+    for ins in module.instructions:
+        if ins.op.name == "dot":
+            g = match_attention(ins)
+            if g is not None:
+                groups[ins.uid] = g
+    taken = {m.uid for g in groups.values() for m in g.members}
+    for ins in module.instructions:
+        if ins.uid in taken or ins.uid in groups:
+            continue
+        g = match_gemm_bias(ins)
+        if g is not None and not any(m.uid in taken for m in g.members):
+            groups[ins.uid] = g
+            taken |= {m.uid for m in g.members}
+    return groups
+
+
+def only_user(x: Instruction, user: Instruction) -> bool:
+    return len(x.users) == 1 and x.users[0] is user and not _is_output(x)
+
+
+def _is_output(x: Instruction) -> bool:
+    return x.module is not None and any(o is x for o in x.module.outputs)
+
+
+def constant_scalar(x: Instruction) -> float | None:
+    """The value of `x` when it is a literal (seen through broadcasts and reshapes) whose elements are
+    all equal; else None."""
+    while x.op.name in VIEW_CHAIN:
+        x = x.inputs[0]
+    if not x.is_literal:
+        return None
+    v = np.asarray(x.literal)
+    if v.size == 0 or v.dtype.kind != "f" or not np.all(v == v.reshape(-1)[0]):
+        return None
+    return float(v.reshape(-1)[0])
+
+
+# -- attention ---------------------------------------------------------------------------------------
+def _prologue(expr: Expr, score: int, scalars: dict[int, float]) -> tuple[float, int | None] | None:
+    """(scale, mask variable) if `expr` is score*c, score/c, score, plus an optional mask variable."""
+    mask = None
+    if isinstance(expr, Call) and expr.fn == "add":
+        a, b = expr.args
+        for s, m in ((a, b), (b, a)):
+            if isinstance(m, Var) and m.index != score and m.index not in scalars:
+                expr, mask = s, m.index
+                break
+        else:
+            return None
+    if isinstance(expr, Var) and expr.index == score:
+        return 1.0, mask
+    if isinstance(expr, Call) and expr.fn in ("mul", "div") and len(expr.args) == 2:
+        a, b = expr.args
+        if expr.fn == "mul" and isinstance(b, Var) and b.index == score:
+            a, b = b, a
+        if isinstance(a, Var) and a.index == score and isinstance(b, Var) and b.index in scalars:
+            c = scalars[b.index]
+            if expr.fn == "div":
+                return (1.0 / c, mask) if c != 0 else None
+            return c, mask
+    return None
+
+
+def match_attention(dot2: Instruction) -> Group | None:
+    p, v = dot2.inputs
+    if not isinstance(dot2.shape, Shape) or dot2.shape.ndim not in (3, 4) or dot2.shape.dtype.value not in FLOATS:
+        return None
+    if not only_user(p, dot2):
+        return None
+    pre = _attention_prologue(p)
+    if pre is None:
+        return None
+    dot1, scale, mask, members = pre
+    if dot1.op.name != "dot" or not only_user(dot1, members[0]):
+        return None
+    q, kt = dot1.inputs
+    if mask is not None and (mask.shape.dtype != q.shape.dtype or not isinstance(mask.shape, Shape)):
+        return None
+    inputs = [q, kt, v] + ([mask] if mask is not None else [])
+    return Group("attention", dot2, [dot1, *members], inputs, {"scale": scale, "has_mask": mask is not None})
+
+
+def _attention_prologue(p: Instruction):
+    """(scores dot, scale, mask value or None, members up to p) for softmax-like `p`, or None.
+    Converts around the softmax (fp16 programs keep it in float32) are part of the pattern: SDPA
+    computes its softmax in float32 too."""
+    last = p.shape.ndim - 1
+    if p.op.name != "fused_reduce":
+        members = [p]
+        s = p
+        if s.op.name == "convert":
+            s = s.inputs[0]
+            if not only_user(s, p):
+                return None
+            members.insert(0, s)
+        if s.op.name != "softmax" or s.op.axis != last:
+            return None
+        x = s.inputs[0]
+        if x.op.name == "dot":
+            return x, 1.0, None, members
+        if x.op.kind.value == "pointwise" and hasattr(x.op, "expr") and only_user(x, s):
+            r = _match_expr(_strip_convert(x.op.expr), x.inputs)
+            if r is not None:
+                return r[0], r[1], r[2], [x, *members]
+        return None
+    if p.op.axes != (last,):
+        return None
+    body = p.module_args[0]
+    params = {b.uid: k for k, b in enumerate(body.parameters)}
+    (ret,) = body.outputs
+    computed = [i for i in body.instructions if i.op.name not in ("@param", "@return")]
+    s = ret.inputs[0] if ret.op.name == "convert" else ret
+    if s.op.name != "softmax" or s.op.axis != last:
+        return None
+    x = s.inputs[0]
+    expected = 1 + (s is not ret)
+    if x.uid in params:  # softmax of the scores as they come
+        return (p.inputs[params[x.uid]], 1.0, None, [p]) if len(computed) == expected else None
+    if len(computed) != expected + 1 or not (x.op.kind.value == "pointwise" and hasattr(x.op, "expr")):
+        return None
+    if any(i.uid not in params for i in x.inputs):
+        return None
+    outer = [p.inputs[params[i.uid]] for i in x.inputs]
+    r = _match_expr(_strip_convert(x.op.expr), outer)
+    return None if r is None else (r[0], r[1], r[2], [p])
+
+
+def _strip_convert(expr: Expr) -> Expr:
+    while isinstance(expr, Call) and expr.fn.startswith("convert_float"):
+        expr = expr.args[0]
+    return expr
+
+
+def _match_expr(expr: Expr, inputs: list[Instruction]):
+    scores = [k for k, i in enumerate(inputs) if i.op.name == "dot"]
+    scalars = {k: c for k, i in enumerate(inputs) if (c := constant_scalar(i)) is not None}
+    for s in scores:
+        r = _prologue(expr, s, scalars)
+        if r is not None:
+            scale, m = r
+            return inputs[s], scale, (inputs[m] if m is not None else None)
+    return None
+
+
+# -- gemm + bias -------------------------------------------------------------------------------------
+def match_gemm_bias(add: Instruction) -> Group | None:
+    """add(dot(A, W) [viewed], broadcast(bias[N])) with A [M, K] -> one addmm."""
+    if add.op.kind.value != "pointwise" or not hasattr(add.op, "expr") or len(add.inputs) != 2:
+        return None
+    e = add.op.expr
+    if not (isinstance(e, Call) and e.fn == "add" and all(isinstance(a, Var) for a in e.args)):
+        return None
+    if add.shape.dtype.value not in FLOATS:
+        return None
+    for k in (0, 1):
+        y, b = add.inputs[k], add.inputs[1 - k]
+        members = [add]
+        if y.op.name == "reshape" and only_user(y, add):
+            members.append(y)
+            y2 = y.inputs[0]
+            if not (isinstance(y2.shape, Shape) and y2.shape.ndim == 2 and y.shape.lens[-1] == y2.shape.lens[-1]):
+                continue
+            if not only_user(y2, y):
+                continue
+            y = y2
+        elif not only_user(y, add):
+            continue
+        if y.op.name != "dot" or y.shape.ndim != 2:
+            continue
+        bias = _row_vector(b, y.shape.lens[-1])
+        if bias is None:
+            continue
+        members.append(y)
+        a, w = y.inputs
+        return Group("gemm_bias", add, members, [a, w, bias], {})
+    return None
+
+
+def _row_vector(b: Instruction, n: int) -> Instruction | None:
+    """The [n] (or [1.., n]) value `b` broadcasts along the last axis, else None."""
+    if b.op.name != "broadcast":
+        return None
+    src = b.inputs[0]
+    if not isinstance(src.shape, Shape) or src.shape.lens[-1:] != (n,) or any(d != 1 for d in src.shape.lens[:-1]):
+        return None
+    return src

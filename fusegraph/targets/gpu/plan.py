@@ -1,0 +1,151 @@
+"""Lowering decisions of the gpu target, made on the IR alone (no torch, so CI tests them):
+
+* which instructions become one step together (attention -> scaled_dot_product_attention,
+  dot + bias add -> addmm), see patterns.py;
+* where each value lives: the arena (written in place by its step), a transient tensor the step
+  returns (cuDNN convolutions; freed after its last use), a view of another value, a weight, an input;
+* the arena plan: live intervals over the steps (a fused group reads its inputs at its own position)
+  coloured with passes/memory_coloring's interval colouring; program outputs get their own region;
+* the memory layout of 4-D/5-D arena buffers: channels-last where a convolution reads or writes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from ...errors import CompileError
+from ...ir.module import Instruction, Module
+from ...ir.op import OpKind
+from ...ir.shape import Shape, TupleShape
+from ...passes.memory_coloring import ALIGNMENT, Buffer, color
+from .patterns import match_groups
+
+ARENA, TRANSIENT, VIEW, PARAM, LITERAL, OUTPUT = "arena", "transient", "view", "param", "literal", "output"
+CONV_KINDS = frozenset({"convolution", "deconvolution", "pooling"})
+
+
+@dataclasses.dataclass
+class Step:
+    kind: str                       # lowering table key: an op name or a pattern name
+    ins: Instruction                # the instruction whose value the step produces
+    inputs: list[Instruction]       # values the step reads (a pattern's external inputs)
+    data: dict = dataclasses.field(default_factory=dict)  # pattern details
+
+    def __repr__(self) -> str:
+        return f"<step {self.kind} -> %{self.ins.uid}>"
+
+
+@dataclasses.dataclass
+class Plan:
+    steps: list[Step]
+    storage: dict[int, str]                 # uid -> ARENA | TRANSIENT | VIEW | PARAM | LITERAL | OUTPUT
+    owner: dict[int, int]                   # uid -> uid of the value whose memory it uses
+    offsets: dict[int, int]                 # arena owner uid -> byte offset
+    arena_bytes: int
+    output_offsets: dict[int, int]          # output-region owner uid -> byte offset
+    output_bytes: int
+    last_use: dict[int, int]                # owner uid -> index of the last step reading it
+    channels_last: set[int]                 # arena owners laid out channels-last
+
+    def step_of(self, uid: int) -> Step | None:
+        return next((s for s in self.steps if s.ins.uid == uid), None)
+
+
+def _align(n: int) -> int:
+    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+def make_plan(module: Module, mode_of: Callable[[Step], str]) -> Plan:
+    """Steps, storage, arena offsets and layouts for `module` (static shapes only)."""
+    for ins in module.instructions:
+        if any(getattr(s, "is_dynamic", False) for s in _shapes(ins.shape)):
+            raise CompileError(f"target 'gpu' compiles static shapes only: {ins.op} has shape {ins.shape} "
+                               "(give the input dims when parsing, e.g. map_input_dims)")
+    groups = match_groups(module)
+    covered = {m.uid for g in groups.values() for m in g.members}
+    steps: list[Step] = []
+    storage: dict[int, str] = {}
+    owner: dict[int, int] = {}
+    for ins in module.instructions:
+        name = ins.op.name
+        if name == "@param":
+            storage[ins.uid], owner[ins.uid] = PARAM, ins.uid
+            continue
+        if name == "@literal":
+            storage[ins.uid], owner[ins.uid] = LITERAL, ins.uid
+            continue
+        if name == "@return":
+            continue
+        if ins.uid in groups:
+            g = groups[ins.uid]
+            step = Step(g.kind, ins, list(g.inputs), dict(g.data))
+        elif ins.uid in covered:
+            continue  # computed inside a fused group
+        else:
+            step = Step(name, ins, list(ins.inputs))
+        mode = mode_of(step)
+        steps.append(step)
+        storage[ins.uid] = mode
+        owner[ins.uid] = owner[ins.inputs[0].uid] if mode == VIEW else ins.uid
+    last_use: dict[int, int] = {}
+    first: dict[int, int] = {}
+    for k, step in enumerate(steps):
+        first.setdefault(owner[step.ins.uid], k)
+        for x in step.inputs:
+            if x.uid not in owner:
+                raise CompileError(f"{step.ins.op} reads {x.op}, which no step computes")
+            o = owner[x.uid]
+            last_use[o] = max(last_use.get(o, -1), k)
+    outputs = {owner[o.uid] for o in module.outputs if o.uid in owner}
+    for o in outputs:
+        if storage.get(o) == ARENA:
+            storage[o] = OUTPUT
+    by_uid = {ins.uid: ins for ins in module.instructions}
+    buffers = []
+    for uid, mode in storage.items():
+        if mode == ARENA:
+            ins = by_uid[uid]
+            buffers.append(Buffer(uid, _align(ins.shape.bytes), first[uid], max(last_use.get(uid, first[uid]), first[uid])))
+    arena = color(buffers)
+    out_offsets, out_bytes = {}, 0
+    for uid, mode in storage.items():
+        if mode == OUTPUT:
+            out_offsets[uid] = out_bytes
+            out_bytes += _align(by_uid[uid].shape.bytes)
+    return Plan(steps, storage, owner, {b.uid: b.offset for b in buffers}, arena, out_offsets, out_bytes,
+                last_use, _channels_last(steps, storage, owner))
+
+
+def _shapes(shape) -> tuple:
+    return shape.elements if isinstance(shape, TupleShape) else (shape,)
+
+
+def _channels_last(steps: list[Step], storage: dict[int, str], owner: dict[int, int]) -> set[int]:
+    """Arena values of rank 4/5 next to convolutions: read by one as its data input, or computed by
+    a pointwise step from one. Convolutions then run without layout conversions."""
+    wanted: set[int] = set()
+    for step in steps:
+        if step.kind in CONV_KINDS or step.kind.startswith("conv"):
+            x = step.inputs[0]
+            if _rank(x) in (4, 5):
+                wanted.add(owner[x.uid])
+                wanted.add(owner[step.ins.uid])
+                if len(step.inputs) > 1 and storage.get(owner[step.inputs[1].uid]) == LITERAL:
+                    wanted.add(owner[step.inputs[1].uid])  # the weights, packed channels-last once
+    changed = True
+    while changed:  # pointwise steps keep the layout of the convolution output they read
+        changed = False
+        for step in steps:
+            o = owner[step.ins.uid]
+            if o in wanted or step.ins.op.kind is not OpKind.POINTWISE or _rank(step.ins) not in (4, 5):
+                continue
+            if any(owner.get(x.uid) in wanted and isinstance(x.shape, Shape) and x.shape.lens == step.ins.shape.lens
+                   for x in step.inputs):
+                wanted.add(o)
+                changed = True
+    return {u for u in wanted if storage.get(u) in (ARENA, PARAM, LITERAL)}  # outputs stay standard
+
+
+def _rank(ins: Instruction) -> int:
+    return ins.shape.ndim if isinstance(ins.shape, Shape) else -1

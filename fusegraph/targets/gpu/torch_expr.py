@@ -1,0 +1,98 @@
+"""Scalar expressions evaluated with torch tensor ops on the device: the pointwise path for dtypes
+generated Triton code does not take (float8 conversions, complex). The same trees as the reference,
+one torch function per scalar function."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import CompileError
+from ...ir.dtypes import DType
+from ...ops.scalar import Call, Const, Expr, Var
+from .device import has_torch_dtype, torch, torch_dtype
+
+
+def _div(t, a, b):
+    if not a.dtype.is_floating_point and not b.dtype.is_floating_point:
+        return t.div(a, b, rounding_mode="trunc")
+    return a / b
+
+
+def _mod(t, a, b):
+    return t.remainder(a, b)
+
+
+def _sign(t, a):
+    return t.where(a != a, a, t.sign(a))
+
+
+def _round(t, a):
+    return t.round(a) if a.dtype.is_floating_point else a
+
+
+_FUNCS = {
+    "add": lambda t, a, b: a + b, "sub": lambda t, a, b: a - b, "mul": lambda t, a, b: a * b, "div": _div,
+    "fmod": lambda t, a, b: t.fmod(a, b), "mod": _mod, "pow": lambda t, a, b: t.pow(a, b),
+    "max": lambda t, a, b: t.maximum(a, b), "min": lambda t, a, b: t.minimum(a, b),
+    "neg": lambda t, a: -a, "abs": lambda t, a: t.abs(a), "sign": _sign,
+    "exp": lambda t, a: t.exp(a), "log": lambda t, a: t.log(a), "sqrt": lambda t, a: t.sqrt(a),
+    "erf": lambda t, a: t.erf(a), "tanh": lambda t, a: t.tanh(a), "sigmoid": lambda t, a: t.sigmoid(a),
+    "sin": lambda t, a: t.sin(a), "cos": lambda t, a: t.cos(a), "tan": lambda t, a: t.tan(a),
+    "asin": lambda t, a: t.asin(a), "acos": lambda t, a: t.acos(a), "atan": lambda t, a: t.atan(a),
+    "sinh": lambda t, a: t.sinh(a), "cosh": lambda t, a: t.cosh(a), "asinh": lambda t, a: t.asinh(a),
+    "acosh": lambda t, a: t.acosh(a), "atanh": lambda t, a: t.atanh(a),
+    "floor": lambda t, a: t.floor(a) if a.dtype.is_floating_point else a,
+    "ceil": lambda t, a: t.ceil(a) if a.dtype.is_floating_point else a, "round": _round,
+    "isnan": lambda t, a: t.isnan(a), "isinf": lambda t, a: t.isinf(a),
+    "lt": lambda t, a, b: a < b, "le": lambda t, a, b: a <= b, "gt": lambda t, a, b: a > b,
+    "ge": lambda t, a, b: a >= b, "eq": lambda t, a, b: a == b, "ne": lambda t, a, b: a != b,
+    "and": lambda t, a, b: t.logical_and(a, b), "or": lambda t, a, b: t.logical_or(a, b),
+    "xor": lambda t, a, b: t.logical_xor(a, b), "not": lambda t, a: t.logical_not(a),
+    "bitand": lambda t, a, b: a & b, "bitor": lambda t, a, b: a | b, "bitxor": lambda t, a, b: a ^ b,
+    "bitnot": lambda t, a: ~a, "shl": lambda t, a, b: a << b, "shr": lambda t, a, b: a >> b,
+    "where": lambda t, c, a, b: t.where(c, a, b),
+}
+
+
+def check_expr(expr: Expr) -> None:
+    """CompileError unless every function and conversion of `expr` has a torch form."""
+    if isinstance(expr, Call):
+        if expr.fn.startswith("convert_"):
+            dt = DType(expr.fn[len("convert_"):])
+            if not has_torch_dtype(dt):
+                raise CompileError(f"target 'gpu' cannot convert to {dt}: torch has no such tensor type")
+        elif expr.fn not in _FUNCS:
+            raise CompileError(f"target 'gpu' has no torch form of scalar function {expr.fn}")
+        for a in expr.args:
+            check_expr(a)
+
+
+def evaluate(expr: Expr, args: list[Any]) -> Any:
+    """`expr` over equally shaped device tensors (constants are weak scalars, as in numpy)."""
+    t = torch()
+    memo: dict[int, Any] = {}
+
+    def ev(e: Expr):
+        key = id(e)
+        if key in memo:
+            return memo[key]
+        if isinstance(e, Var):
+            r = args[e.index]
+        elif isinstance(e, Const):
+            r = e.value
+        else:
+            vals = [ev(a) for a in e.args]
+            if not any(isinstance(v, t.Tensor) for v in vals):  # constants only: fold with a tensor
+                vals[0] = t.tensor(vals[0], device=args[0].device if args else None)
+            if e.fn.startswith("convert_"):
+                dt = DType(e.fn[len("convert_"):])
+                x = vals[0]
+                if dt.is_int and x.dtype.is_floating_point:
+                    x = t.trunc(x)
+                r = x.to(torch_dtype(dt))
+            else:
+                r = _FUNCS[e.fn](t, *vals)
+        memo[key] = r
+        return r
+
+    return ev(expr)
