@@ -17,196 +17,16 @@ min carry a NaN flag: numpy's propagate NaN.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from ....ir.dtypes import DType
-from ....ir.module import Instruction, Module
+from ....ir.module import Module
 from ....ir.shape import Shape
-from .c_expr import CodegenUnsupported, CRenderer, CValue, c_type, convert, literal
+from .c_expr import CRenderer, CValue, c_type, convert, literal
 from .kernels import GRAIN, KernelSource, expr_cost, finish
-
-REDUCE_OPS = {"reduce_sum": "sum", "reduce_mean": "mean", "reduce_prod": "prod",
-              "reduce_max": "max", "reduce_min": "min"}
-NORMALIZE_OPS = ("softmax", "log_softmax")
-BUFFER_BYTES = 64 * 1024  # per-thread row buffers for kept values, on the stack
-
-
-@dataclass(eq=False)
-class _Acc:
-    """An accumulator: `op` (sum | mean | prod | max | min | sq) of F node `src` in pass `pass_`;
-    `sq` sums (x - center)^2, center being an R node (centred moments) or None (raw moments)."""
-
-    name: str
-    op: str
-    src: _Node
-    pass_: int
-    result: str  # the C name of the finished per-row value
-    dtype: DType  # of the finished value
-    center: _Node | None = None
-
-
-@dataclass(eq=False)
-class _Node:
-    kind: str  # view | pw | alias | acc | tuple | exp | log | softmax
-    cls: str  # F (per element) | R (per row) | raw (a parameter only broadcast)
-    dtype: DType
-    level: int  # R values it needs are known after this pass
-    ins: Instruction | None = None
-    inputs: list[_Node] = field(default_factory=list)
-    name: str = ""
-    param: int = -1  # views: which parameter
-    shape: Shape | None = None  # views: lens and strides into the parameter's buffer
-    accs: list[_Acc] = field(default_factory=list)
-    index: int = 0  # alias of a tuple element: which
-    uses: set[int] = field(default_factory=set)
-    kept: bool = False
-
-
-class Body:
-    """A fused_reduce body as per-row and per-element nodes, with its accumulators."""
-
-    def __init__(self, body: Module, axes: Sequence[int]):
-        self.module = body
-        red = [i for i in body.instructions
-               if i.op.name in REDUCE_OPS or i.op.name == "moments" or i.op.name in NORMALIZE_OPS]
-        if not red:
-            raise CodegenUnsupported(f"{body.name}: no reduction in the body")
-        self.full = tuple(red[0].inputs[0].shape.lens)
-        nd = len(self.full)
-        self.axes = tuple(sorted(a % nd for a in axes))
-        self.reduced = tuple(1 if k in self.axes else n for k, n in enumerate(self.full))
-        if self.full == self.reduced:
-            raise CodegenUnsupported(f"{body.name}: reduces only size-1 axes of {list(self.full)}")
-        self.outer = [k for k in range(nd) if k not in self.axes and self.full[k] > 1]
-        self.red = [k for k in self.axes if self.full[k] > 1]
-        if self.outer and self.red and max(self.outer) > min(self.red):
-            raise CodegenUnsupported(f"{body.name}: reduced axes {list(self.axes)} of {list(self.full)} "
-                                     "are not a trailing block")
-        self.rows = math.prod(self.full[k] for k in self.outer)
-        self.R = math.prod(self.full[k] for k in self.red)
-        self.nodes: list[_Node] = []  # in a topological order
-        self.accs: list[_Acc] = []
-        self.out: _Node | None = None
-        by_uid: dict[int, _Node] = {}
-        for ins in body.instructions:
-            node = self._node(ins, [by_uid.get(i.uid) for i in ins.inputs])
-            if node is not None:
-                by_uid[ins.uid] = node
-        if self.out is None:
-            raise CodegenUnsupported(f"{body.name}: no @return")
-
-    def _fail(self, why: str) -> CodegenUnsupported:
-        return CodegenUnsupported(f"{self.module.name}: {why}")
-
-    def _cls(self, lens) -> str:
-        return "F" if tuple(lens) == self.full else "R" if tuple(lens) == self.reduced else "raw"
-
-    def _push(self, node: _Node) -> _Node:
-        node.name = f"n{len(self.nodes)}"
-        self.nodes.append(node)
-        return node
-
-    def _acc(self, node: _Node, op: str, src: _Node, pass_: int, center: _Node | None = None) -> _Acc:
-        if src.cls != "F":
-            raise self._fail("reduces a value that is not per element")
-        if src.dtype == DType.bool and op not in ("max", "min"):
-            raise self._fail(f"{op} of booleans")
-        a = _Acc(f"a{len(self.accs)}", op, src, pass_, f"{node.name}_{len(node.accs)}", node.dtype, center)
-        node.accs.append(a)
-        self.accs.append(a)
-        return a
-
-    def _node(self, ins: Instruction, xs: list) -> _Node | None:
-        op, name, shape = ins.op, ins.op.name, ins.shape
-        level = max((x.level for x in xs if x is not None), default=0)
-        if name == "@return":
-            if len(xs) != 1 or xs[0].kind in ("view", "alias"):
-                raise self._fail("returns several values, or an input view")
-            self.out = xs[0]
-            return None
-        if name != "@param" and (not isinstance(shape, Shape) and name != "moments"):
-            raise self._fail(f"{name} gives {shape}")
-        if name == "@param" or (name == "broadcast" and xs[0].kind == "view"):
-            # A parameter, or a broadcast view of one: loads from the parameter's buffer.
-            cls = self._cls(shape.lens)
-            param = self.module.parameters.index(ins) if name == "@param" else xs[0].param
-            if cls != "raw":
-                c_type(shape.dtype)
-            return self._push(_Node("view", cls, shape.dtype, 0, ins, param=param, shape=shape))
-        if name == "broadcast":
-            (src,) = xs
-            if src.cls != "R" or self._cls(shape.lens) == "raw":
-                raise self._fail(f"broadcast of {ins.inputs[0].shape} to {shape}")
-            return self._push(_Node("alias", self._cls(shape.lens), src.dtype, src.level, ins, [src]))
-        if name == "get_tuple_elem":
-            (src,) = xs
-            if src.kind != "tuple":
-                raise self._fail(f"get_tuple_elem of {src.kind}")
-            return self._push(_Node("alias", "R", src.dtype, src.accs[op.index].pass_, ins, [src],
-                                    index=op.index))
-        if getattr(op, "expr", None) is not None:  # a pointwise op: its scalar body
-            cls = self._cls(shape.lens)
-            if cls == "raw" or any(x.cls != cls for x in xs):
-                raise self._fail(f"{name} on {shape} mixes per-row and per-element values")
-            c_type(shape.dtype)
-            return self._push(_Node("pw", cls, shape.dtype, level, ins, xs))
-        if name in REDUCE_OPS or name == "moments" or name in NORMALIZE_OPS:
-            axes = tuple(sorted(op.axes)) if hasattr(op, "axes") else (op.axis % len(self.full),)
-            if axes != self.axes or tuple(ins.inputs[0].shape.lens) != self.full:
-                raise self._fail(f"{op} does not reduce axes {list(self.axes)} of {list(self.full)}")
-            (src,) = xs
-            c_type(src.dtype)
-            if name in REDUCE_OPS:
-                node = self._push(_Node("acc", "R", shape.dtype, level + 1, ins, [src]))
-                self._acc(node, REDUCE_OPS[name], src, level + 1)
-                return node
-            if not src.dtype.is_float:
-                raise self._fail(f"{name} of {src.dtype}")
-            if name == "moments":
-                node = self._push(_Node("tuple", "R", src.dtype, level + 1, ins, [src]))
-                mean = self._acc(node, "mean", src, level + 1)
-                if op.centered:  # the second pass subtracts the finished mean
-                    center = self._push(_Node("alias", "R", src.dtype, mean.pass_, None, [node], index=0))
-                    self._acc(node, "sq", src, level + 2, center)
-                else:
-                    self._acc(node, "sq", src, level + 1)
-                return node
-            mx = self._push(_Node("acc", "R", src.dtype, level + 1, None, [src]))
-            self._acc(mx, "max", src, level + 1)
-            e = self._push(_Node("exp", "F", src.dtype, level + 1, None, [src, mx]))
-            total = self._push(_Node("acc", "R", src.dtype, level + 2, None, [e]))
-            self._acc(total, "sum", e, level + 2)
-            if name == "softmax":
-                return self._push(_Node("softmax", "F", src.dtype, level + 2, ins, [e, total]))
-            log = self._push(_Node("log", "R", src.dtype, level + 2, None, [total]))
-            return self._push(_Node("softmax", "F", src.dtype, level + 2, ins, [src, mx, log]))
-        raise self._fail(f"no C kernel for {name} inside a fused reduction")
-
-
-def view_offsets(b: Body, n: _Node) -> tuple[str, int]:
-    """(row offset, step along the row) of a view; the offset is `row * k` when the outer strides are
-    a scaled contiguous layout, else a sum over the outer indices i<k>."""
-    s = n.shape.strides
-    sigma, linear, size = None, True, 1
-    for k in reversed(b.outer):
-        sigma = s[k] if sigma is None else sigma
-        linear = linear and s[k] == sigma * size
-        size *= b.full[k]
-    if linear:
-        row = f"row * {sigma}" if sigma else "0"
-    else:
-        row = " + ".join(f"i{k} * {s[k]}" for k in b.outer if s[k]) or "0"
-    if n.cls == "R" or not b.red:
-        return row, 0
-    inner = [s[k] for k in b.red]
-    for k in range(len(inner) - 1):
-        if inner[k] != inner[k + 1] * b.full[b.red[k + 1]]:
-            raise CodegenUnsupported(f"{b.module.name}: strides {list(s)} do not collapse along the row")
-    return row, inner[-1]
+from .reduce_body import BUFFER_BYTES, Acc, Body, Node, view_offsets
 
 
 def _bounds(dt: DType) -> tuple[str, str]:
@@ -222,7 +42,7 @@ def _bounds(dt: DType) -> tuple[str, str]:
 _ACC_CLAUSE = {"sum": "+", "mean": "+", "sq": "+", "prod": "*", "max": "max", "min": "min"}
 
 
-def acc_type(a: _Acc) -> str:
+def acc_type(a: Acc) -> str:
     if a.op in ("max", "min"):
         return c_type(a.src.dtype)
     if a.op in ("mean", "sq") or a.src.dtype.is_float:
@@ -230,7 +50,7 @@ def acc_type(a: _Acc) -> str:
     return c_type(a.src.dtype)  # integer sums and products wrap, as numpy's in the input dtype
 
 
-def acc_init(a: _Acc) -> list[str]:
+def acc_init(a: Acc) -> list[str]:
     t = acc_type(a)
     if a.op in ("max", "min"):
         lo, hi = _bounds(a.src.dtype)
@@ -239,7 +59,7 @@ def acc_init(a: _Acc) -> list[str]:
     return [f"{t} {a.name} = {1 if a.op == 'prod' else 0};"]
 
 
-def acc_step(a: _Acc, x: str) -> str:
+def acc_step(a: Acc, x: str) -> str:
     t, xt = acc_type(a), c_type(a.src.dtype)
     if a.op in ("max", "min"):
         step = f"{a.name} = {x} {'>' if a.op == 'max' else '<'} {a.name} ? {x} : {a.name};"
@@ -250,7 +70,7 @@ def acc_step(a: _Acc, x: str) -> str:
     return f"{a.name} {'*' if a.op == 'prod' else '+'}= ({t}){x};"
 
 
-def acc_result(a: _Acc, b: Body) -> str:
+def acc_result(a: Acc, b: Body) -> str:
     dtype = a.dtype
     t = c_type(dtype)
     if a.op in ("max", "min"):
@@ -278,14 +98,14 @@ class _Emitter:
                 n.kept, budget = True, budget - size
 
     @staticmethod
-    def costly(n: _Node) -> int:
+    def costly(n: Node) -> int:
         return 4 if n.kind == "exp" else expr_cost(n.ins.op.expr) if n.kind == "pw" else 0
 
-    def hoisted(self, n: _Node) -> bool:
+    def hoisted(self, n: Node) -> bool:
         """An F view constant along the row is loaded once per row."""
         return n.kind == "view" and n.cls == "F" and self.steps[id(n)][1] == 0
 
-    def needs(self, p: int, keep: bool = True) -> list[_Node]:
+    def needs(self, p: int, keep: bool = True) -> list[Node]:
         """The per-element nodes that pass p computes (or loads back), in order."""
         stack = [a.src for a in self.b.accs if a.pass_ == p] + ([self.b.out] if p == self.out_pass else [])
         seen: set[int] = set()
@@ -298,7 +118,7 @@ class _Emitter:
                 stack += n.inputs
         return [n for n in self.b.nodes if id(n) in seen]
 
-    def node(self, n: _Node, p: int = 0) -> list[str]:
+    def node(self, n: Node, p: int = 0) -> list[str]:
         """Statements defining n.name: in the loop of pass p, or per row (p = 0)."""
         t, f = c_type(n.dtype), "f" if n.dtype == DType.float32 else ""
         buf = f"k{n.name}"
@@ -332,7 +152,7 @@ class _Emitter:
             lines.append(f"{buf}[j] = {n.name};")
         return lines
 
-    def emit(self) -> tuple[str, int]:
+    def emit(self) -> str:
         b, out = self.b, self.b.out
         ot = c_type(out.dtype)
         body: list[str] = []
@@ -371,7 +191,7 @@ class _Emitter:
         # apart), which the passes over a row rely on anyway.
         bases = [f"    const {c_type(p.shape.dtype)} *restrict const in{k} = (const {c_type(p.shape.dtype)} *)p[{k + 1}];"
                  for k, p in enumerate(b.module.parameters) if any(n.param == k and n.cls != "raw" for n in b.nodes)]
-        work = b.rows * max(b.R, 1) * cost
+        work = b.rows * max(b.R, 1) * cost  # element-steps, weighted like pointwise kernels
         code = "\n".join([
             "static void KNAME_rows(void *const *p, int64_t r0, int64_t r1) {",
             f"    {ot} *restrict const out = ({ot} *)p[0];",
@@ -384,7 +204,7 @@ class _Emitter:
             "}",
             "FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {",
             "    (void)d;",
-            f"    int use = fg_threads(nt, {work}, {kernel_grain(1)});",
+            f"    int use = fg_threads(nt, {work}, {GRAIN});",
             f"    if (use > {b.rows}) use = {max(b.rows, 1)};",
             f"    if (use <= 1) {{ KNAME_rows(p, 0, {b.rows}); return; }}",
             "    #pragma omp parallel num_threads(use)",
@@ -394,11 +214,7 @@ class _Emitter:
             "    }",
             "}",
         ]) + "\n"
-        return code, cost
-
-
-def kernel_grain(cost: int) -> int:
-    return max(1024, GRAIN // max(cost, 1))
+        return code
 
 
 def reduce_kernel(body: Module, axes: Sequence[int], *, fast_math: bool = True) -> KernelSource:
@@ -406,7 +222,7 @@ def reduce_kernel(body: Module, axes: Sequence[int], *, fast_math: bool = True) 
     strides are baked in: p[1..] must be laid out as the body's parameters say, p[0] contiguous."""
     b = Body(body, axes)
     r = CRenderer(fast_math=fast_math, prefix="v")
-    code, _ = _Emitter(b, r, fast_math).emit()
+    code = _Emitter(b, r, fast_math).emit()
     params = body.parameters
     return finish(code, r, "fg_reduce", in_dtypes=tuple(p.shape.dtype for p in params),
                   out_dtype=b.out.dtype, in_shapes=tuple(p.shape for p in params),
