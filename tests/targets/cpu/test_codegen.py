@@ -399,6 +399,8 @@ def test_call_contract_errors():
         k(np.empty(4, np.float32), x)
     with pytest.raises(InputError, match="output"):
         k(np.empty(8, np.float32)[::2], x, x)
+    with pytest.raises(InputError, match="do not broadcast"):
+        k(np.empty(4, np.float32), x, np.ones(3, np.float32))
     with pytest.raises(cg.CodegenUnsupported, match="float16"):
         cg.pointwise_kernel(AXPY, [DType.float16, F32], F32, 1)
 

@@ -174,7 +174,11 @@ class Kernel:
             if a.dtype != dt.np:
                 raise InputError(f"kernel {self.name}: input {k} is {a.dtype}, expected {dt}")
         if src.ndim is not None:
-            views = [np.broadcast_to(a, out.shape) for a in inputs]
+            try:
+                views = [np.broadcast_to(a, out.shape) for a in inputs]
+            except ValueError:
+                raise InputError(f"kernel {self.name}: inputs {[a.shape for a in inputs]} do not broadcast "
+                                 f"to the output {out.shape}") from None
             layout = coalesce(out.shape, [_elem_strides(v, self.name) for v in views]).padded(src.ndim)
             dims = layout.dims()
         else:
