@@ -1,0 +1,3 @@
+"""Kernel factories of the cpu target, registered in the lowering table on import."""
+
+from . import dense, pointwise  # noqa: F401

@@ -1,0 +1,79 @@
+"""The cpu target's lowering table: op name -> kernel factory.
+
+A kernel is `fn(args, out) -> array`: `args` are the input arrays, `out` a preallocated output
+buffer (a view into the arena) or None; a kernel may return `out` or an array of its own.
+Every op the cpu target runs is listed here — by name for the fast kernels, by kind or name for
+the ops whose numpy reference is the kernel (views, indexing, control flow). An op in neither list
+is a CompileError naming it: never a silent slow path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ...errors import CompileError
+from ...ir.module import Instruction
+from ...ir.op import OpKind
+from ..base import CompileOptions
+
+Kernel = Callable[[list, Any], Any]
+
+
+@dataclasses.dataclass
+class LowerContext:
+    options: CompileOptions
+    threads: int
+    deferred: list = dataclasses.field(default_factory=list)  # callbacks run once every kernel is known
+
+    def const(self, ins: Instruction) -> np.ndarray | None:
+        return ins.literal if ins.is_literal else None
+
+
+LOWERINGS: dict[str, Callable[[Instruction, LowerContext], Kernel]] = {}
+
+# Ops whose numpy reference is the right cpu kernel: numpy's own copies, gathers and views, and
+# control flow, which runs its submodules through the interpreter.
+REFERENCE_KINDS = frozenset({OpKind.MOVEMENT, OpKind.OPAQUE, OpKind.CONTROL})
+REFERENCE_OPS = frozenset({
+    "argmax", "argmin", "reduce_dynamic", "einsum", "quant_dot", "det", "causal_conv_with_state",
+    "deform_convolution", "max_pooling_indices", "quantize_linear", "dequantize_linear", "moments",
+    "deconvolution", "reduce_prod",
+})
+
+
+def lowering(*names: str):
+    def deco(fn):
+        for n in names:
+            LOWERINGS[n] = fn
+        return fn
+
+    return deco
+
+
+def reference_kernel(ins: Instruction, ctx: LowerContext) -> Kernel:
+    op = ins.op
+    if ins.module_args:
+        from ..ref.interpreter import run_module
+
+        subs = ins.module_args
+
+        def control(args, out, env):
+            return op.compute_control(args, subs, lambda m, p: run_module(m, p, env))
+
+        control.needs_env = True  # type: ignore[attr-defined]
+        return control
+    compute = op.compute
+    return lambda args, out: compute(args)
+
+
+def lower_instruction(ins: Instruction, ctx: LowerContext) -> Kernel:
+    factory = LOWERINGS.get(ins.op.name)
+    if factory is not None:
+        return factory(ins, ctx)
+    if ins.op.kind in REFERENCE_KINDS or ins.op.name in REFERENCE_OPS:
+        return reference_kernel(ins, ctx)
+    raise CompileError(f"cpu target: no kernel for {ins.op} (an op of kind {ins.op.kind.value})")
