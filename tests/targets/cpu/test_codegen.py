@@ -467,3 +467,18 @@ def test_small_kernels_never_fork_threads():
     before, after_small, after_big = map(int, res.stdout.split())
     assert after_small == before  # 1,000 elements: on the calling thread, no OpenMP team started
     assert after_big > before  # a million: the team of 4
+
+
+def test_pointwise_kernel_for_an_instruction_runs_on_raw_addresses():
+    """The target's path: shapes from the IR (a broadcast view), one bind at lowering, plain calls."""
+    from fusegraph.ir import Shape
+
+    x = rng.standard_normal((4, 8, 6)).astype(np.float32)
+    bias = rng.standard_normal(6).astype(np.float32)
+    shapes = [Shape.of(F32, (4, 8, 6)), Shape.of(F32, (4, 8, 6), (0, 0, 1))]
+    src, layout = cg.pointwise_kernel_for(GELU, shapes, Shape.of(F32, (4, 8, 6)))
+    assert layout.lens == (32, 6) and layout.inner == (1, 1)
+    out = np.empty_like(x)
+    step = build([src])[src.name].bind_addresses(out.ctypes.data, [x.ctypes.data, bias.ctypes.data], layout.dims())
+    step()
+    np.testing.assert_allclose(out, evaluate(GELU, [x, np.broadcast_to(bias, x.shape)]), rtol=1e-6, atol=1e-7)

@@ -1,9 +1,17 @@
 """Generated C kernels for the cpu target: fused pointwise chains and fused reductions.
 
-`pointwise_kernel` / `reduce_kernel` / `softmax_kernel` write C source (`KernelSource`); one
-`build_library` call compiles every kernel of a program in one translation unit (cached on disk) and
-loads it. Generators raise `CodegenUnsupported` for what they do not handle, so the target can choose
-another kernel; a missing C compiler is a `CompileError`.
+Generators write C source (`KernelSource`); one `build_library` call compiles every kernel of a
+program in one translation unit (cached on disk by source, flags and compiler) and loads it:
+
+    src, layout = pointwise_kernel_for(ins.op.expr, [i.shape for i in ins.inputs], ins.shape)
+    red = reduce_kernel(fused.module_args[0], fused.op.axes)      # a fused_reduce instruction
+    lib = build_library([src, red], threads=options.threads)      # lib.source: the C text to save
+    step = lib[src.name].bind_addresses(out_addr, in_addrs, layout.dims())   # once, at lowering
+    step()                                                          # per run: no allocation
+
+Generators raise `CodegenUnsupported` (a CompileError and a NotImplementedError) for what they do not
+handle (float16/bfloat16, reductions over leading axes, ...), so the target can pick another kernel;
+a missing C compiler is a plain `CompileError`.
 """
 
 from .build import Kernel, Library, build_library, find_compiler
