@@ -20,12 +20,16 @@ from ..ir.op import Op, OpKind, register_op
 from ..ir.shape import Shape
 from .scalar import Expr, Var, call, const, convert, evaluate, parse_expr
 
+_HALF = (np.dtype(np.float16), DType.bfloat16.np)
+
 
 class PointwiseOp(Op):
     kind: ClassVar[OpKind] = OpKind.POINTWISE
     arity: ClassVar[int] = 1
     # None: the output dtype is the first input's; otherwise a fixed dtype (e.g. bool for compares)
     result_dtype: ClassVar[DType | None] = None
+    # whether float16/bfloat16 inputs are computed in float32 (False for exact conversions)
+    half_in_float32: ClassVar[bool] = True
 
     def body(self, *xs: Expr) -> Expr:
         raise NotImplementedError
@@ -50,9 +54,11 @@ class PointwiseOp(Op):
         return Shape(self.output_dtype([s.dtype for s in inputs]), inputs[0].dims)
 
     def compute(self, args: list[np.ndarray]) -> np.ndarray:
-        out = evaluate(self.expr, args)
         dt = self.output_dtype([DType.from_numpy(np.asarray(a).dtype) for a in args]).np
-        return np.asarray(out).astype(dt, copy=False)
+        # half-precision math runs in float32 and rounds once at the end, as ONNX Runtime's kernels do
+        if self.half_in_float32:
+            args = [a.astype(np.float32) if getattr(a, "dtype", None) in _HALF else a for a in args]
+        return np.asarray(evaluate(self.expr, args)).astype(dt, copy=False)
 
 
 def pointwise(name: str, fn: Callable[..., Expr], result_dtype: DType | None = None) -> type[PointwiseOp]:
@@ -138,6 +144,7 @@ class Convert(PointwiseOp):
     without it, out-of-range values follow the format (inf where it has one, else nan)."""
 
     name = "convert"
+    half_in_float32 = False  # a conversion reads its input exactly as it is
     to: DType = DType.float32
     saturate: bool = True
 

@@ -34,7 +34,7 @@ def materialize(module: Module, before: Instruction, value: np.ndarray, shape: S
     # drop leading 1-axes so the literal stays as small as the value really is
     while value.ndim > 0 and value.shape[0] == 1 and value.ndim > 1:
         value = value[0]
-    lit = module.add_literal(np.ascontiguousarray(value))
+    lit = module.add_literal(np.array(value, order="C"))  # ascontiguousarray would make 0-d 1-d
     if value.shape == shape.lens:
         return lit
     return module.insert(before, make_op("broadcast", out_lens=shape.lens), lit)

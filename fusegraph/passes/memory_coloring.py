@@ -54,34 +54,39 @@ def is_view(ins: Instruction) -> bool:
             and not ins.inputs[0].shape.is_dynamic and ins.inputs[0].shape.standard)
 
 
-def plan_buffers(module: Module) -> list[Buffer] | None:
-    """Live intervals of the module's intermediate buffers, or None if a size is unknown."""
-    pos = {ins.uid: k for k, ins in enumerate(module.instructions)}
+def plan_buffers(module: Module) -> list[Buffer]:
+    """Live intervals of the module's intermediate buffers. Dynamic and tuple results are not
+    planned (their kernels allocate them)."""
     owner: dict[int, int] = {}  # uid -> uid of the buffer it lives in
     buffers: dict[int, Buffer] = {}
-    outputs = {o.uid for o in module.outputs}
     for k, ins in enumerate(module.instructions):
+        # reads first: a buffer lives until its last reader, submodule bodies included
+        for uid in reads(ins):
+            if uid in owner:
+                b = buffers[owner[uid]]
+                b.end = max(b.end, k)
         if ins.op.kind is OpKind.BUILTIN:
             continue
         if ins.inputs and is_view(ins):
             if ins.inputs[0].uid in owner:  # views of parameters and literals need no buffer
                 owner[ins.uid] = owner[ins.inputs[0].uid]
-        elif not isinstance(ins.shape, Shape):
-            continue  # tuples: their elements are planned by the ops that own them
-        elif ins.shape.is_dynamic:
-            return None
-        else:
+        elif isinstance(ins.shape, Shape) and not ins.shape.is_dynamic:
             owner[ins.uid] = ins.uid
             buffers[ins.uid] = Buffer(ins.uid, _align(ins.shape.bytes), k, k)
-        for x in ins.inputs:
-            if x.uid in owner and x.uid in pos:
-                b = buffers[owner[x.uid]]
-                b.end = max(b.end, k)
     # a buffer that holds (or is viewed by) a module output is returned to the caller: not planned
-    for uid in outputs:
-        if uid in owner:
-            buffers.pop(owner[uid], None)
+    for o in module.outputs:
+        if o.uid in owner:
+            buffers.pop(owner[o.uid], None)
     return list(buffers.values())
+
+
+def reads(ins: Instruction) -> set[int]:
+    """uids an instruction reads when it runs: its inputs and what its submodules use."""
+    used = {i.uid for i in ins.inputs}
+    for sub in ins.module_args:
+        for x in sub.instructions:
+            used |= reads(x)
+    return used
 
 
 def color(buffers: list[Buffer]) -> int:
@@ -117,9 +122,6 @@ def memory_coloring(module: Module) -> bool:
     if module.parent is not None:
         return False  # submodules run with their own scratch
     buffers = plan_buffers(module)
-    if buffers is None:
-        module.memory_plan = None
-        return False
     arena = color(buffers)
     module.memory_plan = MemoryPlan({b.uid: b for b in buffers}, arena, max_live(buffers),
                                     sum(b.size for b in buffers))

@@ -32,7 +32,7 @@ def _fold_pointwise(module: Module, ins: Instruction) -> Instruction | None:
     if any(v is None for v in values) or all(i.is_literal for i in ins.inputs):
         return None
     small = np.broadcast_arrays(*values)
-    result = np.asarray(ins.op.compute([np.ascontiguousarray(v) for v in small]))
+    result = np.asarray(ins.op.compute([np.array(v, order="C") for v in small]))
     return materialize(module, ins, result, ins.shape)
 
 
@@ -52,7 +52,7 @@ def propagate_constant(module: Module) -> bool:
         in_bytes = sum(i.literal.nbytes for i in ins.inputs)
         if ins.shape.bytes > max(GROWTH_FACTOR * in_bytes, in_bytes + GROWTH_LIMIT_BYTES):
             continue
-        value = np.ascontiguousarray(ins.op.compute([i.literal for i in ins.inputs]))
+        value = np.array(ins.op.compute([i.literal for i in ins.inputs]), order="C")  # keeps 0-d 0-d
         if value.dtype != ins.shape.dtype.np or value.shape != ins.shape.lens:
             value = value.astype(ins.shape.dtype.np).reshape(ins.shape.lens)
         module.replace(ins, module.add_literal(value))

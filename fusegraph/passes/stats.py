@@ -37,7 +37,7 @@ def program_stats(program: Program) -> ProgramStats:
             kernels += not is_view(ins)
             fused += ins.op.name.startswith("fused_")
             flops += instruction_flops(ins)
-    buffers = plan_buffers(program.main) or []
+    buffers = plan_buffers(program.main)
     plan = program.main.memory_plan
     return ProgramStats(work, kernels, fused, flops, const, sum(b.size for b in buffers), max_live(buffers),
                         plan.arena_bytes if plan is not None else None)

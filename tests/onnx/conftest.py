@@ -14,23 +14,25 @@ _results: dict[str, dict[str, str]] = {}
 
 
 def pytest_addoption(parser):
-    parser.addoption("--backend-target", default=None,
-                     help="fusegraph target for the ONNX backend suite (default: the backend's choice for CPU)")
+    parser.addoption("--backend-target", action="append", default=None,
+                     help="run the ONNX backend suite on this target only (repeatable; default: ref and cpu)")
 
 
 @pytest.fixture(scope="session")
-def backend_target(request):
-    return request.config.getoption("--backend-target")
+def backend_targets(request):
+    return request.config.getoption("--backend-target") or ["ref", "cpu"]
 
 
 def pytest_runtest_logreport(report):
     if "test_onnx_backend[" not in report.nodeid:
         return
-    case_id = report.nodeid.split("test_onnx_backend[", 1)[1][:-1]
+    case_id = report.nodeid.split("test_onnx_backend[", 1)[1][:-1]  # target/kind/name
     if report.when == "call" or (report.when == "setup" and report.outcome == "skipped"):
         if hasattr(report, "wasxfail"):
             outcome = "xfailed" if report.outcome == "skipped" else "xpassed"
         elif report.outcome == "skipped":
+            if "not selected" in str(report.longrepr):
+                return
             outcome = "excluded"
         else:
             outcome = report.outcome
@@ -44,7 +46,8 @@ def pytest_terminal_summary(terminalreporter):
         return
     by_kind: dict[str, Counter] = {}
     for case_id, r in _results.items():
-        by_kind.setdefault(case_id.split("/", 1)[0], Counter())[r["outcome"]] += 1
+        target, kind, _ = case_id.split("/", 2)
+        by_kind.setdefault(f"{target}:{kind}", Counter())[r["outcome"]] += 1
     parts = []
     for kind, c in by_kind.items():
         parts.append(f"{kind} {c['passed']} passed / {c['failed'] + c['error']} failed / "

@@ -37,7 +37,8 @@ class Exclusion:
 
 
 def load_exclusions(path: Path = EXCLUSIONS_FILE) -> list[Exclusion]:
-    """Lines `skip PATTERN  # reason` or `xfail PATTERN  # reason`; patterns are re.search on kind/name."""
+    """Lines `skip PATTERN  # reason` or `xfail PATTERN  # reason`; patterns are re.search on
+    TARGET/KIND/NAME (e.g. `ref/node/test_foo`, or `/node/test_foo$` for every target)."""
     out = []
     for lineno, raw in enumerate(path.read_text().splitlines(), 1):
         line = raw.strip()
@@ -51,8 +52,8 @@ def load_exclusions(path: Path = EXCLUSIONS_FILE) -> list[Exclusion]:
     return out
 
 
-def exclusion_for(case: Case, exclusions: list[Exclusion]) -> Exclusion | None:
-    key = f"{case.kind}/{case.name}"
+def exclusion_for(case: Case, exclusions: list[Exclusion], target: str = "ref") -> Exclusion | None:
+    key = f"{target}/{case.kind}/{case.name}"
     return next((e for e in exclusions if e.pattern.search(key)), None)
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from ...errors import FusegraphError, InputError
 from ...ir.builtin import Literal, Param, Return
 from ...ir.module import Instruction, Module
+from ...passes.memory_coloring import reads
 
 
 class ExecutionError(FusegraphError):
@@ -20,27 +21,14 @@ def last_uses(module: Module) -> dict[int, list[int]]:
     """For each position, the uids whose last use in this module is that instruction."""
     last: dict[int, int] = {}
     for pos, ins in enumerate(module.instructions):
-        for i in ins.inputs:
-            last[i.uid] = pos
-        for sub in ins.module_args:  # a submodule's uses of our values happen when `ins` runs
-            for uid in _used_in(sub):
-                last[uid] = pos
+        for uid in reads(ins):  # a submodule's uses of our values happen when `ins` runs
+            last[uid] = pos
     frees: dict[int, list[int]] = {}
     own = {i.uid for i in module.instructions}
     for uid, pos in last.items():
         if uid in own:
             frees.setdefault(pos, []).append(uid)
     return frees
-
-
-def _used_in(module: Module) -> set[int]:
-    """uids of the values `module` and its submodules read."""
-    used: set[int] = set()
-    for ins in module.instructions:
-        used.update(i.uid for i in ins.inputs)
-        for sub in ins.module_args:
-            used |= _used_in(sub)
-    return used
 
 
 def run_module(module: Module, params: Mapping[str, Any] | Sequence[Any],
