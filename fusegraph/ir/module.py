@@ -135,10 +135,25 @@ class Module:
         """Make every user of `old` use `new` instead (old stays until dead-code elimination)."""
         if old is new:
             return
-        for u in list(old.users):
+        users = list(old.users)
+        for u in users:
             u.inputs = [new if i is old else i for i in u.inputs]
             new.users.append(u)
         old.users = []
+        if str(old.shape) != str(new.shape):  # same values, another layout: views of it change
+            self._refresh_shapes(users)
+
+    def _refresh_shapes(self, users: Sequence[Instruction]) -> None:
+        """Re-derive the shapes of `users` and of everything downstream whose shape changes."""
+        stack = list(users)
+        while stack:
+            u = stack.pop()
+            if u.op.kind is OpKind.BUILTIN and not isinstance(u.op, Return):
+                continue
+            shape = _compute_shape(u.op, u.inputs, u.module_args)
+            if str(shape) != str(u.shape):
+                u.shape = shape
+                stack.extend(u.users)
 
     def replace_inputs(self, ins: Instruction, inputs: Sequence[Instruction]) -> None:
         for i in ins.inputs:
@@ -146,6 +161,7 @@ class Module:
         ins.inputs = list(inputs)
         for i in ins.inputs:
             i.users.append(ins)
+        self._refresh_shapes([ins])
 
     def remove(self, ins: Instruction) -> None:
         if ins.users:
