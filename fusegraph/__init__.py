@@ -17,6 +17,21 @@ __version__ = "0.1.0"
 
 
 # Compiled files (.fgx). Thin wrappers so that `import fusegraph` does not import the runtime's file code.
+def quantize_fp16(program, keep_fp32=None):
+    """Convert `program` in place to float16 compute (reductions, softmax and layer norm accumulate in
+    float32; inputs and outputs stay float32). See fusegraph/quantize/fp16.py."""
+    from .quantize import fp16
+
+    return fp16.quantize_fp16(program, fp16.DEFAULT_KEEP_FP32 if keep_fp32 is None else keep_fp32)
+
+
+def quantize_bf16(program, keep_fp32=None):
+    """As `quantize_fp16`, with bfloat16."""
+    from .quantize import fp16
+
+    return fp16.quantize_bf16(program, fp16.DEFAULT_KEEP_FP32 if keep_fp32 is None else keep_fp32)
+
+
 def save(program, path, *, sign_key=None) -> None:
     """Write a compiled program to an .fgx file (signed with `sign_key` or $FUSEGRAPH_SIGN_KEY if set)."""
     from .runtime.serialize import save
@@ -45,5 +60,5 @@ def load_buffer(data, *, verify_key=None, integrity="lazy") -> Program:
 
 __all__ = [
     "CompileOptions", "DType", "Dim", "FusegraphError", "Program", "Shape", "get_target", "load", "load_buffer",
-    "parse_onnx", "save", "save_buffer",
+    "parse_onnx", "quantize_bf16", "quantize_fp16", "save", "save_buffer",
 ]

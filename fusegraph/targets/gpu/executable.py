@@ -45,11 +45,12 @@ class GpuExecutable(Executable):
 
     # -- running ----------------------------------------------------------------------------------
     def _precision(self):
-        """fp32 programs run in true fp32 (cuDNN and cuBLAS would otherwise use TF32)."""
-        t = torch()
-        if not self._fp32_exact or self.device.type != "cuda":
+        """The library settings every step runs (and is captured) under: fp32 math in true fp32
+        (cuDNN and cuBLAS would otherwise use TF32), cuDNN's algorithm search on (it runs during the
+        warm-up, before capture, and its choices are reused)."""
+        if self.device.type != "cuda":
             return contextlib.nullcontext()
-        return _Fp32Exact(t)
+        return _LibraryFlags(torch(), self._fp32_exact)
 
     def _run_steps(self) -> None:
         for step in self.steps:
@@ -90,7 +91,6 @@ class GpuExecutable(Executable):
 
     def execute(self, inputs: dict[str, Any]) -> list[np.ndarray]:
         """numpy in (already checked by `run`), numpy out."""
-        t = torch()
         with self._lock:
             for name, value in inputs.items():
                 buf, dt = self._inputs[name]
@@ -98,9 +98,7 @@ class GpuExecutable(Executable):
             if not self._warm:
                 self.warm_up()
             self._launch()
-            outs = [to_host(slot.t, dt) for slot, dt in self._outputs]
-        del t
-        return outs
+            return [to_host(slot.t, dt) for slot, dt in self._outputs]
 
     def run(self, inputs: Mapping[str, Any]) -> list[Any]:
         """numpy arrays in: numpy arrays out (checked like every target). Device tensors (torch, or
@@ -138,18 +136,21 @@ class GpuExecutable(Executable):
                              f"{list(self._inputs)})")
 
 
-class _Fp32Exact:
-    def __init__(self, t):
-        self.t = t
+class _LibraryFlags:
+    def __init__(self, t, fp32_exact: bool):
+        self.t, self.exact = t, fp32_exact
 
     def __enter__(self):
         t = self.t
-        self.old = (t.backends.cuda.matmul.allow_tf32, t.backends.cudnn.allow_tf32)
-        t.backends.cuda.matmul.allow_tf32 = False
-        t.backends.cudnn.allow_tf32 = False
+        self.cudnn = t.backends.cudnn.flags(enabled=True, benchmark=True, deterministic=False,
+                                             allow_tf32=not self.exact)
+        self.cudnn.__enter__()
+        self.old = t.backends.cuda.matmul.allow_tf32
+        t.backends.cuda.matmul.allow_tf32 = not self.exact
 
     def __exit__(self, *exc):
-        self.t.backends.cuda.matmul.allow_tf32, self.t.backends.cudnn.allow_tf32 = self.old
+        self.t.backends.cuda.matmul.allow_tf32 = self.old
+        return self.cudnn.__exit__(*exc)
 
 
 def _is_device_tensor(v: Any) -> bool:
@@ -167,7 +168,6 @@ def _as_tensor(v: Any) -> Any:
 
 
 def _copy_in(buf: Any, value: Any, dt: DType, name: str = "") -> None:
-    t = torch()
     if isinstance(value, np.ndarray):
         from .device import to_device
 
@@ -175,4 +175,3 @@ def _copy_in(buf: Any, value: Any, dt: DType, name: str = "") -> None:
     if tuple(value.shape) != tuple(buf.shape) or value.dtype != buf.dtype:
         raise InputError(f"input {name!r}: expected {buf.dtype} {list(buf.shape)}, got {value.dtype} {list(value.shape)}")
     buf.copy_(value, non_blocking=value.device.type != "cpu" or value.is_pinned())
-    del t

@@ -145,21 +145,29 @@ def _attention_prologue(p: Instruction):
     body = p.module_args[0]
     params = {b.uid: k for k, b in enumerate(body.parameters)}
     (ret,) = body.outputs
-    computed = [i for i in body.instructions if i.op.name not in ("@param", "@return")]
+    # broadcasts of the inputs are free in SDPA (it broadcasts its mask): see through them
+    computed = [i for i in body.instructions if i.op.name not in ("@param", "@return", "broadcast")]
     s = ret.inputs[0] if ret.op.name == "convert" else ret
     if s.op.name != "softmax" or s.op.axis != last:
         return None
-    x = s.inputs[0]
+    x = _through_broadcasts(s.inputs[0])
     expected = 1 + (s is not ret)
     if x.uid in params:  # softmax of the scores as they come
         return (p.inputs[params[x.uid]], 1.0, None, [p]) if len(computed) == expected else None
     if len(computed) != expected + 1 or not (x.op.kind.value == "pointwise" and hasattr(x.op, "expr")):
         return None
-    if any(i.uid not in params for i in x.inputs):
+    sources = [_through_broadcasts(i) for i in x.inputs]
+    if any(i.uid not in params for i in sources):
         return None
-    outer = [p.inputs[params[i.uid]] for i in x.inputs]
+    outer = [p.inputs[params[i.uid]] for i in sources]
     r = _match_expr(_strip_convert(x.op.expr), outer)
     return None if r is None else (r[0], r[1], r[2], [p])
+
+
+def _through_broadcasts(x: Instruction) -> Instruction:
+    while x.op.name == "broadcast":
+        x = x.inputs[0]
+    return x
 
 
 def _strip_convert(expr: Expr) -> Expr:

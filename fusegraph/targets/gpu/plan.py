@@ -58,10 +58,6 @@ def _align(n: int) -> int:
 
 def make_plan(module: Module, mode_of: Callable[[Step], str]) -> Plan:
     """Steps, storage, arena offsets and layouts for `module` (static shapes only)."""
-    for ins in module.instructions:
-        if any(getattr(s, "is_dynamic", False) for s in _shapes(ins.shape)):
-            raise CompileError(f"target 'gpu' compiles static shapes only: {ins.op} has shape {ins.shape} "
-                               "(give the input dims when parsing, e.g. map_input_dims)")
     groups = match_groups(module)
     covered = {m.uid for g in groups.values() for m in g.members}
     steps: list[Step] = []
@@ -84,7 +80,10 @@ def make_plan(module: Module, mode_of: Callable[[Step], str]) -> Plan:
             continue  # computed inside a fused group
         else:
             step = Step(name, ins, list(ins.inputs))
-        mode = mode_of(step)
+        mode = mode_of(step)  # a CompileError for ops without a lowering
+        if any(s.is_dynamic for s in _shapes(ins.shape)):
+            raise CompileError(f"target 'gpu' compiles static shapes only: {ins.op} has shape {ins.shape} "
+                               "(give the input dims when parsing, e.g. map_input_dims)")
         steps.append(step)
         storage[ins.uid] = mode
         owner[ins.uid] = owner[ins.inputs[0].uid] if mode == VIEW else ins.uid

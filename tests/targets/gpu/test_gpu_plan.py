@@ -1,0 +1,119 @@
+"""The gpu target's lowering decisions on the IR (no GPU needed): matched patterns, storage of each
+value, the arena plan, channels-last layouts, and typed errors for what cannot run on the GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import fusegraph
+from fusegraph import Dim
+from fusegraph.errors import CompileError, TargetError
+from fusegraph.models import get_model
+from fusegraph.passes import generic_pipeline, run_pipeline
+from fusegraph.targets.gpu.lowering import LOWERINGS, find_lowering, storage_mode
+from fusegraph.targets.gpu.patterns import match_groups
+from fusegraph.targets.gpu.plan import ARENA, OUTPUT, PARAM, TRANSIENT, VIEW, make_plan
+from tests.util import make_model
+
+BERT_DIMS = {"input_ids": [2, 16], "attention_mask": [2, 16], "token_type_ids": [2, 16]}
+
+
+def optimized(model, fp16: bool = False, **dims):
+    p = fusegraph.parse_onnx(model, map_input_dims=dims or None)
+    if fp16:
+        fusegraph.quantize_fp16(p)
+    run_pipeline(p, generic_pipeline())
+    return p
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_bert_attention_and_bias_gemms_are_matched(fp16):
+    p = optimized(get_model("bert_small"), fp16, **BERT_DIMS)
+    groups = list(match_groups(p.main).values())
+    attention = [g for g in groups if g.kind == "attention"]
+    assert len(attention) == 2  # one per layer
+    for g in attention:
+        assert g.data == {"scale": 0.125, "has_mask": True}
+        q, kt, v, mask = g.inputs
+        assert q.shape.lens == (2, 2, 16, 64) and kt.shape.lens == (2, 2, 64, 16) and mask.shape.lens == (2, 2, 16, 16)
+        assert [m.op.name for m in g.members] == ["dot", "fused_reduce"]
+    assert sum(g.kind == "gemm_bias" for g in groups) == 6
+
+
+def test_attention_needs_a_constant_scale():
+    # softmax(q @ k * s) with s an input: not scaled_dot_product_attention's form
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["qk"]), helper.make_node("Mul", ["qk", "s"], ["z"]),
+             helper.make_node("Softmax", ["z"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    x = np.zeros((1, 2, 4, 8), np.float32)
+    model = make_model(nodes, {"q": x, "k": x.transpose(0, 1, 3, 2).copy(), "s": np.zeros((1,), np.float32),
+                               "v": x}, ["y"])
+    p = optimized(model)
+    assert not any(g.kind == "attention" for g in match_groups(p.main).values())
+
+
+def test_storage_modes_and_arena_do_not_overlap():
+    p = optimized(get_model("resnet50"), input=[1, 3, 64, 64])
+    plan = make_plan(p.main, storage_mode)
+    kinds = {s.kind: plan.storage[s.ins.uid] for s in plan.steps}
+    assert kinds["convolution"] == TRANSIENT and kinds["broadcast"] == VIEW
+    assert kinds["fused_pointwise"] == ARENA and kinds["gemm_bias"] == OUTPUT
+    # buffers live at the same time never share bytes
+    first = {}
+    for k, s in enumerate(plan.steps):
+        first.setdefault(plan.owner[s.ins.uid], k)
+    sizes = {i.uid: i.shape.bytes for i in p.main.instructions if i.uid in plan.offsets}
+    spans = [(plan.offsets[u], plan.offsets[u] + sizes[u], first[u], plan.last_use.get(u, first[u]))
+             for u in plan.offsets]
+    for a in spans:
+        for b in spans:
+            if a is not b and a[2] <= b[3] and b[2] <= a[3]:
+                assert a[1] <= b[0] or b[1] <= a[0]
+    assert plan.arena_bytes <= sum(sizes[u] + 64 for u in plan.offsets)
+
+
+def test_convolution_neighbours_are_channels_last():
+    p = optimized(get_model("resnet50"), input=[1, 3, 64, 64])
+    plan = make_plan(p.main, storage_mode)
+    convs = [s for s in plan.steps if s.kind == "convolution"]
+    for s in convs:
+        data = plan.owner[s.inputs[0].uid]
+        if plan.storage[data] in (ARENA, PARAM):  # transients (pooling outputs) keep torch's layout
+            assert data in plan.channels_last
+        assert s.inputs[1].uid in plan.channels_last  # weights packed channels-last
+    assert not any(plan.storage[u] == OUTPUT for u in plan.channels_last)
+
+
+def test_missing_lowering_is_a_compile_error_naming_the_op():
+    nodes = [helper.make_node("Unique", ["x"], ["y"], sorted=1)]
+    p = optimized(make_model(nodes, {"x": np.zeros(4, np.float32)}, ["y"]))
+    with pytest.raises(CompileError, match="no lowering for op 'unique'"):
+        make_plan(p.main, storage_mode)
+
+
+def test_dynamic_shapes_are_refused_with_advice():
+    p = fusegraph.parse_onnx(get_model("resnet50"), map_dyn_input_dims={"input": [Dim(1, 4), 3, 64, 64]})
+    run_pipeline(p, generic_pipeline())
+    with pytest.raises(CompileError, match="static shapes"):
+        make_plan(p.main, storage_mode)
+
+
+def test_every_table_entry_has_a_valid_mode():
+    find_lowering(type("S", (), {"kind": "dot", "ins": None})())
+    assert {e.mode for e in LOWERINGS.values()} <= {"into", "value", "view"}
+    assert "fused_reduce" in LOWERINGS and "attention" in LOWERINGS and "convolution" in LOWERINGS
+
+
+def test_get_target_and_missing_gpu():
+    target = fusegraph.get_target("gpu")
+    assert target.name == "gpu"
+    from fusegraph.targets.gpu import device
+
+    try:
+        t = device.torch()
+    except TargetError:
+        return  # no torch here: the error says what to install
+    if not t.cuda.is_available():
+        with pytest.raises(TargetError, match="no CUDA device"):
+            device.resolve_device(None)
