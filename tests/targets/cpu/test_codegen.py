@@ -361,7 +361,6 @@ def test_library_is_cached_and_exposes_its_source(tmp_path, monkeypatch):
     lib = build([src, src], cache=tmp_path)
     assert lib.source.count(f"void {src.name}(") == 1 and src.name in lib.kernels
     assert (tmp_path / lib.path.name).exists() and lib.path.with_suffix(".c").read_text() == lib.source
-    assert os.stat(tmp_path).st_mode & 0o077 == 0 or True  # tmp_path itself is the user's
     monkeypatch.setattr(cg.build, "_compile", lambda *a: pytest.fail("compiled again"))
     again = build([src], cache=tmp_path)
     assert again.path == lib.path
