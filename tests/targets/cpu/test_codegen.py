@@ -275,6 +275,11 @@ def _programs():
         "prod": (
             [n("Sigmoid", ["x"], ["s"]), n("ReduceProd", ["s"], ["y"], axes=[1], keepdims=1)],
             {"x": nan_rows[[0, 1, 3]]}, {}, 17),
+        "layernorm-f16": (
+            [n("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1)], {"x": x3.astype(np.float16)},
+            {"g": _init(96, dtype=np.float16), "b": _init(96, dtype=np.float16)}, 17),
+        "softmax-f16": ([n("Mul", ["x", "x"], ["s"]), n("Softmax", ["s"], ["y"], axis=-1)],
+                        {"x": x3.astype(np.float16) * 2}, {}, 17),
         "mean-int64": (
             [n("Add", ["x", "x"], ["s"]), n("ReduceMean", ["s"], ["y"], axes=[1], keepdims=1)],
             {"x": rng.integers(-50, 50, (9, 31)).astype(np.int64)}, {}, 17),
@@ -326,6 +331,8 @@ def test_fused_reduce_matches_ref_interpreter(reduce_programs, name):
                 assert got.dtype == want.dtype
                 if want.dtype.kind in "iub":
                     np.testing.assert_array_equal(got, want)
+                elif want.dtype.itemsize == 2:  # half precision: within an ulp or so
+                    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-3, atol=2e-3)
                 else:
                     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
                 checked += 1
@@ -400,8 +407,8 @@ def test_call_contract_errors():
         k(np.empty(8, np.float32)[::2], x, x)
     with pytest.raises(InputError, match="do not broadcast"):
         k(np.empty(4, np.float32), x, np.ones(3, np.float32))
-    with pytest.raises(cg.CodegenUnsupported, match="float16"):
-        cg.pointwise_kernel(AXPY, [DType.float16, F32], F32, 1)
+    with pytest.raises(cg.CodegenUnsupported, match="complex64"):
+        cg.pointwise_kernel(AXPY, [DType.complex64, F32], F32, 1)
 
 
 def test_fixed_shape_kernel_binds_only_its_layout(reduce_programs):
@@ -481,3 +488,39 @@ def test_pointwise_kernel_for_an_instruction_runs_on_raw_addresses():
     step = build([src])[src.name].bind_addresses(out.ctypes.data, [x.ctypes.data, bias.ctypes.data], layout.dims())
     step()
     np.testing.assert_allclose(out, evaluate(GELU, [x, np.broadcast_to(bias, x.shape)]), rtol=1e-6, atol=1e-7)
+
+
+HALF_OPS = ["add", "mul", "div", "sub", "max", "exp", "tanh", "erf", "sigmoid", "gelu", "sqrt", "relu", "neg",
+            "less"]
+
+
+@pytest.mark.parametrize("dtype", [DType.float16, DType.bfloat16])
+def test_half_precision_pointwise_ops_compute_in_float32(dtype):
+    """PointwiseOp.compute's rule: half inputs computed in float32, rounded once to the output."""
+    from fusegraph.ir import make_op
+
+    ops = [make_op(name) for name in HALF_OPS]
+    srcs = []
+    for op in ops:
+        out = op.output_dtype([dtype] * op.arity)
+        srcs.append(cg.pointwise_kernel(op.expr, [dtype] * op.arity, out, 1, (1,) * op.arity))
+    lib = build(srcs, threads=1)
+    finite = np.clip(values(F32, 999), -6e4, 6e4)  # inf and nan stay; no overflow in the cast
+    args = [np.abs(finite).astype(dtype.np), rng.permutation(finite).astype(dtype.np)]
+    for op, src in zip(ops, srcs):
+        with np.errstate(over="ignore"):  # exp beyond float16's range is inf in both
+            want = op.compute(args[:op.arity])
+        got = lib[src.name](np.empty(999, want.dtype), *args[:op.arity])
+        ulp = 2.0 ** (-10 if dtype == DType.float16 else -7)
+        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=ulp, atol=1e-7,
+                                   err_msg=op.name)
+
+
+def test_half_conversions_inside_an_expression_round_every_operation():
+    """numpy's float16 arithmetic after an explicit convert: each result rounds to half."""
+    e = parse_expr("add(mul(convert_float16(x0), 3.0), convert_bfloat16(x1))")
+    x = values(F32, 800)
+    want = np.asarray(evaluate(e, [x, x]))
+    src = cg.pointwise_kernel(e, [F32, F32], DType.from_numpy(want.dtype), 1, (1, 1))
+    got = build([src])[src.name](np.empty(800, want.dtype), x, x)
+    np.testing.assert_array_equal(got, want)

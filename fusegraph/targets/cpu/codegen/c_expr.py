@@ -6,6 +6,10 @@ casts (integer `div` truncating, `pow` on integers through float64, `erf` of an 
 are numpy's by construction, not re-derived here. Each call node becomes one `const T tN = ...;`
 statement; structurally equal nodes share one temporary. Booleans are uint8_t holding 0 or 1.
 Subexpressions without variables are folded to literals with the reference's value.
+
+float16 and bfloat16 values live in C floats holding exactly representable values: each operation
+computes in float and rounds to the half type, as numpy's (and ml_dtypes') half loops do. Only
+loads and stores see the storage types (`storage_type`, `load`, `store`).
 """
 
 from __future__ import annotations
@@ -28,7 +32,10 @@ class CodegenUnsupported(CompileError, NotImplementedError):
 C_TYPES: dict[DType, str] = {
     DType.bool: "uint8_t", DType.int8: "int8_t", DType.int16: "int16_t", DType.int32: "int32_t",
     DType.int64: "int64_t", DType.uint8: "uint8_t", DType.uint16: "uint16_t", DType.uint32: "uint32_t",
-    DType.uint64: "uint64_t", DType.float32: "float", DType.float64: "double"}
+    DType.uint64: "uint64_t", DType.float32: "float", DType.float64: "double",
+    DType.float16: "float", DType.bfloat16: "float"}  # half types: their values, as floats
+HALF = (DType.float16, DType.bfloat16)
+_STORAGE = {DType.float16: "_Float16", DType.bfloat16: "uint16_t"}
 _UNSIGNED = {"int8_t": "uint8_t", "int16_t": "uint16_t", "int32_t": "uint32_t", "int64_t": "uint64_t"}
 _LIBM = {"exp", "log", "sqrt", "erf", "tanh", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
          "cosh", "asinh", "acosh", "atanh"}
@@ -45,11 +52,32 @@ def c_type(dt: DType) -> str:
         raise CodegenUnsupported(f"C kernels do not handle dtype {dt}") from None
 
 
+def single(dt: DType) -> bool:
+    """Whether float math on dt uses the float (f-suffixed) libm functions."""
+    return dt in (DType.float32, *HALF)
+
+
+def storage_type(dt: DType) -> str:
+    """The C type of dt in memory (half types are stored as such, computed as floats)."""
+    return _STORAGE.get(dt) or c_type(dt)
+
+
+def load(code: str, dt: DType) -> str:
+    """The value of a stored element `code` of dtype dt."""
+    return {DType.float16: f"((float){code})", DType.bfloat16: f"fg_bf16_to_f32({code})"}.get(dt, code)
+
+
+def store(code: str, dt: DType) -> str:
+    """A value of dtype dt converted to its storage type (exact: half values are representable)."""
+    return {DType.float16: f"((_Float16){code})", DType.bfloat16: f"fg_f32_to_bf16({code})"}.get(dt, code)
+
+
 def literal(value, dt: DType) -> str:
     """A C literal of type `dt` holding `value` as numpy converts it to `dt`."""
     v = np.asarray(value).astype(dt.np).item()
     if dt.is_float:
-        f = "f" if dt == DType.float32 else ""
+        v = float(v)
+        f = "f" if single(dt) else ""
         if np.isnan(v):
             return "NAN" if f else "((double)NAN)"
         if np.isinf(v):
@@ -69,6 +97,10 @@ def convert(code: str, src: DType, dst: DType) -> str:
     if src == dst:
         return code
     t = c_type(dst)
+    if dst == DType.float16:  # one rounding, from any source type
+        return f"((float)(_Float16)({code}))"
+    if dst == DType.bfloat16:
+        return f"fg_round_bf16((float)({code}))"
     if dst == DType.bool:
         return f"((uint8_t)({code} != 0))"
     if src.is_float and dst.is_int:
@@ -135,6 +167,8 @@ class CRenderer:
                     r = (value, CValue(literal(value, rt), rt))
                 else:
                     rhs = self._call(e.fn, [c for _, c in args], [p for p, _ in args], rt)
+                    if rt in HALF and not e.fn.startswith("convert_"):  # numpy's half ops round each result
+                        rhs = convert(rhs, DType.float32, rt)
                     if rhs not in names:
                         names[rhs] = f"{self.prefix}{self._count}"
                         self._count += 1
@@ -182,12 +216,12 @@ class CRenderer:
                 return "((uint8_t)0)"
             x = a.code
             return f"((uint8_t)({x} != {x}))" if fn == "isnan" else \
-                f"((uint8_t)({'fabsf' if a.dtype == DType.float32 else 'fabs'}({x}) == INFINITY))"
+                f"((uint8_t)({'fabsf' if single(a.dtype) else 'fabs'}({x}) == INFINITY))"
         if fn in _LIBM or fn in ("sigmoid", "floor", "ceil", "round"):
             return self._unary_float(fn, as_, args[0], rt)
         if fn == "pow":
             if rt.is_float:
-                return f"pow{'f' if rt == DType.float32 else ''}({as_(args[0], rt)}, {as_(args[1], rt)})"
+                return f"pow{'f' if single(rt) else ''}({as_(args[0], rt)}, {as_(args[1], rt)})"
             return convert(f"pow({as_(args[0], DType.float64)}, {as_(args[1], DType.float64)})",
                            DType.float64, rt)
         xs = [as_(a, rt) for a in args]
@@ -198,7 +232,7 @@ class CRenderer:
             return as_(arg, rt)  # integers are already whole
         ct = rt if rt.is_float else DType.float64  # e.g. erf of an int32 computes in float64
         x = as_(arg, ct)
-        f32 = ct == DType.float32
+        f32 = single(ct)
         if fn == "sigmoid" and isinstance(arg, CValue) and not arg.dtype.is_float:
             # The reference's formula, 1 / (1 + exp(-x)), negating in the integer type (INT_MIN wraps).
             neg = convert(f"(-{arg.code})", arg.dtype, DType.float64)
@@ -215,7 +249,7 @@ class CRenderer:
         return convert(code, ct, rt)
 
     def _arith(self, fn: str, xs: list[str], rt: DType, t: str) -> str:
-        f32 = rt == DType.float32
+        f32 = single(rt)
         if rt == DType.bool and fn in ("add", "mul"):  # numpy: logical or / and
             return f"((uint8_t)({xs[0]} {'|' if fn == 'add' else '&'} {xs[1]}))"
         if fn in ("add", "sub", "mul"):

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from ....ir.dtypes import DType
 
-# The prelude every translation unit starts with: includes, FMA when the CPU has it, bit casts and
-# the thread-count rule (no OpenMP fork for work below `grain` elements per thread).
+# The prelude every translation unit starts with: includes, FMA when the CPU has it, bit casts,
+# bfloat16 conversions and the thread-count rule (no OpenMP fork below `grain` work per thread).
 PRELUDE = r"""
 #include <stdint.h>
 #include <string.h>
@@ -28,6 +28,12 @@ PRELUDE = r"""
 #define FG_EXPORT __attribute__((visibility("default")))
 static inline float fg_bits_to_float(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
 static inline int32_t fg_float_to_bits(float f) { int32_t i; memcpy(&i, &f, 4); return i; }
+static inline float fg_bf16_to_f32(uint16_t h) { return fg_bits_to_float((int32_t)((uint32_t)h << 16)); }
+static inline uint16_t fg_f32_to_bf16(float f) {  /* round to nearest even; NaN stays a quiet NaN */
+    const uint32_t u = (uint32_t)fg_float_to_bits(f);
+    return (uint16_t)(f != f ? (u >> 16) | 0x40u : (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+static inline float fg_round_bf16(float f) { return fg_bf16_to_f32(fg_f32_to_bf16(f)); }
 static inline int fg_threads(int nt, int64_t work, int64_t grain) {
     int64_t use = work / grain;
     if (use > nt) use = nt;
@@ -156,7 +162,7 @@ def int_helper(op: str, dt: DType, c: str) -> tuple[str, str]:
 
 def float_mod_helper(dt: DType, c: str) -> tuple[str, str]:
     """numpy's floating `mod` (npy_divmod): fmod, moved to the divisor's sign, signed zero kept."""
-    sfx = "f" if dt == DType.float32 else ""
+    sfx = "" if dt == DType.float64 else "f"
     name = f"fg_mod_{dt.value}"
     return name, (
         f"static inline {c} {name}({c} a, {c} b) {{\n"

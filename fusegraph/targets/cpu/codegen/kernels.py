@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ....ir.dtypes import DType
 from ....ir.shape import Shape
 from ....ops.scalar import Call, Expr
-from .c_expr import EXPENSIVE, CodegenUnsupported, CRenderer, CValue, c_type
+from .c_expr import EXPENSIVE, HALF, CodegenUnsupported, CRenderer, CValue, c_type, load, storage_type, store
 
 # Elements of the cheapest work per thread before a kernel forks; divided by the per-element cost.
 GRAIN = 32768
@@ -106,12 +106,15 @@ def plan_pointwise(in_shapes: Sequence[Shape], out_lens: Sequence[int]) -> Layou
 
 # -- pointwise ---------------------------------------------------------------------------------------
 def pointwise_kernel(expr: Expr, in_dtypes: Sequence[DType], out_dtype: DType, ndim: int,
-                     inner: Sequence[int | None] | None = None, *, fast_math: bool = True) -> KernelSource:
+                     inner: Sequence[int | None] | None = None, *, fast_math: bool = True,
+                     half_in_float32: bool = True) -> KernelSource:
     """A kernel computing `expr` over a contiguous output of rank `ndim`.
 
     `inner` gives, per input, the inner stride its fast path assumes: 1 (contiguous), 0 (one value per
     row, loaded once) or None (any stride). The fast path is taken when the strides passed agree, so
-    gcc vectorizes its inner loop; any other strides take the general (strided) loop."""
+    gcc vectorizes its inner loop; any other strides take the general (strided) loop.
+    `half_in_float32`: float16/bfloat16 inputs enter the expression as float32, the result rounds once
+    (PointwiseOp.half_in_float32, the reference's rule); otherwise every half operation rounds."""
     n, nd = len(in_dtypes), int(ndim)
     if nd < 1:
         raise CodegenUnsupported("pointwise kernels need rank >= 1 (pass a scalar as shape [1])")
@@ -119,21 +122,22 @@ def pointwise_kernel(expr: Expr, in_dtypes: Sequence[DType], out_dtype: DType, n
     if len(inner) != n or any(s not in (0, 1, None) for s in inner):
         raise CodegenUnsupported(f"inner strides {inner} do not fit {n} inputs")
     r = CRenderer(fast_math=fast_math, prefix="v")
-    ins = [CValue(f"x{k}", dt) for k, dt in enumerate(in_dtypes)]
-    stmts, result = r.render(expr, ins, out_dtype)
-    ot = c_type(out_dtype)
-    ts = [c_type(dt) for dt in in_dtypes]
-    body = "".join(f"            {s}\n" for s in stmts) + f"            o[j] = {result};\n"
+    values = [DType.float32 if half_in_float32 and dt in HALF else dt for dt in in_dtypes]
+    stmts, result = r.render(expr, [CValue(f"x{k}", dt) for k, dt in enumerate(values)], out_dtype)
+    ot = storage_type(out_dtype)
+    ts = [storage_type(dt) for dt in in_dtypes]
+    body = "".join(f"            {s}\n" for s in stmts) + f"            o[j] = {store(result, out_dtype)};\n"
 
     def loads(fast: bool) -> str:
         out = []
-        for k, t in enumerate(ts):
+        for k, (dt, vt) in enumerate(zip(in_dtypes, values)):
             if fast and inner[k] == 1:
-                out.append(f"const {t} x{k} = in{k}[o{k} + j];")
+                value = load(f"in{k}[o{k} + j]", dt)
             elif fast and inner[k] == 0:
-                out.append(f"const {t} x{k} = h{k};")
+                value = f"h{k}"
             else:
-                out.append(f"const {t} x{k} = in{k}[o{k} + j * s{k}];")
+                value = load(f"in{k}[o{k} + j * s{k}]", dt)
+            out.append(f"const {c_type(vt)} x{k} = {value};")
         return "".join(f"            {x}\n" for x in out)
 
     outer = range(nd - 1)
@@ -162,7 +166,8 @@ def pointwise_kernel(expr: Expr, in_dtypes: Sequence[DType], out_dtype: DType, n
         "        const int64_t j0 = c0 * chunk, j1 = c1 * chunk < inner ? c1 * chunk : inner;",
         f"        {ot} *const o = out + row * inner;",
         "        if (fast) {",
-        *[f"        const {t} h{k} = in{k}[o{k}];" for k, t in enumerate(ts) if inner[k] == 0],
+        *[f"        const {c_type(values[k])} h{k} = {load(f'in{k}[o{k}]', dt)};"
+          for k, dt in enumerate(in_dtypes) if inner[k] == 0],
         "        #pragma GCC ivdep",
         "        for (int64_t j = j0; j < j1; ++j) {",
         loads(True) + body + "        }",
@@ -207,10 +212,11 @@ def pointwise_kernel(expr: Expr, in_dtypes: Sequence[DType], out_dtype: DType, n
                   out_dtype=out_dtype, ndim=nd)
 
 
-def pointwise_kernel_for(expr: Expr, in_shapes: Sequence[Shape], out_shape: Shape,
-                         *, fast_math: bool = True) -> tuple[KernelSource, Layout]:
-    """The kernel for one pointwise instruction, with the layout (lens and strides) to call it with."""
+def pointwise_kernel_for(expr: Expr, in_shapes: Sequence[Shape], out_shape: Shape, *, fast_math: bool = True,
+                         half_in_float32: bool = True) -> tuple[KernelSource, Layout]:
+    """The kernel for one pointwise instruction (pass its op's expr and half_in_float32), with the
+    layout (lens and strides) to call it with."""
     layout = plan_pointwise(in_shapes, out_shape.lens)
     src = pointwise_kernel(expr, [s.dtype for s in in_shapes], out_shape.dtype, len(layout.lens),
-                           layout.inner, fast_math=fast_math)
+                           layout.inner, fast_math=fast_math, half_in_float32=half_in_float32)
     return src, layout

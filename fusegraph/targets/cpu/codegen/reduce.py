@@ -24,7 +24,7 @@ import numpy as np
 from ....ir.dtypes import DType
 from ....ir.module import Module
 from ....ir.shape import Shape
-from .c_expr import CRenderer, CValue, c_type, convert, literal
+from .c_expr import HALF, CRenderer, CValue, c_type, convert, literal, load, single, storage_type, store
 from .kernels import GRAIN, KernelSource, expr_cost, finish
 from .reduce_body import BUFFER_BYTES, Acc, Body, Node, view_offsets
 
@@ -71,15 +71,12 @@ def acc_step(a: Acc, x: str) -> str:
 
 
 def acc_result(a: Acc, b: Body) -> str:
-    dtype = a.dtype
-    t = c_type(dtype)
     if a.op in ("max", "min"):
         value = f"({a.name}_nan ? NAN : {a.name})" if a.src.dtype.is_float else a.name
-        return convert(value, a.src.dtype, dtype)
-    if a.op in ("mean", "sq"):
-        mean = f"({a.name} / {float(b.R)!r})"
-        return f"(({t}){mean})" if dtype.is_float else f"(({t})trunc{mean})"  # integer means truncate
-    return f"(({t}){a.name})"
+        return convert(value, a.src.dtype, a.dtype)
+    if a.op in ("mean", "sq"):  # a float64 mean; integer means truncate, as the conversion does
+        return convert(f"({a.name} / {float(b.R)!r})", DType.float64, a.dtype)
+    return convert(a.name, DType.float64 if acc_type(a) == "double" else a.src.dtype, a.dtype)
 
 
 class _Emitter:
@@ -120,21 +117,23 @@ class _Emitter:
 
     def node(self, n: Node, p: int = 0) -> list[str]:
         """Statements defining n.name: in the loop of pass p, or per row (p = 0)."""
-        t, f = c_type(n.dtype), "f" if n.dtype == DType.float32 else ""
+        t, f = c_type(n.dtype), "f" if single(n.dtype) else ""
         buf = f"k{n.name}"
         if p and n.kept and min(n.uses) < p:
             return [f"const {t} {n.name} = {buf}[j];"]
         if n.kind == "view":
             row, step = self.steps[id(n)]
             idx = row if not p or step == 0 else f"{row} + j" if step == 1 else f"{row} + j * {step}"
-            lines = [f"const {t} {n.name} = in{n.param}[{idx}];"]
+            lines = [f"const {t} {n.name} = {load(f'in{n.param}[{idx}]', n.dtype)};"]
         elif n.kind == "alias":
             src = n.inputs[0]
             lines = [f"const {t} {n.name} = {src.accs[n.index].result if src.kind == 'tuple' else src.name};"]
         elif n.kind == "acc":
             lines = [f"const {t} {n.name} = {n.accs[0].result};"]
         elif n.kind == "pw":
-            stmts, res = self.r.render(n.ins.op.expr, [CValue(x.name, x.dtype) for x in n.inputs], n.dtype)
+            half32 = getattr(n.ins.op, "half_in_float32", True)  # half inputs enter as float32
+            ins = [CValue(x.name, DType.float32 if half32 and x.dtype in HALF else x.dtype) for x in n.inputs]
+            stmts, res = self.r.render(n.ins.op.expr, ins, n.dtype)
             lines = [*stmts, f"const {t} {n.name} = {res};"]
         elif n.kind == "exp":  # numpy: exp(x - max)
             x, mx = n.inputs
@@ -154,7 +153,7 @@ class _Emitter:
 
     def emit(self) -> str:
         b, out = self.b, self.b.out
-        ot = c_type(out.dtype)
+        ot = storage_type(out.dtype)
         body: list[str] = []
         if any(row.startswith("i") for row, _ in self.steps.values()):  # outer indices needed
             body.append("int64_t rest = row;")
@@ -170,7 +169,7 @@ class _Emitter:
             cost += 1 + sum(self.costly(n) for n in self.needs(p))
             loop += [acc_step(a, a.src.name) for a in accs]
             if p == self.out_pass:
-                loop.append(f"o[j] = {out.name};")
+                loop.append(f"o[j] = {store(out.name, out.dtype)};")
             clauses = {}
             for a in accs:
                 clauses.setdefault(_ACC_CLAUSE[a.op], []).append(a.name)
@@ -185,11 +184,12 @@ class _Emitter:
                 if n.cls == "R" and n.level == p and n.kind not in ("view", "tuple"):
                     body += self.node(n)
         if out.cls == "R":
-            body.append(f"out[row] = {out.name};")
+            body.append(f"out[row] = {store(out.name, out.dtype)};")
         kept = [f"    {c_type(n.dtype)} k{n.name}[{b.R}] __attribute__((aligned(64)));" for n in b.nodes if n.kept]
         # Typed base pointers; the output never overlaps an input (the memory plan keeps live buffers
         # apart), which the passes over a row rely on anyway.
-        bases = [f"    const {c_type(p.shape.dtype)} *restrict const in{k} = (const {c_type(p.shape.dtype)} *)p[{k + 1}];"
+        bases = [f"    const {storage_type(p.shape.dtype)} *restrict const in{k} = "
+                 f"(const {storage_type(p.shape.dtype)} *)p[{k + 1}];"
                  for k, p in enumerate(b.module.parameters) if any(n.param == k and n.cls != "raw" for n in b.nodes)]
         work = b.rows * max(b.R, 1) * cost  # element-steps, weighted like pointwise kernels
         code = "\n".join([
