@@ -108,9 +108,14 @@ def _erf_fast(x):
     return np.where(x >= 0, 1.0 - r, r - 1.0).astype(x.dtype)
 
 
+def _is_int(v) -> bool:
+    # Python scalars stay weak (they take the tensor's dtype), so only their kind is asked for
+    return isinstance(v, int) and not isinstance(v, bool) or np.asarray(v).dtype.kind in "iu"
+
+
 def _div(a, b):
-    a, b = np.asarray(a), np.asarray(b)
-    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+    if _is_int(a) and _is_int(b):
+        a, b = np.asarray(a), np.asarray(b)
         with np.errstate(divide="ignore"):
             q = np.floor_divide(a, b)
             fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
@@ -144,7 +149,6 @@ def _fmod(a, b):
 
 
 def _mod(a, b):
-    a, b = np.asarray(a), np.asarray(b)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.mod(a, b)
 
