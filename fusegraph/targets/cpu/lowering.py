@@ -28,6 +28,8 @@ class LowerContext:
     options: CompileOptions
     threads: int
     deferred: list = dataclasses.field(default_factory=list)  # callbacks run once every kernel is known
+    kernel_sources: list = dataclasses.field(default_factory=list)  # generated C, built as one library
+    library: Any = None
 
     def const(self, ins: Instruction) -> np.ndarray | None:
         return ins.literal if ins.is_literal else None

@@ -42,6 +42,10 @@ class CpuTarget(Target):
             dead = tuple(u for u in frees.get(pos, ()) if u not in keep)
             steps.append(Step(fn, tuple(i.uid for i in ins.inputs), ins.uid, dead,
                               output_buffer(ins, main.memory_plan), getattr(fn, "needs_env", False), ins.op.name))
+        if ctx.kernel_sources:
+            from .codegen import build_library
+
+            ctx.library = build_library(ctx.kernel_sources, threads=threads)
         for cb in ctx.deferred:
             cb()
         plan = main.memory_plan

@@ -88,10 +88,22 @@ def pooling(ins: Instruction, ctx: LowerContext) -> Kernel:
 
 @lowering("dot")
 def dot(ins: Instruction, ctx: LowerContext) -> Kernel:
-    # numpy's BLAS writes straight into the arena buffer
-    def run(args, out):
-        return np.matmul(args[0], args[1], out=out) if out is not None else np.matmul(args[0], args[1])
+    from .. import onednn
 
     if ins.shape.dtype in (DType.float16, DType.bfloat16):
         return reference_kernel(ins, ctx)  # accumulates in float32, as the reference defines
+    a, b = ins.inputs
+    w = ctx.const(b)
+    if _f32(ins) and w is not None and a.shape.ndim >= 2:
+        # constant weights: packed once into oneDNN's layout; its threads are the same OpenMP pool
+        # as the generated kernels', where numpy's BLAS would bring a second, competing pool
+        prim = onednn.MatMul(a.shape.lens, w, threads=ctx.threads)
+        return lambda args, out: prim(plain(args[0]), out=out)
+    if _f32(ins) and a.shape.ndim == b.shape.ndim >= 2:
+        prim = onednn.MatMul(a.shape.lens, b.shape.lens, threads=ctx.threads)
+        return lambda args, out: prim(plain(args[0]), plain(args[1]), out=out)
+
+    def run(args, out):
+        return np.matmul(args[0], args[1], out=out) if out is not None else np.matmul(args[0], args[1])
+
     return run

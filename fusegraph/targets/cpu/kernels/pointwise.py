@@ -1,32 +1,78 @@
-"""Pointwise and reduction kernels: numpy evaluation of the scalar bodies into the arena buffers."""
+"""Pointwise and reduction kernels: C generated from the ops' scalar bodies, compiled once per
+program (one library), called on the arena buffers. Layouts the kernel was not generated for
+(a producer that returned another layout) go through the kernel's general binding."""
 
 from __future__ import annotations
 
+import ctypes
+
+import numpy as np
+
 from ....ir.module import Instruction
 from ....ir.op import OpKind, registered_ops
+from ....ir.shape import Shape
+from ..codegen import CodegenUnsupported, pointwise_kernel_for, reduce_kernel, softmax_kernel
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
 
+_PTR = ctypes.c_void_p
+_DIM = ctypes.c_int64
 
-def numpy_pointwise(ins: Instruction, ctx: LowerContext) -> Kernel:
-    compute = ins.op.compute
+
+def _byte_strides(s: Shape) -> tuple[int, ...]:
+    return tuple(x * s.dtype.itemsize for x in s.strides)
+
+
+def compiled_kernel(ins: Instruction, ctx: LowerContext, source, dims) -> Kernel:
+    """A step calling generated kernel `source` with the argument layout the IR promises."""
+    ctx.kernel_sources.append(source)
+    lens, dtype = ins.shape.lens, ins.shape.dtype.np
+    expected = [(i.shape.lens, _byte_strides(i.shape), i.shape.dtype.np) for i in ins.inputs]
+    n = 1 + len(ins.inputs)
+    dims_arr = (_DIM * max(len(dims), 1))(*dims)
+    cell: dict = {}
+    ctx.deferred.append(lambda: cell.update(kernel=ctx.library[source.name]))
 
     def run(args, out):
-        r = compute(args)
         if out is None:
-            return r
-        out[...] = r
+            out = np.empty(lens, dtype)
+        kernel = cell["kernel"]
+        if all(a.shape == e[0] and a.strides == e[1] and a.dtype == e[2] for a, e in zip(args, expected)):
+            kernel._fn((_PTR * n)(out.ctypes.data, *[a.ctypes.data for a in args]), dims_arr, kernel.threads)
+        else:
+            kernel(out, *[np.asarray(a) for a in args])
         return out
 
     return run
 
 
-def _pointwise_names() -> list[str]:
-    return [n for n, c in registered_ops().items() if c.kind is OpKind.POINTWISE]
+def pointwise(ins: Instruction, ctx: LowerContext) -> Kernel:
+    if ins.shape.is_dynamic or any(not isinstance(i.shape, Shape) or i.shape.is_dynamic for i in ins.inputs):
+        return reference_kernel(ins, ctx)
+    try:
+        src, layout = pointwise_kernel_for(ins.op.expr, [i.shape for i in ins.inputs], ins.shape,
+                                           half_in_float32=ins.op.half_in_float32)
+    except CodegenUnsupported:
+        return reference_kernel(ins, ctx)  # e.g. string or sub-byte dtypes: numpy is the kernel
+    return compiled_kernel(ins, ctx, src, layout.dims())
 
 
-lowering(*_pointwise_names())(numpy_pointwise)
+lowering(*[n for n, c in registered_ops().items() if c.kind is OpKind.POINTWISE])(pointwise)
 
 
-@lowering("softmax", "log_softmax", "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "fused_reduce")
+@lowering("fused_reduce", "softmax", "log_softmax")
 def reduction(ins: Instruction, ctx: LowerContext) -> Kernel:
-    return reference_kernel(ins, ctx)
+    if ins.shape.is_dynamic or not isinstance(ins.shape, Shape):
+        return reference_kernel(ins, ctx)
+    try:
+        if ins.op.name == "fused_reduce":
+            src = reduce_kernel(ins.module_args[0], ins.op.axes)
+        else:
+            src = softmax_kernel(ins.shape.dtype, ins.shape.lens, axis=ins.op.axis, log=ins.op.name == "log_softmax")
+    except CodegenUnsupported:
+        return reference_kernel(ins, ctx)  # reductions over leading axes: numpy's
+    return compiled_kernel(ins, ctx, src, ())
+
+
+@lowering("reduce_sum", "reduce_mean", "reduce_max", "reduce_min")
+def plain_reduce(ins: Instruction, ctx: LowerContext) -> Kernel:
+    return reference_kernel(ins, ctx)  # numpy's reductions; fused ones are generated
