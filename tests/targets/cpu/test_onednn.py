@@ -16,7 +16,7 @@ import pytest
 from fusegraph.errors import CompileError, InputError, TargetError
 from fusegraph.ops.conv import Deconvolution as DeconvOp
 from fusegraph.ops.conv import conv_reference
-from fusegraph.ops.nn import Pooling as PoolOp
+from fusegraph.ops.pool import Pooling as PoolOp
 from fusegraph.targets.cpu import onednn as dnnl
 from fusegraph.targets.cpu.onednn import Binary, Eltwise, Sum, _lib
 
