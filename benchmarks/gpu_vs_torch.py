@@ -244,15 +244,18 @@ def time_alternating(fns: dict) -> dict[str, list[float]]:
     return {k: [a.elapsed_time(b) for a, b in v] for k, v in events.items()}
 
 
-def measure_row(name: str, batch: int, deadline: float) -> dict:
+def measure_row(name: str, batch: int, deadline: float, modes: list[str]) -> dict:
     row: dict = {"model": name, "batch": batch, "dtype": "float16"}
     timed, export, inputs, names, convnet = build(name, batch)
     t0 = time.perf_counter()
     onnx_bytes = export_onnx(export, inputs, names)
     row["export_s"] = round(time.perf_counter() - t0, 2)
-    with torch.no_grad():
-        ref = timed(*inputs).float()  # fp32 on the CPU: the accuracy reference
     dev = torch.device("cuda")
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        torch.backends.cuda.matmul.allow_tf32 = False  # the accuracy reference: true fp32 on the GPU
+        ref = timed.to(dev)(*[x.to(dev) for x in inputs]).float().cpu()
+    timed.cpu()
+    torch.cuda.empty_cache()
     fns, compile_s, peak_mb = {}, {}, {}
 
     # fusegraph: parse + fp16 passes + lowering + kernels + graph capture, from the ONNX bytes
@@ -288,6 +291,9 @@ def measure_row(name: str, batch: int, deadline: float) -> dict:
         row["torch_fp16_rel_err"] = rel_err(out.float(), ref)
         fns["eager"] = lambda: model(*targs)
         for mode in ("reduce-overhead", "max-autotune"):
+            if mode not in modes:
+                row.setdefault("skipped", []).append(f"{mode}: not asked for (--modes)")
+                continue
             if time.perf_counter() + COMPILE_GUESS[mode] > deadline:
                 row.setdefault("skipped", []).append(f"{mode}: would pass the deadline")
                 continue
@@ -340,26 +346,31 @@ def main() -> None:
     ap.add_argument("--rows", default=ROWS)
     ap.add_argument("--deadline", type=float, default=1e9, help="seconds from now to stop starting compiles")
     ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--modes", default="reduce-overhead,max-autotune", help="torch.compile modes to run")
+    ap.add_argument("--merge", default=None, help="an earlier results file: keep its rows not measured now")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
     deadline = time.perf_counter() + args.deadline
     rows: list[dict] = []
+    earlier = json.loads(Path(args.merge).read_text())["rows"] if args.merge and Path(args.merge).exists() else []
     payload = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                "cudnn": torch.backends.cudnn.version(), "rows": rows}
     for spec in args.rows.split(","):
         name, batch = spec.split(":")
         try:
-            row = measure_row(name, int(batch), deadline)
+            row = measure_row(name, int(batch), deadline, args.modes.split(","))
         except Exception as e:  # one broken row must not lose the others
             row = {"model": name, "batch": int(batch), "error": f"{type(e).__name__}: {e}",
                    "traceback": traceback.format_exc()[-2000:]}
         rows.append(row)
+        measured = {(r["model"], r["batch"]) for r in rows}
+        payload["rows"] = [r for r in earlier if (r["model"], r["batch"]) not in measured] + rows
         print(json.dumps({k: v for k, v in row.items() if k != "traceback"}), flush=True)
         path = write_results("gpu_vs_torch", payload)
         if args.out_dir:
             shutil.copy(path, Path(args.out_dir) / path.name)
-    print(table(rows))
+    print(table(payload["rows"]))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from ...passes.memory_coloring import ALIGNMENT
 from .device import has_torch_dtype, to_device, torch, torch_dtype
 from .layout import channels_last_order, dense_strides
 from .lowering import Slot, find_lowering, storage_mode
-from .plan import ARENA, LITERAL, OUTPUT, PARAM, VIEW, Plan, make_plan
+from .plan import ARENA, LITERAL, OUTPUT, PARAM, SLICE, VIEW, Plan, make_plan
 
 
 def _align(n: int) -> int:
@@ -101,6 +101,8 @@ def allocate(plan: Plan, module: Module, device: Any) -> tuple[dict[int, Slot], 
         slots[uid] = Slot(view(activations, base_out + offset, by_uid[uid]))
     for p in params:
         slots[p.uid] = Slot(view(activations, base_in + input_offsets[p.uid], p))
+    for uid, (concat, axis, start) in plan.slices.items():  # concat inputs written in place
+        slots[uid] = Slot(slots[concat].t.narrow(axis, start, by_uid[uid].shape.lens[axis]))
     literals = [i for i in module.instructions if i.is_literal and has_torch_dtype(i.shape.dtype)]
     offsets, n_w = {}, 0
     for lit in literals:
@@ -136,7 +138,7 @@ def build_steps(plan: Plan, ctx: BuildContext, slots: dict[int, Slot],
         ins_slots = [slots[x.uid] for x in step.inputs]
         uid = step.ins.uid
         mode = plan.storage[uid]
-        if mode in (ARENA, OUTPUT):
+        if mode in (ARENA, OUTPUT, SLICE):
             per_step.append([_into(fn, slots[uid].t, ins_slots)])
             continue
         slot = slots.setdefault(uid, Slot())
@@ -160,7 +162,7 @@ def build_steps(plan: Plan, ctx: BuildContext, slots: dict[int, Slot],
 
 def _fixed(plan: Plan, x: Instruction) -> bool:
     """Whether `x` lives in memory fixed at build time (so a view of it can be made once)."""
-    return plan.storage.get(plan.owner.get(x.uid, -1)) in (ARENA, OUTPUT, PARAM, LITERAL)
+    return plan.storage.get(plan.owner.get(x.uid, -1)) in (ARENA, OUTPUT, PARAM, LITERAL, SLICE)
 
 
 def _aliases(v: Any, base: Any) -> bool:

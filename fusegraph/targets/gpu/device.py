@@ -79,7 +79,7 @@ _BITS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 def to_device(arr: np.ndarray, dt: DType, device: Any) -> Any:
     """A host array as a device tensor of `dt` (ml_dtypes' bf16 and fp8 travel as raw bits)."""
     t = torch()
-    arr = np.ascontiguousarray(arr)
+    arr = np.ascontiguousarray(arr).reshape(np.shape(arr))  # ascontiguousarray makes 0-d arrays 1-d
     if not arr.flags.writeable:  # torch.from_numpy wants writable memory (literals are read-only)
         arr = arr.copy()
     if arr.dtype.kind == "V" or dt in (DType.bfloat16,) or dt.name.startswith("float8"):

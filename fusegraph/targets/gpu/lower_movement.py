@@ -67,13 +67,23 @@ def slice_(ctx, step):
     return run
 
 
-@lowering("concat", mode="into", note="copies into slices of the output")
+@lowering("concat", mode="into", note="copies the inputs not already computed into their slices")
 def concat(ctx, step):
     t = torch()
     axis = step.ins.op.axis
+    aliased = step.data.get("aliased", set())
+    if not aliased:
+        return lambda out, *xs: t.cat(xs, dim=axis, out=out)
+    parts, start = [], 0
+    for k, x in enumerate(step.inputs):
+        n = x.shape.lens[axis]
+        if k not in aliased:
+            parts.append((k, start, n))
+        start += n
 
     def run(out, *xs):
-        t.cat(xs, dim=axis, out=out)
+        for k, s0, n in parts:
+            out.narrow(axis, s0, n).copy_(xs[k])
     return run
 
 
@@ -162,6 +172,10 @@ def resize(ctx, step):
             plan[-1] = plan[-1][:3] + (ctx.constant(outside),)
     fill = op.extrapolation_value
     t = torch()
+    if _torch_nearest(plan, x_shape.lens, step.ins.shape.lens):
+        size = tuple(step.ins.shape.lens[2:])
+        F = t.nn.functional
+        return lambda x: F.interpolate(x, size=size, mode="nearest")  # one kernel, keeps the layout
 
     def run(x):
         y = x
@@ -184,6 +198,20 @@ def resize(ctx, step):
                 y = (y if x.dtype.is_floating_point else t.round(y)).clamp(info.min, info.max).to(x.dtype)
         return y.contiguous(memory_format=_format_of(x))
     return run
+
+
+def _torch_nearest(plan, in_lens, out_lens) -> bool:
+    """Whether every resized axis is spatial and picks torch's nearest source floor(i * in / out)."""
+    if not plan or any(kind != "index" or outside is not None or axis < 2 for axis, kind, _, outside in plan):
+        return False
+    if len(in_lens) not in (3, 4, 5):
+        return False
+    for axis, _, idx, _ in plan:
+        n_in, n_out = in_lens[axis], out_lens[axis]
+        torch_src = np.floor(np.arange(n_out, dtype=np.float32) * np.float32(n_in / n_out)).astype(np.int64)
+        if not np.array_equal(torch_src, idx.cpu().numpy()):
+            return False
+    return True
 
 
 def _format_of(x):

@@ -100,9 +100,14 @@ def convolution(ctx, step):
     symmetric = tuple(pb) == tuple(pe)
     pads = _pad_args(pb, pe)
 
+    t = torch()
+
     def run(x, w):
         if not symmetric:
             x = F.pad(x, pads)
+        if not x.dtype.is_floating_point:  # integer convolutions: exact in float64, then back
+            y = conv(x.to(t.float64), w.to(t.float64), None, strides, list(pb) if symmetric else 0, dils, op.group)
+            return y.to(x.dtype)
         return conv(x, w, None, strides, list(pb) if symmetric else 0, dils, op.group)
     return run
 

@@ -82,6 +82,6 @@ _loaded = False
 def _load_tables() -> None:
     global _loaded
     if not _loaded:
-        from . import lower_math, lower_movement, lower_nn  # noqa: F401  (register entries)
+        from . import lower_math, lower_movement, lower_nn, lower_tensor  # noqa: F401  (register entries)
 
         _loaded = True

@@ -22,6 +22,7 @@ from ...passes.memory_coloring import ALIGNMENT, Buffer, color
 from .patterns import match_groups
 
 ARENA, TRANSIENT, VIEW, PARAM, LITERAL, OUTPUT = "arena", "transient", "view", "param", "literal", "output"
+SLICE = "slice"  # written by its step straight into its slice of a concat's buffer
 CONV_KINDS = frozenset({"convolution", "deconvolution", "pooling"})
 
 
@@ -47,6 +48,7 @@ class Plan:
     output_bytes: int
     last_use: dict[int, int]                # owner uid -> index of the last step reading it
     channels_last: set[int]                 # arena owners laid out channels-last
+    slices: dict[int, tuple[int, int, int]] = dataclasses.field(default_factory=dict)  # uid -> (concat, axis, start)
 
     def step_of(self, uid: int) -> Step | None:
         return next((s for s in self.steps if s.ins.uid == uid), None)
@@ -87,6 +89,7 @@ def make_plan(module: Module, mode_of: Callable[[Step], str]) -> Plan:
         steps.append(step)
         storage[ins.uid] = mode
         owner[ins.uid] = owner[ins.inputs[0].uid] if mode == VIEW else ins.uid
+    slices = _concat_slices(steps, storage, owner, module)
     last_use: dict[int, int] = {}
     first: dict[int, int] = {}
     for k, step in enumerate(steps):
@@ -113,7 +116,30 @@ def make_plan(module: Module, mode_of: Callable[[Step], str]) -> Plan:
             out_offsets[uid] = out_bytes
             out_bytes += _align(by_uid[uid].shape.bytes)
     return Plan(steps, storage, owner, {b.uid: b.offset for b in buffers}, arena, out_offsets, out_bytes,
-                last_use, _channels_last(steps, storage, owner))
+                last_use, _channels_last(steps, storage, owner), slices)
+
+
+def _concat_slices(steps: list[Step], storage: dict[int, str], owner: dict[int, int],
+                   module: Module) -> dict[int, tuple[int, int, int]]:
+    """Concat inputs computed into the arena only for the concat: their steps write into the concat's
+    buffer directly and the concat copies only the rest (no extra pass over those elements)."""
+    producer = {s.ins.uid: s for s in steps}
+    outputs = {o.uid for o in module.outputs}
+    slices: dict[int, tuple[int, int, int]] = {}
+    for step in steps:
+        if step.kind != "concat" or storage.get(step.ins.uid) not in (ARENA, OUTPUT):
+            continue
+        axis, start, aliased = step.ins.op.axis, 0, set()
+        for k, x in enumerate(step.inputs):
+            p = producer.get(x.uid)
+            if (p is not None and storage.get(x.uid) == ARENA and owner[x.uid] == x.uid and p.kind != "concat"
+                    and len(x.users) == 1 and x.uid not in outputs and step.inputs.count(x) == 1):
+                slices[x.uid] = (step.ins.uid, axis, start)
+                storage[x.uid], owner[x.uid] = SLICE, step.ins.uid
+                aliased.add(k)
+            start += x.shape.lens[axis]
+        step.data["aliased"] = aliased
+    return slices
 
 
 def _shapes(shape) -> tuple:

@@ -54,6 +54,14 @@ _FUNCS = {
 }
 
 
+def _scalar_type(t, v, ref):
+    if isinstance(v, bool):
+        return t.bool
+    if isinstance(v, int) and not ref.dtype.is_floating_point:
+        return ref.dtype if ref.dtype != t.bool else t.int64
+    return ref.dtype if ref.dtype.is_floating_point else t.float32
+
+
 def check_expr(expr: Expr) -> None:
     """CompileError unless every function and conversion of `expr` has a torch form."""
     if isinstance(expr, Call):
@@ -82,8 +90,12 @@ def evaluate(expr: Expr, args: list[Any]) -> Any:
             r = e.value
         else:
             vals = [ev(a) for a in e.args]
-            if not any(isinstance(v, t.Tensor) for v in vals):  # constants only: fold with a tensor
-                vals[0] = t.tensor(vals[0], device=args[0].device if args else None)
+            ref = next((v for v in vals if isinstance(v, t.Tensor)), None)
+            if ref is None:  # constants only: fold with a tensor
+                ref = vals[0] = t.tensor(vals[0], device=args[0].device if args else None)
+            # scalars as 0-d tensors (weak in torch's type promotion, as in numpy's)
+            vals = [v if isinstance(v, t.Tensor) else t.tensor(v, dtype=_scalar_type(t, v, ref), device=ref.device)
+                    for v in vals]
             if e.fn.startswith("convert_"):
                 dt = DType(e.fn[len("convert_"):])
                 x = vals[0]

@@ -88,6 +88,18 @@ def test_conv_pool_concat_resize(gpu_target):
     check(gpu_target, make_model(nodes, x, ["y"], initializers=inits), x, rtol=1e-3, atol=1e-4)
 
 
+def test_concat_inputs_are_computed_in_place(gpu_target):
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Sigmoid", ["c"], ["s"]),
+             helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Concat", ["s", "r", "x"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "w2"], ["y"])]
+    inits = {"w": randn(4, 3, 3, 3), "w2": randn(2, 10, 1, 1)}
+    x = {"x": randn(2, 3, 6, 6)}
+    p = check(gpu_target, make_model(nodes, x, ["y", "cat"], initializers=inits), x, rtol=1e-3, atol=1e-4)
+    plan = p.executable.plan
+    assert len(plan.slices) == 2  # sigmoid and relu write into the concat; the input x is copied
+    assert all(plan.storage[u] == "slice" for u in plan.slices)
+
+
 def test_views_copies_and_gathers(gpu_target):
     nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
              helper.make_node("Reshape", ["t", "shape"], ["r"]),

@@ -1,0 +1,157 @@
+"""Lowerings of the tensor ops with direct torch counterparts: scans (cumsum, cumprod), top_k,
+scatters, gather_nd, one_hot and bitcast. Each follows the op's numpy reference exactly (negative
+indices wrap, ties in top_k go to the lower index)."""
+
+from __future__ import annotations
+
+from ...errors import CompileError
+from .device import torch, torch_dtype
+from .lowering import lowering
+
+
+def _static_axis(step, what: str) -> int:
+    op = step.ins.op
+    if op.axis is None:
+        raise CompileError(f"target 'gpu': {op} takes its {what} at run time (not supported)")
+    return op.axis % step.inputs[0].shape.ndim
+
+
+@lowering("cumsum", "cumprod", mode="into")
+def scan(ctx, step):
+    op = step.ins.op
+    a = _static_axis(step, "axis")
+    t = torch()
+    fn = t.cumsum if step.kind == "cumsum" else t.cumprod
+    fill = 0 if step.kind == "cumsum" else 1
+
+    def run(out, x, *_):
+        if op.reverse:
+            x = x.flip(a)
+        if op.exclusive and step.kind == "cumprod":  # shift in a leading 1 before the product
+            x = t.cat([t.ones_like(x.narrow(a, 0, 1)), x.narrow(a, 0, x.shape[a] - 1)], a)
+        y = fn(x, dim=a, dtype=x.dtype)
+        if op.exclusive and step.kind == "cumsum":
+            y = t.cat([t.full_like(y.narrow(a, 0, 1), fill), y.narrow(a, 0, y.shape[a] - 1)], a)
+        out.copy_(y.flip(a) if op.reverse else y)
+    return run
+
+
+@lowering("top_k", mode="value")
+def top_k(ctx, step):
+    op = step.ins.op
+    if op.k is None:
+        raise CompileError(f"target 'gpu': {op} takes k at run time (not supported)")
+    t = torch()
+    axis = op.axis
+
+    def run(x, *_):
+        # a stable sort gives the reference's tie order (the lower index first)
+        values, idx = t.sort(x, dim=axis, descending=op.largest, stable=True)
+        return values.narrow(axis, 0, op.k), idx.narrow(axis, 0, op.k).to(t.int64)
+    return run
+
+
+def _wrap(t, idx, n):
+    idx = idx.to(t.int64)
+    return t.where(idx < 0, idx + n, idx)
+
+
+_REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
+
+
+@lowering("scatter_elements", mode="into")
+def scatter_elements(ctx, step):
+    op = step.ins.op
+    t = torch()
+    n = step.inputs[0].shape.lens[op.axis]
+
+    def run(out, data, idx, upd):
+        out.copy_(data)
+        idx = _wrap(t, idx, n)
+        if op.reduction == "none":
+            out.scatter_(op.axis, idx, upd)
+        else:
+            out.scatter_reduce_(op.axis, idx, upd, reduce=_REDUCE[op.reduction], include_self=True)
+    return run
+
+
+@lowering("scatter_nd", mode="into")
+def scatter_nd(ctx, step):
+    op = step.ins.op
+    t = torch()
+    data_shape = step.inputs[0].shape.lens
+    m = step.inputs[1].shape.lens[-1]
+
+    def run(out, data, idx, upd):
+        res = data.contiguous().clone()
+        dims = t.tensor(data_shape[:m], device=idx.device)
+        flat = _wrap(t, idx.reshape(-1, m), dims)
+        lin = t.zeros(flat.shape[0], dtype=t.int64, device=idx.device)
+        for k in range(m):  # row-major offset of each index tuple in the leading m dims
+            lin = lin * data_shape[k] + flat[:, k]
+        rows = res.view(-1, *data_shape[m:])
+        u = upd.reshape(-1, *data_shape[m:])
+        if op.reduction == "none":
+            rows.index_copy_(0, lin, u)
+        elif op.reduction == "add":
+            rows.index_add_(0, lin, u)
+        else:
+            rows.index_reduce_(0, lin, u, _REDUCE[op.reduction], include_self=True)
+        out.copy_(res)
+    return run
+
+
+@lowering("gather_nd", mode="into")
+def gather_nd(ctx, step):
+    op = step.ins.op
+    t = torch()
+    data_shape = step.inputs[0].shape.lens
+    b = op.batch_dims
+    m = step.inputs[1].shape.lens[-1]
+
+    def run(out, data, idx):
+        n_batch = 1
+        for d in data_shape[:b]:
+            n_batch *= d
+        flat_data = data.reshape(n_batch, *data_shape[b:])
+        dims = t.tensor(data_shape[b:b + m], device=idx.device)
+        flat_idx = _wrap(t, idx.reshape(n_batch, -1, m), dims)
+        batch = t.arange(n_batch, device=idx.device)[:, None]
+        picked = flat_data[(batch, *flat_idx.unbind(-1))]
+        out.copy_(picked.reshape(out.shape))
+    return run
+
+
+@lowering("one_hot", mode="into")
+def one_hot(ctx, step):
+    op = step.ins.op
+    if op.depth is None:
+        raise CompileError(f"target 'gpu': {op} takes its depth at run time (not supported)")
+    t = torch()
+    idx_ndim = step.inputs[0].shape.ndim
+
+    def run(out, idx, *rest):
+        values = rest[-1].reshape(2)
+        hot = _wrap(t, idx.trunc() if idx.dtype.is_floating_point else idx, op.depth).unsqueeze(op.axis)
+        positions = t.arange(op.depth, device=idx.device).reshape((-1,) + (1,) * (idx_ndim - op.axis))
+        out.copy_(t.where(positions == hot, values[1], values[0]))
+    return run
+
+
+@lowering("bitcast", mode="into")
+def bitcast(ctx, step):
+    target = torch_dtype(step.ins.op.to)
+
+    def run(out, x):
+        out.copy_(x.contiguous().view(target))
+    return run
+
+
+@lowering("dropout", mode="value", note="inference only: the identity and an all-true mask")
+def dropout(ctx, step):
+    ratio, training = (step.inputs + [None, None])[1:3]
+    if training is not None and (not training.is_literal or bool(training.literal.reshape(-1)[0])):
+        if not (ratio is not None and ratio.is_literal and float(ratio.literal.reshape(-1)[0]) == 0):
+            raise CompileError(f"target 'gpu': {step.ins.op} in training mode (random masks) has no lowering")
+    t = torch()
+    return lambda x, *_: (x, t.ones(x.shape, dtype=t.bool, device=x.device))
