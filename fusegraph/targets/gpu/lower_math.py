@@ -28,9 +28,10 @@ def pointwise(ctx, step):
         return launcher
     torch_expr.check_expr(expr)
     target = torch_dtype(out_type)
+    consts: dict = {}
 
     def run(out, *xs):  # dtypes without Triton types (float8, complex): torch's kernels
-        out.copy_(torch_expr.evaluate(expr, list(xs)).to(target).broadcast_to(out.shape))
+        out.copy_(torch_expr.evaluate(expr, list(xs), consts).to(target).broadcast_to(out.shape))
 
     return run
 

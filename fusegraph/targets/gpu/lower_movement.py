@@ -170,8 +170,8 @@ def resize(ctx, step):
             plan.append((axis, "matrix", ctx.constant(m), None))
         if outside is not None and outside.any():
             plan[-1] = plan[-1][:3] + (ctx.constant(outside),)
-    fill = op.extrapolation_value
     t = torch()
+    fills: dict = {}  # the fill value as a device scalar per dtype, made before any graph capture
     if _torch_nearest(plan, x_shape.lens, step.ins.shape.lens):
         size = tuple(step.ins.shape.lens[2:])
         F = t.nn.functional
@@ -189,7 +189,9 @@ def resize(ctx, step):
             if outside is not None:
                 shape = [1] * r
                 shape[axis] = -1
-                y = t.where(outside.reshape(shape), t.tensor(fill, dtype=y.dtype, device=y.device), y)
+                if y.dtype not in fills:
+                    fills[y.dtype] = t.tensor(op.extrapolation_value, dtype=y.dtype, device=y.device)
+                y = t.where(outside.reshape(shape), fills[y.dtype], y)
         if y.dtype != x.dtype:  # back to the input type, rounded and saturated like the reference
             if x.dtype == t.bool:
                 y = y != 0

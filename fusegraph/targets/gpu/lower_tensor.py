@@ -4,6 +4,8 @@ indices wrap, ties in top_k go to the lower index)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...errors import CompileError
 from .device import torch, torch_dtype
 from .lowering import lowering
@@ -82,9 +84,10 @@ def scatter_nd(ctx, step):
     data_shape = step.inputs[0].shape.lens
     m = step.inputs[1].shape.lens[-1]
 
+    dims = ctx.constant(np.asarray(data_shape[:m], dtype=np.int64))
+
     def run(out, data, idx, upd):
         res = data.contiguous().clone()
-        dims = t.tensor(data_shape[:m], device=idx.device)
         flat = _wrap(t, idx.reshape(-1, m), dims)
         lin = t.zeros(flat.shape[0], dtype=t.int64, device=idx.device)
         for k in range(m):  # row-major offset of each index tuple in the leading m dims
@@ -108,13 +111,13 @@ def gather_nd(ctx, step):
     data_shape = step.inputs[0].shape.lens
     b = op.batch_dims
     m = step.inputs[1].shape.lens[-1]
+    dims = ctx.constant(np.asarray(data_shape[b:b + m], dtype=np.int64))
 
     def run(out, data, idx):
         n_batch = 1
         for d in data_shape[:b]:
             n_batch *= d
         flat_data = data.reshape(n_batch, *data_shape[b:])
-        dims = t.tensor(data_shape[b:b + m], device=idx.device)
         flat_idx = _wrap(t, idx.reshape(n_batch, -1, m), dims)
         batch = t.arange(n_batch, device=idx.device)[:, None]
         picked = flat_data[(batch, *flat_idx.unbind(-1))]

@@ -75,10 +75,19 @@ def check_expr(expr: Expr) -> None:
             check_expr(a)
 
 
-def evaluate(expr: Expr, args: list[Any]) -> Any:
-    """`expr` over equally shaped device tensors (constants are weak scalars, as in numpy)."""
+def evaluate(expr: Expr, args: list[Any], consts: dict | None = None) -> Any:
+    """`expr` over equally shaped device tensors (constants are weak scalars, as in numpy). `consts`
+    caches the constants' device tensors across calls: made on the first (warm-up) call, none is
+    created during CUDA-graph capture (a host-to-device copy is not allowed there)."""
     t = torch()
     memo: dict[int, Any] = {}
+    consts = {} if consts is None else consts
+
+    def const(v, dtype, device):
+        key = (repr(v), dtype, device)
+        if key not in consts:
+            consts[key] = t.tensor(v, dtype=dtype, device=device)
+        return consts[key]
 
     def ev(e: Expr):
         key = id(e)
@@ -92,10 +101,11 @@ def evaluate(expr: Expr, args: list[Any]) -> Any:
             vals = [ev(a) for a in e.args]
             ref = next((v for v in vals if isinstance(v, t.Tensor)), None)
             if ref is None:  # constants only: fold with a tensor
-                ref = vals[0] = t.tensor(vals[0], device=args[0].device if args else None)
+                v0 = vals[0]
+                ref = vals[0] = const(v0, t.bool if isinstance(v0, bool) else t.int64 if isinstance(v0, int)
+                                      else t.float32, args[0].device if args else None)
             # scalars as 0-d tensors (weak in torch's type promotion, as in numpy's)
-            vals = [v if isinstance(v, t.Tensor) else t.tensor(v, dtype=_scalar_type(t, v, ref), device=ref.device)
-                    for v in vals]
+            vals = [v if isinstance(v, t.Tensor) else const(v, _scalar_type(t, v, ref), ref.device) for v in vals]
             if e.fn.startswith("convert_"):
                 dt = DType(e.fn[len("convert_"):])
                 x = vals[0]

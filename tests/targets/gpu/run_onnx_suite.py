@@ -1,0 +1,73 @@
+"""Run the ONNX backend suite's node and simple cases on the gpu target, in parallel processes, and
+write a JSON report (the summary per kind and every case's outcome). Needs a CUDA GPU.
+
+    python tests/targets/gpu/run_onnx_suite.py [--jobs 16] [--out DIR]
+
+(tests/onnx/test_backend_suite.py parametrizes its targets as ref and cpu; this runs the same cases,
+with the same exclusions and comparison rules, through tests.onnx.suite.run_case(case, "gpu").)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import sys
+import warnings
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from tests.onnx.suite import cases, exclusion_for, load_exclusions  # noqa: E402
+
+KINDS = ("node", "simple")
+
+
+def run_one(job: tuple[str, int]) -> tuple[str, str, str, str]:
+    from tests.onnx.suite import run_case
+
+    kind, index = job
+    case = cases(kind)[index]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run_case(case, "gpu")
+        return kind, case.name, "passed", ""
+    except Exception as e:  # every failure is recorded with its reason
+        return kind, case.name, "failed", f"{type(e).__name__}: {e}"[-300:]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=16)
+    ap.add_argument("--out", default=".cache/reports")
+    args = ap.parse_args()
+    exclusions = load_exclusions()
+    results: dict[str, dict[str, str]] = {}
+    jobs = []
+    for kind in KINDS:
+        for index, case in enumerate(cases(kind)):
+            ex = exclusion_for(case, exclusions, "gpu")
+            if ex is not None and not ex.xfail:
+                results[f"{kind}/{case.name}"] = {"outcome": "excluded", "message": ex.reason}
+            else:
+                jobs.append((kind, index))
+    with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
+        for future in as_completed([pool.submit(run_one, j) for j in jobs]):
+            kind, name, outcome, message = future.result()
+            results[f"{kind}/{name}"] = {"outcome": outcome, "message": message}
+    by_kind: dict[str, Counter] = {}
+    for key, r in results.items():
+        by_kind.setdefault(key.split("/")[0], Counter())[r["outcome"]] += 1
+    print("ONNX backend suite: " + "; ".join(
+        f"gpu:{k} {c['passed']} passed / {c['failed']} failed / {c['excluded']} excluded" for k, c in by_kind.items()))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "onnx_backend_suite_gpu.json").write_text(json.dumps(
+        {"summary": {k: dict(c) for k, c in by_kind.items()}, "cases": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

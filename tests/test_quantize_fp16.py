@@ -1,0 +1,81 @@
+"""quantize_fp16 / quantize_bf16: the IR they leave (half tensors, float32 accumulation, float32 I/O),
+the keep_fp32 option, and accuracy on the reference target against the float32 program."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import fusegraph
+from fusegraph.ir.dtypes import DType
+from fusegraph.quantize import DEFAULT_KEEP_FP32
+from tests.util import make_model
+
+rng = np.random.default_rng(0)
+
+
+def _model():
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["hb"]),
+             helper.make_node("Softmax", ["hb"], ["p"], axis=-1),
+             helper.make_node("LayerNormalization", ["p", "g", "beta"], ["y"], axis=-1, epsilon=1e-5),
+             helper.make_node("Cast", ["y"], ["z"], to=1)]
+    inits = {"w": rng.standard_normal((16, 32)).astype(np.float32), "b": np.full(32, -1e30, np.float32),
+             "g": rng.standard_normal(32).astype(np.float32), "beta": rng.standard_normal(32).astype(np.float32)}
+    inits["b"][:16] = rng.standard_normal(16)  # half the logits masked with a value past fp16's range
+    x = {"x": rng.standard_normal((4, 16)).astype(np.float32)}
+    return make_model(nodes, x, ["z"], initializers=inits), x
+
+
+def _ins(p, name):
+    return [i for i in p.main.instructions if i.op.name == name]
+
+
+@pytest.mark.parametrize("quantize, half", [(fusegraph.quantize_fp16, DType.float16),
+                                             (fusegraph.quantize_bf16, DType.bfloat16)])
+def test_half_tensors_float32_accumulation_and_io(quantize, half):
+    model, x = _model()
+    p = quantize(fusegraph.parse_onnx(model))
+    p.verify()
+    assert p.get_parameter_shapes()["x"].dtype == DType.float32      # callers still feed float32
+    assert [o.dtype for o in p.get_output_shapes()] == [DType.float32]
+    (dot,) = _ins(p, "dot")
+    assert dot.shape.dtype == half and all(i.shape.dtype == half for i in dot.inputs)
+    for name in ("softmax", "moments"):                                # accumulation stays float32
+        for ins in _ins(p, name):
+            assert ins.inputs[0].shape.dtype == DType.float32
+    for lit in p.main.instructions:
+        if lit.is_literal and lit.shape.dtype.is_float:
+            assert lit.shape.dtype == half and np.isfinite(lit.literal.astype(np.float32)).all()
+
+
+def test_accuracy_against_float32_on_ref():
+    model, x = _model()
+    want = fusegraph.parse_onnx(model).compile(fusegraph.get_target("ref")).run(x)[0]
+    got = fusegraph.quantize_fp16(fusegraph.parse_onnx(model)).compile(fusegraph.get_target("ref")).run(x)[0]
+    assert got.dtype == np.float32
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 5e-3
+
+
+def test_keep_fp32_lists_ops_left_in_float32():
+    model, _ = _model()
+    p = fusegraph.quantize_fp16(fusegraph.parse_onnx(model), keep_fp32=DEFAULT_KEEP_FP32 | {"dot"})
+    (dot,) = _ins(p, "dot")
+    assert dot.shape.dtype == DType.float32 and all(i.shape.dtype == DType.float32 for i in dot.inputs)
+    p = fusegraph.quantize_fp16(fusegraph.parse_onnx(model), keep_fp32=())
+    assert all(i.inputs[0].shape.dtype == DType.float16 for i in _ins(p, "softmax"))
+
+
+def test_resnet_on_ref_within_fp16_tolerance():
+    from fusegraph.models import get_model, sample_inputs
+
+    feeds = sample_inputs("resnet50", batch=1)
+    dims = {"input": [1, 3, 64, 64]}
+    feeds = {"input": feeds["input"][:, :, :64, :64].copy()}
+    want = fusegraph.parse_onnx(get_model("resnet50"), map_input_dims=dims).compile(
+        fusegraph.get_target("ref")).run(feeds)[0]
+    p = fusegraph.parse_onnx(get_model("resnet50"), map_input_dims=dims)
+    fusegraph.quantize_fp16(p)
+    p.compile(fusegraph.get_target("ref"), fusegraph.CompileOptions(optimize=False))
+    got = p.run(feeds)[0]
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
