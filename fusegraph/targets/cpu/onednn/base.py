@@ -72,21 +72,39 @@ class _Context:
 
 
 class Primitive:
-    """Base of the bound primitives. Subclasses call `_finish(pd, slots, constants)` from __init__.
+    """Base of the bound primitives. A subclass's __init__ creates its descriptor with `_create(...)`,
+    packs its constants, then calls `_finish(pd, slots, constants)`.
 
     Calls take the primary inputs, then one array per Binary post-op, then `out=` (allocated when
-    omitted) and optionally `scratchpad=`; they return `out`.
+    omitted) and optionally `scratchpad=`; they return `out`. `threads` (default: all cores) is set
+    for OpenMP before creating (kernels split work by it) and before every call (OpenMP keeps the
+    setting per calling thread).
     """
 
     n_inputs = 1
 
-    def __init__(self, threads: int | None):
+    def __init__(self, threads: int | None, allow_ref: bool = False):
         self._lib = _lib.load()
         self.threads = threads or _lib.default_threads()
+        self.allow_ref = allow_ref
         # Kernels split work by the thread count seen at creation; set it before creating.
         self._lib.omp_set_num_threads(self.threads)
         self._pd = self._prim = None
         self._local = threading.local()
+
+    def _create(self, what: str, fn, *args) -> c_void_p:
+        """Call a *_primitive_desc_create function and own the result. oneDNN's answer to a problem its
+        optimized kernels do not cover is its naive reference kernel (`ref:any`, 100-1000x slower): that
+        is a CompileError too unless `allow_ref`, so the caller can choose another formulation."""
+        pd = c_void_p()
+        st = fn(ctypes.byref(pd), *args)
+        if st:
+            raise CompileError(f"oneDNN has no {what} ({_lib.STATUS.get(st, st)})")
+        self._pd = pd
+        if not self.allow_ref and self.impl.startswith("ref"):
+            raise CompileError(f"oneDNN has only its reference kernel ({self.impl}) for {what}; "
+                               "pass allow_ref=True to accept it")
+        return pd
 
     def _finish(self, pd: c_void_p, slots: Sequence[tuple],
                 constants: Sequence[tuple[int, MemDesc, np.ndarray]] = ()) -> None:
@@ -100,8 +118,10 @@ class Primitive:
         self._prim = prim
         self.scratchpad_bytes = int(lib.dnnl_memory_desc_get_size(lib.dnnl_primitive_desc_query_md(
             pd, _lib.Q_SCRATCHPAD_MD, 0)))
+        # the descriptors the primitive settled on: what was passed as `any` is concrete now
+        slots = [(arg, self.query_md(_lib.Q_EXEC_ARG_MD, arg), *rest) for arg, _, *rest in slots]
         if self.scratchpad_bytes:
-            slots = list(slots) + [(_lib.ARG_SCRATCHPAD, self.query_md(_lib.Q_SCRATCHPAD_MD), "scratchpad")]
+            slots.append((_lib.ARG_SCRATCHPAD, self.query_md(_lib.Q_SCRATCHPAD_MD), "scratchpad"))
         self._slots = [_Slot(*s) for s in slots]
         self._constants = list(constants)
         self._n_call = len(self._slots) - (1 if self.scratchpad_bytes else 0)
@@ -152,7 +172,7 @@ class Primitive:
             if p != last[-1]:  # the scratchpad is the last slot (constants follow it in `mems`)
                 lib.dnnl_memory_set_data_handle(mems[len(slots) - 1], p)
                 last[-1] = p
-        lib.omp_set_num_threads(self.threads)  # OpenMP's setting is per calling thread
+        lib.omp_set_num_threads(self.threads)
         st = lib.dnnl_primitive_execute(self._prim, ctx.stream, len(ctx.args), ctx.args)
         if st:
             raise FusegraphError(f"{self._owner}: execution failed ({_lib.STATUS.get(st, st)})")
@@ -169,26 +189,17 @@ class Primitive:
             lib.dnnl_primitive_desc_destroy(self._pd)
 
 
-def create_pd(what: str, fn, *args) -> c_void_p:
-    """Call a *_primitive_desc_create function; `unimplemented` becomes a CompileError naming `what`."""
-    pd = c_void_p()
-    st = fn(ctypes.byref(pd), *args)
-    if st:
-        raise CompileError(f"oneDNN has no {what} ({_lib.STATUS.get(st, st)})")
-    return pd
-
-
 class Reorder(Primitive):
     """Copies a tensor between two layouts of the same shape (plain <-> blocked, NCHW <-> NHWC)."""
 
     def __init__(self, src: MemDesc, dst: MemDesc, threads: int | None = None):
-        super().__init__(threads)
+        super().__init__(threads, allow_ref=True)  # edges and weight packing only; any kernel will do
         if src.shape != dst.shape:
             raise CompileError(f"oneDNN Reorder: shapes differ, {list(src.shape)} -> {list(dst.shape)}")
         lib = self._lib
         with Attr((), ()) as attr:
-            pd = create_pd(f"reorder {src} -> {dst}", lib.dnnl_reorder_primitive_desc_create,
-                           src.handle, lib.engine, dst.handle, lib.engine, attr.handle)
+            pd = self._create(f"reorder {src} -> {dst}", lib.dnnl_reorder_primitive_desc_create,
+                              src.handle, lib.engine, dst.handle, lib.engine, attr.handle)
         self._finish(pd, [(_lib.ARG_SRC, src, "src"), (_lib.ARG_DST, dst, "dst")])
 
 

@@ -4,7 +4,8 @@ c[..., M, N] = a[..., M, K] @ b[..., K, N] (+ bias), batch dims broadcast numpy-
 constant (a numpy array: packed once into oneDNN's preferred layout, BERT's weight matrices) or a
 per-call input (attention's Q @ K^T), described by a shape (C-contiguous) or a plain `MemDesc` with any
 strides (a transposed view costs nothing). Gemm's transposes are views; its alpha and beta are folded
-into the constants by the caller (alpha into b, beta into bias).
+into the constants by the caller (alpha into b, beta into bias). Bias is one value per output column;
+other additive terms (attention masks, a Gemm C of shape (M, N)) are Binary post-ops.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 
 from ....errors import CompileError
 from . import _lib
-from .base import Primitive, create_pd, pack
+from .base import Primitive, pack
 from .memory import MemDesc, aligned_empty
 from .postops import Attr, Binary, PostOp, Sum, binary_descs, binary_slots
 
@@ -41,8 +42,9 @@ class MatMul(Primitive):
 
     def __init__(self, a: Sequence[int] | MemDesc, b: np.ndarray | Sequence[int] | MemDesc,
                  bias: np.ndarray | None = None, *, post_ops: Sequence[PostOp] = (),
-                 dst: MemDesc | None = None, fpmath: str = "strict", threads: int | None = None):
-        super().__init__(threads)
+                 dst: MemDesc | None = None, fpmath: str = "strict", threads: int | None = None,
+                 allow_ref: bool = False):
+        super().__init__(threads, allow_ref)
         a_md = _plain(a, "a")
         const_b = isinstance(b, np.ndarray)
         b_md = MemDesc.of_array(b) if const_b else _plain(b, "b")
@@ -60,6 +62,11 @@ class MatMul(Primitive):
         dst_md = _plain(dst if dst is not None else out_shape, "dst")
         if tuple(dst_md.shape) != out_shape:
             raise CompileError(f"oneDNN matmul: dst {dst_md} is not {list(out_shape)}")
+        dense = MemDesc.plain(out_shape)
+        if dst_md != dense and any(isinstance(p, Binary) for p in post_ops):
+            # oneDNN 3.2's brgemm matmul reads binary operands as if dst were dense: it crashes
+            raise CompileError("oneDNN matmul: binary post-ops need a C-contiguous dst, not "
+                               f"{dst_md} (a crash in oneDNN 3.2)")
         a_r, b_r = _with_rank(a_md, rank), _with_rank(b_md, rank)
         bias_md, bias_arr = self._bias(bias, out_shape)
         binaries, binary_ndims = [], []
@@ -73,10 +80,9 @@ class MatMul(Primitive):
         lib = self._lib
         w_md = MemDesc.any(b_r.shape) if const_b else b_r
         with Attr(binaries, src1, fpmath) as attr:
-            pd = create_pd(f"matmul {list(a_md.shape)} @ {list(b_md.shape)}", lib.dnnl_matmul_primitive_desc_create,
-                           lib.engine, a_r.handle, w_md.handle, bias_md.handle if bias_md else None,
-                           dst_md.handle, attr.handle)
-        self._pd = pd
+            pd = self._create(f"matmul {list(a_md.shape)} @ {list(b_md.shape)}",
+                              lib.dnnl_matmul_primitive_desc_create, lib.engine, a_r.handle, w_md.handle,
+                              bias_md.handle if bias_md else None, dst_md.handle, attr.handle)
         slots = [(_lib.ARG_SRC, a_r, "a", len(a_md.shape))]
         consts = []
         if const_b:
@@ -102,8 +108,10 @@ class MatMul(Primitive):
         if b.dtype != np.float32:
             raise CompileError(f"oneDNN matmul: bias must be float32, got {b.dtype}")
         shape = (1,) * (len(out_shape) - b.ndim) + b.shape
-        if len(shape) != len(out_shape) or any(s not in (1, t) for s, t in zip(shape, out_shape)):
-            raise CompileError(f"oneDNN matmul: bias {list(b.shape)} does not broadcast to {list(out_shape)}")
+        # oneDNN's optimized kernels take one bias value per output column; anything else is a Binary add
+        if len(shape) != len(out_shape) or any(s != 1 for s in shape[:-1]) or shape[-1] not in (1, out_shape[-1]):
+            raise CompileError(f"oneDNN matmul: bias {list(b.shape)} is not per output column of {list(out_shape)}; "
+                               "add it with a Binary('add', ...) post-op")
         packed = aligned_empty(b.nbytes, np.float32, shape)
         packed[...] = b.reshape(shape)
         return MemDesc.plain(shape), packed

@@ -59,14 +59,21 @@ class Eltwise:
 
 @dataclasses.dataclass(frozen=True)
 class Binary:
-    """dst = dst <kind> src1; `src1` is a shape (plain, C-contiguous f32) or an exact descriptor, with the
-    destination's rank, each dim 1 or the destination's."""
+    """dst = dst <kind> src1, src1 given at every call. `src1` is a shape or an exact descriptor, with the
+    destination's rank, each dim 1 or the destination's. A shape's layout is C-contiguous ("plain") or,
+    with layout="dst", whatever layout the destination gets (a residual in a blocked or NHWC chain):
+    oneDNN's optimized kernels take a full-size operand only in the destination's own layout."""
 
     kind: str
     src1: tuple[int, ...] | MemDesc
+    layout: str = "plain"
 
     def desc(self) -> MemDesc:
-        return self.src1 if isinstance(self.src1, MemDesc) else MemDesc.plain(self.src1)
+        if isinstance(self.src1, MemDesc):
+            return self.src1
+        if self.layout not in ("plain", "dst"):
+            raise CompileError(f"oneDNN post-op binary_{self.kind}: layout must be 'plain' or 'dst', not {self.layout!r}")
+        return MemDesc.plain(self.src1) if self.layout == "plain" else MemDesc.any(self.src1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,7 @@ import numpy as np
 from ....errors import CompileError
 from ....ops.conv import window_out_len
 from . import _lib
-from .base import Primitive, create_pd, pack
+from .base import Primitive, pack
 from .memory import MemDesc, aligned_empty
 from .postops import Attr, PostOp, Sum, binary_descs, binary_slots
 
@@ -88,11 +88,10 @@ class _WindowPrimitive(Primitive):
         src1 = binary_descs(post_ops, dst_shape)
         lib = self._lib
         with Attr(post_ops, src1, fpmath) as attr:
-            pd = create_pd(f"{self._what} {list(src_shape)} -> {list(dst_shape)} weights {list(w_dims)}",
-                           create, lib.engine, _lib.FORWARD_INFERENCE, alg, src_md.handle, w_any.handle,
-                           bias_md.handle if bias_md else None, dst_md.handle, _lib.dims(strides),
-                           _lib.dims(d - 1 for d in dils), _lib.dims(pb), _lib.dims(pe), attr.handle)
-        self._pd = pd  # for query_md before _finish
+            pd = self._create(f"{self._what} {list(src_shape)} -> {list(dst_shape)} weights {list(w_dims)}",
+                              create, lib.engine, _lib.FORWARD_INFERENCE, alg, src_md.handle, w_any.handle,
+                              bias_md.handle if bias_md else None, dst_md.handle, _lib.dims(strides),
+                              _lib.dims(d - 1 for d in dils), _lib.dims(pb), _lib.dims(pe), attr.handle)
         w_md = self.query_md(_lib.Q_WEIGHTS_MD)
         self.weights = pack(weights_view, w_md, threads)
         consts = [(_lib.ARG_WEIGHTS, w_md, self.weights)]
@@ -119,8 +118,9 @@ class Convolution(_WindowPrimitive):
     def __init__(self, src: Sequence[int] | MemDesc, weights: np.ndarray, bias: np.ndarray | None = None, *,
                  stride: Sequence[int] = (), padding: Sequence[int] = (), dilation: Sequence[int] = (),
                  groups: int = 1, post_ops: Sequence[PostOp] = (), src_layout: Layout = "nchw",
-                 dst_layout: Layout = "nchw", fpmath: str = "strict", threads: int | None = None):
-        super().__init__(threads)
+                 dst_layout: Layout = "nchw", fpmath: str = "strict", threads: int | None = None,
+                 allow_ref: bool = False):
+        super().__init__(threads, allow_ref)
         src_shape = tuple(src.shape if isinstance(src, MemDesc) else src)
         src_layout = src if isinstance(src, MemDesc) else src_layout
         w = _f32(np.asarray(weights), "weights")
@@ -155,8 +155,8 @@ class Deconvolution(_WindowPrimitive):
                  stride: Sequence[int] = (), padding: Sequence[int] = (), dilation: Sequence[int] = (),
                  groups: int = 1, output_padding: Sequence[int] = (), post_ops: Sequence[PostOp] = (),
                  src_layout: Layout = "nchw", dst_layout: Layout = "nchw", fpmath: str = "strict",
-                 threads: int | None = None):
-        super().__init__(threads)
+                 threads: int | None = None, allow_ref: bool = False):
+        super().__init__(threads, allow_ref)
         src_shape = tuple(src.shape if isinstance(src, MemDesc) else src)
         src_layout = src if isinstance(src, MemDesc) else src_layout
         w = _f32(np.asarray(weights), "weights")
@@ -191,8 +191,8 @@ class Pooling(Primitive):
     def __init__(self, src: Sequence[int] | MemDesc, mode: str, kernel: Sequence[int], *,
                  stride: Sequence[int] = (), padding: Sequence[int] = (), dilation: Sequence[int] = (),
                  ceil_mode: bool = False, count_include_pad: bool = False, src_layout: Layout = "nchw",
-                 dst_layout: Layout = "nchw", threads: int | None = None):
-        super().__init__(threads)
+                 dst_layout: Layout = "nchw", threads: int | None = None, allow_ref: bool = False):
+        super().__init__(threads, allow_ref)
         src_shape = tuple(src.shape if isinstance(src, MemDesc) else src)
         src_layout = src if isinstance(src, MemDesc) else src_layout
         nsp = len(src_shape) - 2
@@ -217,11 +217,10 @@ class Pooling(Primitive):
         src_md, dst_md = activation_desc(src_shape, src_layout), activation_desc(dst_shape, dst_layout)
         lib = self._lib
         with Attr((), ()) as attr:
-            pd = create_pd(f"{alg} pooling {list(src_shape)} -> {list(dst_shape)}",
-                           lib.dnnl_pooling_forward_primitive_desc_create, lib.engine, _lib.FORWARD_INFERENCE,
-                           _lib.POOLING[alg], src_md.handle, dst_md.handle, _lib.dims(strides),
-                           _lib.dims(kernel), _lib.dims(d - 1 for d in dils), _lib.dims(pb), _lib.dims(pr),
-                           attr.handle)
-        self._pd = pd
+            pd = self._create(f"{alg} pooling {list(src_shape)} -> {list(dst_shape)}",
+                              lib.dnnl_pooling_forward_primitive_desc_create, lib.engine, _lib.FORWARD_INFERENCE,
+                              _lib.POOLING[alg], src_md.handle, dst_md.handle, _lib.dims(strides),
+                              _lib.dims(kernel), _lib.dims(d - 1 for d in dils), _lib.dims(pb), _lib.dims(pr),
+                              attr.handle)
         self.src_desc, self.out_shape = self.query_md(_lib.Q_SRC_MD), dst_shape
         self._finish(pd, [(_lib.ARG_SRC, self.src_desc, "src"), (_lib.ARG_DST, self.query_md(_lib.Q_DST_MD), "dst")])
