@@ -13,7 +13,7 @@ from .suite import KINDS, cases, exclusion_for, load_exclusions, run_case
 EXCLUSIONS = load_exclusions()
 
 
-TARGETS = ("ref", "cpu")
+TARGETS = ("ref", "cpu", "gpu")  # gpu runs only when selected with --backend-target gpu
 
 
 def _params():

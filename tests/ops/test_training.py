@@ -16,7 +16,7 @@ from tests.util import assert_close, make_model, run_fusegraph
 
 rng = np.random.default_rng(0)
 DOMAIN = "ai.onnx.preview.training"
-CASES = node_cases("adagrad", "test_adagrad") | node_cases("adam", "test_adam") | node_cases("momentum", "test_")
+CASES = node_cases("adagrad", "test_adagrad") | node_cases("adam", "test_adam") | node_cases("momentum", "test_momentum") | node_cases("momentum", "test_nesterov")
 # op -> (attributes, the kinds of its tensor inputs, the kinds it updates)
 OPTIMIZERS = {
     "Adagrad": ({"decay_factor": 0.1, "epsilon": 1e-5, "norm_coefficient": 0.01}, "XGH", "XH"),
