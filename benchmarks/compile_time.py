@@ -36,8 +36,8 @@ def measure(name: str, repeat: int) -> dict:
         this_run: dict[str, float] = {}
         for rec in pm.records:  # a pass inside a fixpoint runs several times: add its runs up
             this_run[rec.name] = this_run.get(rec.name, 0.0) + rec.seconds
-        for name, seconds in this_run.items():
-            per_pass.setdefault(name, []).append(seconds)
+        for pass_name, seconds in this_run.items():
+            per_pass.setdefault(pass_name, []).append(seconds)
     passes = {k: statistics.median(v) for k, v in per_pass.items()}
     return {"model": name, "parse_s": statistics.median(parse_s), "pipeline_s": statistics.median(pipe_s),
             "instructions": len(p.main), "passes_s": dict(sorted(passes.items(), key=lambda kv: -kv[1]))}
