@@ -73,7 +73,8 @@ def random_program(draw):
     lens = (2, 3, 4)
     values = [m.add_parameter(f"x{k}", Shape.of(DType.float32, lens)) for k in range(draw(st.integers(1, 3)))]
     for _ in range(draw(st.integers(1, 14))):
-        kind = draw(st.sampled_from(["unary", "binary", "transpose", "reshape", "literal"]))
+        kind = draw(st.sampled_from(["unary", "binary", "transpose", "reshape", "literal", "reduce", "dot",
+                                     "softmax"]))
         a = draw(st.sampled_from(values))
         if kind == "unary":
             v = m.add(make_op(draw(st.sampled_from(UNARY))), a)
@@ -85,9 +86,18 @@ def random_program(draw):
         elif kind == "reshape":
             r = m.add(make_op("reshape", dims=(6, 4)), a)
             v = m.add(make_op("reshape", dims=lens), m.add(make_op("neg"), r))
-        else:
+        elif kind == "literal":
             lit = m.add_literal(np.full(lens, draw(st.floats(-2, 2, width=32)), np.float32))
             v = m.add(make_op("mul"), a, lit)
+        elif kind == "reduce":  # a reduction broadcast back, as layer norms and softmaxes do
+            axes = draw(st.sampled_from([(2,), (1, 2)]))
+            r = m.add(make_op(draw(st.sampled_from(["reduce_sum", "reduce_mean", "reduce_max"])), axes=axes), a)
+            v = m.add(make_op("sub"), a, m.add(make_op("broadcast", out_lens=lens), r))
+        elif kind == "softmax":
+            v = m.add(make_op("softmax", axis=2), a)
+        else:  # (2,3,4) @ (2,4,4) -> (2,3,4)
+            w = m.add_literal(np.random.default_rng(len(values)).standard_normal((2, 4, 4)).astype(np.float32))
+            v = m.add(make_op("dot"), a, w)
         values.append(v)
     outs = draw(st.lists(st.sampled_from(values[1:] or values), min_size=1, max_size=3, unique_by=id))
     m.add_return(*outs)
