@@ -14,6 +14,7 @@ from .fuse_reduce import fuse_reduce
 from .manager import Fixpoint, PassManager, run_pipeline
 from .memory_coloring import memory_coloring
 from .propagate_constant import propagate_constant
+from .schedule_for_memory import schedule_for_memory
 from .simplify_algebra import simplify_algebra
 from .simplify_reshapes import simplify_reshapes
 
@@ -27,11 +28,11 @@ def generic_pipeline(fuse: bool = True) -> list:
     passes = simplify_pipeline()
     if fuse:
         passes += [fuse_reduce, fuse_pointwise, eliminate_dead_code]
-    return passes + [memory_coloring]
+    return passes + [schedule_for_memory, memory_coloring]
 
 
 __all__ = [
     "Fixpoint", "PassManager", "eliminate_common_subexpression", "eliminate_dead_code", "eliminate_identity", "eliminate_pad",
-    "fuse_pointwise", "fuse_reduce", "generic_pipeline", "memory_coloring", "propagate_constant", "run_pipeline",
+    "fuse_pointwise", "fuse_reduce", "generic_pipeline", "memory_coloring", "propagate_constant", "run_pipeline", "schedule_for_memory",
     "simplify_algebra", "simplify_pipeline", "simplify_reshapes",
 ]

@@ -173,3 +173,24 @@ def test_reduction_with_two_outside_users_keeps_only_prologue():
     """, fuse_reduce, eliminate_dead_code)
     ops = [i.op.name for i in p.main.instructions]
     assert ops.count("fused_reduce") == 1 and "exp" not in ops and "neg" in ops and "sqrt" in ops
+
+
+def test_schedule_lowers_peak_memory_of_badly_ordered_branches():
+    from fusegraph.passes import schedule_for_memory
+    from fusegraph.passes.memory_coloring import max_live
+
+    p = Program()
+    m = p.main
+    s = Shape.of(DType.float32, [256, 256])
+    x, y = m.add_parameter("x", s), m.add_parameter("y", s)
+    big1, big2 = m.add(make_op("exp"), x), m.add(make_op("exp"), y)  # both big buffers live at once ...
+    r1 = m.add(make_op("reduce_sum", axes=(0, 1)), big1)
+    r2 = m.add(make_op("reduce_sum", axes=(0, 1)), big2)
+    m.add_return(m.add(make_op("add"), r1, r2))
+    feeds = {"x": np.ones((256, 256), np.float32), "y": np.zeros((256, 256), np.float32)}
+    expected = run_module(m, feeds)
+    before = max_live(plan_buffers(m))
+    assert schedule_for_memory(m)  # ... unless each is reduced before the next is made
+    p.verify()
+    assert max_live(plan_buffers(m)) < before
+    np.testing.assert_allclose(run_module(m, feeds)[0], expected[0])
