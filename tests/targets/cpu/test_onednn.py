@@ -257,10 +257,9 @@ def test_pooling(case, mode, count_include_pad, layout):
                 count_include_pad=count_include_pad)
     ref = op.compute([x.astype(np.float64)])
     try:
-        # dilated pooling (rare in models) has only oneDNN's reference kernel
+        # dilated pooling (rare in models) has only oneDNN's reference kernel, accepted for pooling
         pool = dnnl.Pooling(shape, mode, ks, stride=stride, padding=pads, dilation=dil, ceil_mode=ceil,
-                            count_include_pad=count_include_pad, src_layout=layout, dst_layout=layout,
-                            allow_ref=max(dil) > 1)
+                            count_include_pad=count_include_pad, src_layout=layout, dst_layout=layout)
     except CompileError as e:  # the one documented gap: count_include_pad with a ceil overhang
         assert count_include_pad and ceil and "ceil_mode" in str(e)
         return
@@ -348,6 +347,8 @@ def test_bad_calls_raise_typed_errors():
         conv(randn(1, 8, 9, 8))
     with pytest.raises(InputError, match="src"):
         conv(np.asfortranarray(x))
+    odd = np.lib.stride_tricks.as_strided(x, x.shape, (4, *x.strides[1:]))  # size-1 dim, any stride
+    np.testing.assert_array_equal(conv(odd), conv(x))
     with pytest.raises(InputError, match="expected 1 input"):
         conv(x, x)
     blocked = dnnl.Convolution(x.shape, randn(16, 8, 3, 3), dst_layout="any")

@@ -191,7 +191,9 @@ class Pooling(Primitive):
     def __init__(self, src: Sequence[int] | MemDesc, mode: str, kernel: Sequence[int], *,
                  stride: Sequence[int] = (), padding: Sequence[int] = (), dilation: Sequence[int] = (),
                  ceil_mode: bool = False, count_include_pad: bool = False, src_layout: Layout = "nchw",
-                 dst_layout: Layout = "nchw", threads: int | None = None, allow_ref: bool = False):
+                 dst_layout: Layout = "nchw", threads: int | None = None, allow_ref: bool = True):
+        # oneDNN's reference pooling (dilated windows, mixed layouts) is a plain C loop: slower than its
+        # jit kernels, no slower than any alternative; unlike a reference convolution it is accepted
         super().__init__(threads, allow_ref)
         src_shape = tuple(src.shape if isinstance(src, MemDesc) else src)
         src_layout = src if isinstance(src, MemDesc) else src_layout
