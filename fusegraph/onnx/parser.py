@@ -39,7 +39,7 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
         raise
     except DecodeError as e:
         raise ModelLoadError(f"not a valid ONNX model (malformed or truncated protobuf): {e}") from None
-    except (OSError, ValueError, RuntimeError) as e:
+    except (OSError, ValueError, RuntimeError, onnx.checker.ValidationError) as e:
         raise ModelLoadError(f"cannot read ONNX model: {e}") from None
     if not proto.HasField("graph") or (not proto.graph.node and not proto.graph.output):
         raise ModelLoadError("not a valid ONNX model: it has no graph (empty, truncated or not ONNX)")
