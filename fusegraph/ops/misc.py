@@ -1,4 +1,4 @@
-"""Ops without a family of their own: the running product and the bit-pattern reinterpretation."""
+"""Ops without a family of their own: the bit-pattern reinterpretation."""
 
 from __future__ import annotations
 
@@ -26,42 +26,6 @@ class MiscOp(Op):
 
     def _fail(self, msg: str, inputs: Sequence[Shape]) -> ShapeError:
         return ShapeError(f"{self.name}: {msg} (inputs {', '.join(map(str, inputs))})")
-
-
-@register_op
-class CumProd(MiscOp):
-    """Running product along `axis`; `exclusive` leaves out the current element (the first product is
-    1), `reverse` runs backwards. axis None: the second input holds it (read at run time; negative
-    counts from the end)."""
-
-    name = "cumprod"
-    axis: int | None = 0
-    exclusive: bool = False
-    reverse: bool = False
-
-    def compute_shape(self, inputs):
-        x = inputs[0]
-        if len(inputs) != 1 + (self.axis is None) or (self.axis is not None and not 0 <= self.axis < x.ndim):
-            raise self._fail(f"axis {self.axis} out of range", inputs)
-        return Shape.of(x.dtype, x.lens)
-
-    def compute_dynamic_shape(self, inputs):
-        self.compute_shape([Shape.of(inputs[0].dtype, inputs[0].min_lens)] + list(inputs[1:]))
-        return inputs[0]
-
-    def compute(self, args):
-        x = np.asarray(args[0])
-        a = self.axis if self.axis is not None else int(np.asarray(args[1]).reshape(-1)[0])
-        if not -x.ndim <= a < x.ndim:
-            raise ValueError(f"axis {a} is out of range for rank {x.ndim}")
-        a %= x.ndim
-        if self.reverse:
-            x = np.flip(x, a)
-        if self.exclusive:  # shift by one: a leading 1, the last element dropped
-            ones = np.ones_like(np.take(x, [0], axis=a))
-            x = np.concatenate([ones, np.take(x, np.arange(x.shape[a] - 1), axis=a)], axis=a)
-        out = np.cumprod(x, axis=a, dtype=x.dtype)  # dtype: numpy would widen small ints
-        return np.flip(out, a) if self.reverse else out
 
 
 @register_op

@@ -1,5 +1,5 @@
-"""Selection and ordering ops: top-k, cumulative sum, and the ops whose output extent depends on the
-input values (nonzero, compress, unique, non-max suppression).
+"""Selection and ordering ops: top-k, the running sum and product, and the ops whose output extent
+depends on the input values (nonzero, compress, unique, non-max suppression).
 
 A data-dependent extent is a dynamic dimension `Dim(0, bound)`, bound by the largest input (None when
 an input dimension is unbounded); the rest of the shape is static where the inputs are.
@@ -7,8 +7,10 @@ an input dimension is unbounded); the rest of the shape is static where the inpu
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 
@@ -85,12 +87,13 @@ class TopK(SelectOp):
         return np.take_along_axis(x, idx, axis=self.axis), idx.astype(np.int64)
 
 
-@register_op
-class CumSum(SelectOp):
-    """Running sum along `axis`; `exclusive` leaves out the current element, `reverse` runs backwards.
-    axis None: the second input holds it (at run time; negative counts from the end)."""
+@dataclasses.dataclass(frozen=True)
+class CumulativeOp(SelectOp):
+    """A running `ufunc` along `axis`; `exclusive` leaves out the current element (the first result is
+    the ufunc's identity), `reverse` runs backwards. axis None: the second input holds it (read at run
+    time; negative counts from the end)."""
 
-    name = "cumsum"
+    ufunc: ClassVar[np.ufunc]
     axis: int | None = 0
     exclusive: bool = False
     reverse: bool = False
@@ -101,19 +104,35 @@ class CumSum(SelectOp):
             raise self._fail(f"axis {self.axis} out of range", inputs)
         return Shape.of(x.dtype, x.lens)
 
+    def compute_dynamic_shape(self, inputs):
+        self.compute_shape([Shape.of(inputs[0].dtype, inputs[0].min_lens)] + list(inputs[1:]))
+        return inputs[0]
+
     def compute(self, args):
-        x = args[0]
+        x = np.asarray(args[0])
         a = self.axis if self.axis is not None else int(np.asarray(args[1]).reshape(-1)[0])
         if not -x.ndim <= a < x.ndim:
             raise ValueError(f"axis {a} is out of range for rank {x.ndim}")
         a %= x.ndim
         if self.reverse:
             x = np.flip(x, a)
-        out = np.cumsum(x, axis=a, dtype=x.dtype)  # dtype: numpy would widen small ints
-        if self.exclusive:
-            zero = np.zeros_like(np.take(out, [0], axis=a))
-            out = np.concatenate([zero, np.take(out, np.arange(x.shape[a] - 1), axis=a)], axis=a)
+        out = self.ufunc.accumulate(x, axis=a, dtype=x.dtype)  # dtype: numpy would widen small ints
+        if self.exclusive:  # shift by one: the identity first, the last result dropped
+            first = np.full_like(np.take(out, [0], axis=a), self.ufunc.identity)
+            out = np.concatenate([first, np.take(out, np.arange(x.shape[a] - 1), axis=a)], axis=a)
         return np.flip(out, a) if self.reverse else out
+
+
+@register_op
+class CumSum(CumulativeOp):
+    name = "cumsum"
+    ufunc = np.add
+
+
+@register_op
+class CumProd(CumulativeOp):
+    name = "cumprod"
+    ufunc = np.multiply
 
 
 @register_op

@@ -1,8 +1,8 @@
 """Gather/scatter, one-hot, sequence and selection ONNX ops -> `ops/indexing.py` and `ops/select.py`.
 
-Axes are normalized here. Inputs that decide output shapes (TopK's k, OneHot's depth) and CumSum's
-axis become attributes when they are constants (the usual case); otherwise the op reads them at run
-time and the extents they decide are dynamic. Index tensors are always run-time inputs.
+Axes are normalized here. Inputs that decide output shapes (TopK's k, OneHot's depth) and the
+cumulative ops' axis become attributes when they are constants (the usual case); otherwise the op
+reads them at run time and the extents they decide are dynamic. Index tensors are always run-time inputs.
 """
 
 from __future__ import annotations
@@ -145,14 +145,24 @@ def top_k(ctx, node, args):
     return _top_k(ctx, node, args[0], None if k is None else int(_one(ctx, k, "K")), args[1])
 
 
-@converter("CumSum", since=11)
-def cumsum(ctx, node, args):
+def _cumulative(ctx, node, args, op: str):
+    """CumSum and CumProd: the same inputs and flags; only the running ufunc differs."""
     x, axis_in = args
     flags = {"exclusive": bool(node.attr("exclusive", 0)), "reverse": bool(node.attr("reverse", 0))}
     axis = ctx.const(axis_in)
     if axis is None:  # an axis computed at run time: the op reads it
-        return ctx.add("cumsum", x, ctx.convert(axis_in, DType.int64), axis=None, **flags)
-    return ctx.add("cumsum", x, axis=axis_attr(ctx, int(_one(ctx, axis, "axis")), x.shape.ndim), **flags)
+        return ctx.add(op, x, ctx.convert(axis_in, DType.int64), axis=None, **flags)
+    return ctx.add(op, x, axis=axis_attr(ctx, int(_one(ctx, axis, "axis")), x.shape.ndim), **flags)
+
+
+@converter("CumSum", since=11)
+def cumsum(ctx, node, args):
+    return _cumulative(ctx, node, args, "cumsum")
+
+
+@converter("CumProd", since=26)
+def cumprod(ctx, node, args):
+    return _cumulative(ctx, node, args, "cumprod")
 
 
 @converter("NonMaxSuppression", since=10)

@@ -1,4 +1,4 @@
-"""CumProd, BitCast, and the activations and embeddings built from existing ops: Swish, SwiGLU,
+"""BitCast, and the activations and embeddings built from existing ops: Swish, SwiGLU,
 RotaryEmbedding.
 
 Swish, SwiGLU and RotaryEmbedding are decomposed into pointwise, slice, gather and concat ops:
@@ -15,7 +15,6 @@ from ...ir.shape import Dim
 from ...ops.misc import bit_width
 from ...ops.movement import resolve_reshape_dims
 from ..registry import converter
-from .indexing import axis_attr
 
 
 def scalar_const(ctx, ins, what: str):
@@ -27,16 +26,6 @@ def scalar_const(ctx, ins, what: str):
     if v.size != 1:
         raise ctx.error(f"{what} must have one element, got shape {list(v.shape)}")
     return v.reshape(-1)[0]
-
-
-@converter("CumProd", since=26)
-def cumprod(ctx, node, args):
-    x, axis_in = args
-    flags = {"exclusive": bool(node.attr("exclusive", 0)), "reverse": bool(node.attr("reverse", 0))}
-    axis = scalar_const(ctx, axis_in, "axis")
-    if axis is None:  # an axis computed at run time: the op reads it
-        return ctx.add("cumprod", x, ctx.convert(axis_in, DType.int64), axis=None, **flags)
-    return ctx.add("cumprod", x, axis=axis_attr(ctx, int(axis), x.shape.ndim), **flags)
 
 
 @converter("BitCast", since=26)
