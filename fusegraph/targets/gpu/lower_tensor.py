@@ -24,16 +24,14 @@ def scan(ctx, step):
     a = _static_axis(step, "axis")
     t = torch()
     fn = t.cumsum if step.kind == "cumsum" else t.cumprod
-    fill = 0 if step.kind == "cumsum" else 1
+    identity = op.ufunc.identity  # the reference's: exclusive scans shift it in first
 
     def run(out, x, *_):
         if op.reverse:
             x = x.flip(a)
-        if op.exclusive and step.kind == "cumprod":  # shift in a leading 1 before the product
-            x = t.cat([t.ones_like(x.narrow(a, 0, 1)), x.narrow(a, 0, x.shape[a] - 1)], a)
         y = fn(x, dim=a, dtype=x.dtype)
-        if op.exclusive and step.kind == "cumsum":
-            y = t.cat([t.full_like(y.narrow(a, 0, 1), fill), y.narrow(a, 0, y.shape[a] - 1)], a)
+        if op.exclusive:
+            y = t.cat([t.full_like(y.narrow(a, 0, 1), identity), y.narrow(a, 0, y.shape[a] - 1)], a)
         out.copy_(y.flip(a) if op.reverse else y)
     return run
 
