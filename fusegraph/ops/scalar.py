@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -78,13 +79,21 @@ def const(v) -> Expr:
 
 
 def call(fn: str, *args) -> Expr:
-    if fn not in SCALAR_FUNCS and not fn.startswith("convert_"):
+    if fn not in SCALAR_FUNCS and not fn.startswith(_CONVERT):
         raise IRError(f"unknown scalar function {fn!r}")
     return Call(fn, tuple(const(a) for a in args))
 
 
+_CONVERT = "convert_"  # a conversion is the function convert_<dtype name>
+
+
 def convert(x, dtype: DType) -> Expr:
-    return call(f"convert_{dtype.value}", x)
+    return call(f"{_CONVERT}{dtype.value}", x)
+
+
+def converts_to(fn: str) -> DType | None:
+    """The dtype the function named `fn` converts to; None when it is not a conversion."""
+    return DType(fn[len(_CONVERT):]) if fn.startswith(_CONVERT) else None
 
 
 # -- numpy implementations --------------------------------------------------------------------------
@@ -185,27 +194,37 @@ SCALAR_FUNCS: dict[str, ScalarFunc] = {f.name: f for f in [
 
 
 # -- evaluation -------------------------------------------------------------------------------------
-def evaluate(expr: Expr, args: list[np.ndarray]):
-    """Evaluate `expr` over equally shaped numpy arrays (numpy's dtype rules, weak scalars)."""
-    memo: dict[int, object] = {}
+T = TypeVar("T")
 
-    def ev(e: Expr):
+
+def fold(expr: Expr, leaf: Callable[[Expr], T], node: Callable[[Call, list[T]], T]) -> T:
+    """`expr` evaluated bottom-up: `leaf(e)` for a variable or a constant, `node(e, values)` for a call
+    over its arguments' values. A subtree shared by several parents is evaluated once."""
+    memo: dict[int, T] = {}
+
+    def ev(e: Expr) -> T:
         key = id(e)
-        if key in memo:
-            return memo[key]
-        if isinstance(e, Var):
-            r = args[e.index]
-        elif isinstance(e, Const):
-            r = e.value
-        elif e.fn.startswith("convert_"):
-            r = _convert(ev(e.args[0]), DType(e.fn[len("convert_"):]))
-        else:
-            with np.errstate(all="ignore"):
-                r = SCALAR_FUNCS[e.fn].numpy(*[ev(a) for a in e.args])
-        memo[key] = r
-        return r
+        if key not in memo:
+            memo[key] = node(e, [ev(a) for a in e.args]) if isinstance(e, Call) else leaf(e)
+        return memo[key]
 
     return ev(expr)
+
+
+def evaluate(expr: Expr, args: list[np.ndarray]):
+    """Evaluate `expr` over equally shaped numpy arrays (numpy's dtype rules, weak scalars)."""
+
+    def leaf(e: Expr):
+        return args[e.index] if isinstance(e, Var) else e.value  # type: ignore[attr-defined]
+
+    def node(e: Call, vals: list):
+        to = converts_to(e.fn)
+        if to is not None:
+            return _convert(vals[0], to)
+        with np.errstate(all="ignore"):
+            return SCALAR_FUNCS[e.fn].numpy(*vals)
+
+    return fold(expr, leaf, node)
 
 
 def _convert(x, dtype: DType):

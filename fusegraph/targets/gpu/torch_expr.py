@@ -7,8 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import CompileError
-from ...ir.dtypes import DType
-from ...ops.scalar import Call, Const, Expr, Var
+from ...ops.scalar import Call, Expr, Var, converts_to, fold
 from .device import has_torch_dtype, torch, torch_dtype
 
 
@@ -65,8 +64,8 @@ def _scalar_type(t, v, ref):
 def check_expr(expr: Expr) -> None:
     """CompileError unless every function and conversion of `expr` has a torch form."""
     if isinstance(expr, Call):
-        if expr.fn.startswith("convert_"):
-            dt = DType(expr.fn[len("convert_"):])
+        dt = converts_to(expr.fn)
+        if dt is not None:
             if not has_torch_dtype(dt):
                 raise CompileError(f"target 'gpu' cannot convert to {dt}: torch has no such tensor type")
         elif expr.fn not in _FUNCS:
@@ -80,7 +79,6 @@ def evaluate(expr: Expr, args: list[Any], consts: dict | None = None) -> Any:
     caches the constants' device tensors across calls: made on the first (warm-up) call, none is
     created during CUDA-graph capture (a host-to-device copy is not allowed there)."""
     t = torch()
-    memo: dict[int, Any] = {}
     consts = {} if consts is None else consts
 
     def const(v, dtype, device):
@@ -89,32 +87,23 @@ def evaluate(expr: Expr, args: list[Any], consts: dict | None = None) -> Any:
             consts[key] = t.tensor(v, dtype=dtype, device=device)
         return consts[key]
 
-    def ev(e: Expr):
-        key = id(e)
-        if key in memo:
-            return memo[key]
-        if isinstance(e, Var):
-            r = args[e.index]
-        elif isinstance(e, Const):
-            r = e.value
-        else:
-            vals = [ev(a) for a in e.args]
-            ref = next((v for v in vals if isinstance(v, t.Tensor)), None)
-            if ref is None:  # constants only: fold with a tensor
-                v0 = vals[0]
-                ref = vals[0] = const(v0, t.bool if isinstance(v0, bool) else t.int64 if isinstance(v0, int)
-                                      else t.float32, args[0].device if args else None)
-            # scalars as 0-d tensors (weak in torch's type promotion, as in numpy's)
-            vals = [v if isinstance(v, t.Tensor) else const(v, _scalar_type(t, v, ref), ref.device) for v in vals]
-            if e.fn.startswith("convert_"):
-                dt = DType(e.fn[len("convert_"):])
-                x = vals[0]
-                if dt.is_int and x.dtype.is_floating_point:
-                    x = t.trunc(x)
-                r = x.to(torch_dtype(dt))
-            else:
-                r = _FUNCS[e.fn](t, *vals)
-        memo[key] = r
-        return r
+    def leaf(e: Expr):
+        return args[e.index] if isinstance(e, Var) else e.value  # type: ignore[attr-defined]
 
-    return ev(expr)
+    def node(e: Call, vals: list):
+        ref = next((v for v in vals if isinstance(v, t.Tensor)), None)
+        if ref is None:  # constants only: fold with a tensor
+            v0 = vals[0]
+            ref = vals[0] = const(v0, t.bool if isinstance(v0, bool) else t.int64 if isinstance(v0, int)
+                                  else t.float32, args[0].device if args else None)
+        # scalars as 0-d tensors (weak in torch's type promotion, as in numpy's)
+        vals = [v if isinstance(v, t.Tensor) else const(v, _scalar_type(t, v, ref), ref.device) for v in vals]
+        dt = converts_to(e.fn)
+        if dt is None:
+            return _FUNCS[e.fn](t, *vals)
+        x = vals[0]
+        if dt.is_int and x.dtype.is_floating_point:
+            x = t.trunc(x)
+        return x.to(torch_dtype(dt))
+
+    return fold(expr, leaf, node)

@@ -9,13 +9,13 @@ are as close to the fp32 math as the format allows, within half-precision tolera
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from ...errors import CompileError
 from ...ir.dtypes import DType
-from ...ops.scalar import Call, Const, Expr, Var
+from ...ops.scalar import Call, Const, Expr, Var, converts_to, fold
 from .device import TRITON_TYPES
 
 LIB = "libdevice"  # from triton.language.extra import libdevice
@@ -43,8 +43,9 @@ def result_type(e: Expr, var_types: Sequence[DType]) -> DType | None:
     if isinstance(e, Const):
         return None
     assert isinstance(e, Call)
-    if e.fn.startswith("convert_"):
-        return DType(e.fn[len("convert_"):])
+    to = converts_to(e.fn)
+    if to is not None:
+        return to
     if e.fn in BOOL_RESULT:
         return DType.bool
     args = [result_type(a, var_types) for a in e.args]
@@ -90,15 +91,23 @@ class TritonExprRenderer:
         self.count = 0
 
     def emit(self, expr: Expr, inputs: Sequence[str], var_types: Sequence[DType]) -> tuple[str, DType]:
-        memo: dict[int, tuple[str, DType | None]] = {}
+        def leaf(e: Expr) -> tuple[str, DType | None]:
+            if isinstance(e, Var):
+                return inputs[e.index], var_types[e.index]
+            return render_const(e, None), None  # type: ignore[arg-type]
 
-        def go(e: Expr) -> tuple[str, DType | None]:
-            key = id(e)
-            if key not in memo:
-                memo[key] = self._node(e, inputs, var_types, go)
-            return memo[key]
+        def node(e: Call, vals: list[tuple[str, DType | None]]) -> tuple[str, DType | None]:
+            dt = result_type(e, var_types)
+            arg_types = [result_type(a, var_types) for a in e.args]
+            args = []
+            for a, (code, _) in zip(e.args, vals):
+                if isinstance(a, Const):  # weak constants take their neighbours' type
+                    other = dt if e.fn not in BOOL_RESULT else next((t for t in arg_types if t is not None), None)
+                    code = render_const(a, other)
+                args.append(code)
+            return self._tmp(render_call(e.fn, args, arg_types, dt)), dt
 
-        name, dt = go(expr)
+        name, dt = fold(expr, leaf, node)
         if dt is None:  # a constant body: give it the type numpy would (float for floats)
             dt = DType.bool if isinstance(expr, Const) and isinstance(expr.value, bool) else (
                 DType.int64 if isinstance(expr, Const) and isinstance(expr.value, int) else DType.float32)
@@ -110,24 +119,6 @@ class TritonExprRenderer:
         self.lines.append(f"{self.indent}{name} = {code}")
         return name
 
-    def _node(self, e: Expr, inputs, var_types, go: Callable) -> tuple[str, DType | None]:
-        if isinstance(e, Var):
-            return inputs[e.index], var_types[e.index]
-        if isinstance(e, Const):
-            return render_const(e, None), None
-        assert isinstance(e, Call)
-        dt = result_type(e, var_types)
-        args = []
-        arg_types = [result_type(a, var_types) for a in e.args]
-        for a in e.args:
-            if isinstance(a, Const):  # weak constants take their neighbours' type
-                other = dt if e.fn not in BOOL_RESULT else next((t for t in arg_types if t is not None), None)
-                args.append(render_const(a, other))
-            else:
-                args.append(go(a)[0])
-        code = render_call(e.fn, args, arg_types, dt)
-        return self._tmp(code), dt
-
 
 def _is_float(dt: DType | None) -> bool:
     return dt is None or dt.is_float
@@ -136,8 +127,8 @@ def _is_float(dt: DType | None) -> bool:
 def render_call(fn: str, a: list[str], types: list[DType | None], dt: DType | None) -> str:
     """Triton code for one scalar function over rendered arguments."""
     known = next((t for t in types if t is not None), None)
-    if fn.startswith("convert_"):
-        target = DType(fn[len("convert_"):])
+    target = converts_to(fn)
+    if target is not None:
         src = types[0]
         if target in HALF:  # round to the half format, then hold it in float32 again
             return f"({a[0]}).to({tl_type(target)}).to(tl.float32)"
