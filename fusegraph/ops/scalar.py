@@ -51,12 +51,17 @@ class Const(Expr):
         if isinstance(v, bool):
             return "true" if v else "false"
         if isinstance(v, float):
-            if math.isnan(v):
-                return "nan"
-            if math.isinf(v):
-                return "inf" if v > 0 else "-inf"
-            return repr(v)
+            return nonfinite_name(v) or repr(v)
         return str(v)
+
+
+def nonfinite_name(v: float) -> str | None:
+    """"nan", "inf" or "-inf" for a value no decimal literal spells; None for a finite one."""
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return None
 
 
 @dataclass(frozen=True, eq=True)

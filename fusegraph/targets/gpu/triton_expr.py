@@ -8,14 +8,13 @@ are as close to the fp32 math as the format allows, within half-precision tolera
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from ...errors import CompileError
 from ...ir.dtypes import DType
-from ...ops.scalar import Call, Const, Expr, Var, converts_to, fold
+from ...ops.scalar import Call, Const, Expr, Var, converts_to, fold, nonfinite_name
 from .device import TRITON_TYPES
 
 LIB = "libdevice"  # from triton.language.extra import libdevice
@@ -66,10 +65,9 @@ def render_const(c: Const, dt: DType | None) -> str:
     if isinstance(v, bool):
         return "True" if v else "False"
     if isinstance(v, float):
-        if math.isnan(v):
-            return 'float("nan")'
-        if math.isinf(v):
-            return 'float("inf")' if v > 0 else 'float("-inf")'
+        special = nonfinite_name(v)
+        if special:
+            return f'float("{special}")'
         if dt is not None and not dt.is_float:
             return str(int(v))
         return repr(v)
