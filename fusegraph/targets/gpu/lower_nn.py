@@ -72,11 +72,16 @@ def einsum(ctx, step):
 
 
 # -- convolution ------------------------------------------------------------------------------------
-def _conv_fn(ndim: int, transposed: bool):
+def _conv_setup(step, transposed: bool):
+    """The torch (transposed) convolution of `step`'s spatial rank, that rank, and the op's window:
+    pad begins, pad ends, strides, dilations."""
+    op = step.ins.op
+    nsp = step.inputs[0].shape.ndim - 2
+    if nsp not in (1, 2, 3):
+        raise CompileError(f"target 'gpu': {op} has {nsp} spatial dims (1 to 3 supported)")
     F = torch().nn.functional
-    if transposed:
-        return {3: F.conv_transpose1d, 4: F.conv_transpose2d, 5: F.conv_transpose3d}[ndim]
-    return {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[ndim]
+    fns = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d) if transposed else (F.conv1d, F.conv2d, F.conv3d)
+    return (fns[nsp - 1], nsp, *window_attrs(op, nsp))
 
 
 def _pad_args(pb, pe):
@@ -90,37 +95,25 @@ def _pad_args(pb, pe):
 @lowering("convolution", mode="value", note="cuDNN, channels-last")
 def convolution(ctx, step):
     op = step.ins.op
-    x_shape = step.inputs[0].shape
-    nsp = x_shape.ndim - 2
-    if nsp not in (1, 2, 3):
-        raise CompileError(f"target 'gpu': {op} has {nsp} spatial dims (1 to 3 supported)")
-    pb, pe, strides, dils = window_attrs(op, nsp)
-    conv = _conv_fn(x_shape.ndim, False)
-    F = torch().nn.functional
+    conv, _, pb, pe, strides, dils = _conv_setup(step, transposed=False)
+    t = torch()
     symmetric = tuple(pb) == tuple(pe)
     pads = _pad_args(pb, pe)
-
-    t = torch()
+    padding = list(pb) if symmetric else 0  # asymmetric pads are applied before, by F.pad
 
     def run(x, w):
         if not symmetric:
-            x = F.pad(x, pads)
+            x = t.nn.functional.pad(x, pads)
         if not x.dtype.is_floating_point:  # integer convolutions: exact in float64, then back
-            y = conv(x.to(t.float64), w.to(t.float64), None, strides, list(pb) if symmetric else 0, dils, op.group)
-            return y.to(x.dtype)
-        return conv(x, w, None, strides, list(pb) if symmetric else 0, dils, op.group)
+            return conv(x.to(t.float64), w.to(t.float64), None, strides, padding, dils, op.group).to(x.dtype)
+        return conv(x, w, None, strides, padding, dils, op.group)
     return run
 
 
 @lowering("deconvolution", mode="value", note="cuDNN transposed convolution")
 def deconvolution(ctx, step):
     op = step.ins.op
-    x_shape = step.inputs[0].shape
-    nsp = x_shape.ndim - 2
-    if nsp not in (1, 2, 3):
-        raise CompileError(f"target 'gpu': {op} has {nsp} spatial dims (1 to 3 supported)")
-    pb, pe, strides, dils = window_attrs(op, nsp)
-    conv = _conv_fn(x_shape.ndim, True)
+    conv, nsp, pb, pe, strides, dils = _conv_setup(step, transposed=True)
     out_sp = step.ins.shape.lens[2:]
 
     def run(x, w):
