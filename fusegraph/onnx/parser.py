@@ -179,19 +179,10 @@ class OnnxParser:
         for k, vi in enumerate(graph.input):
             shape = input_shapes[k] if input_shapes is not None else self._subgraph_input_shape(vi)
             scope[vi.name] = mod.add_parameter(vi.name, shape)
-        scopes = list(getattr(parent_ctx, "scopes", [])) + [scope]
-        saved = parent_ctx.node
-        self._parse_nodes(graph, ctx, scopes)
-        parent_ctx.node = saved
-        outs = []
-        for o in graph.output:
-            found = next((s[o.name] for s in reversed(scopes) if o.name in s), None)
-            if found is None:
-                raise ParseError(f"subgraph {graph.name!r}: output {o.name!r} is not defined")
-            if found.module is not mod and isinstance(found.shape, Shape):
-                found = ctx.add("identity", found)  # a subgraph output may be an outer value
-            outs.append(found)
-        mod.add_return(*outs)
+        outs = self._parse_scoped(graph, ctx, parent_ctx, scope)
+        # a subgraph output may be an outer value: the submodule returns its own copy
+        mod.add_return(*[ctx.add("identity", o) if o.module is not mod and isinstance(o.shape, Shape) else o
+                         for o in outs])
         return mod
 
     def inline_subgraph(self, graph: onnx.GraphProto, parent_ctx: Context,
@@ -207,10 +198,19 @@ class OnnxParser:
         scope: dict[str, Instruction] = {vi.name: x for vi, x in zip(graph.input, inputs)}
         for init in graph.initializer:
             scope[init.name] = parent_ctx.literal(self._initializer(init))
-        scopes = list(getattr(parent_ctx, "scopes", [])) + [scope]
+        return self._parse_scoped(graph, parent_ctx, parent_ctx, scope)
+
+    def _parse_scoped(self, graph: onnx.GraphProto, ctx: Context, parent_ctx: Context,
+                      scope: dict[str, Instruction]) -> list[Instruction]:
+        """Parse `graph`'s nodes into `ctx`, names resolved in `scope`, then in the parent's scopes
+        (innermost first); return the graph's outputs. The parent's node and scopes are left as
+        they were."""
+        outer = list(getattr(parent_ctx, "scopes", []))
+        scopes = outer + [scope]
         saved = parent_ctx.node
-        self._parse_nodes(graph, parent_ctx, scopes)
-        parent_ctx.scopes = scopes[:-1]  # type: ignore[attr-defined]
+        self._parse_nodes(graph, ctx, scopes)
+        if ctx is parent_ctx:  # inlined: the graph's scope ends with it
+            parent_ctx.scopes = outer  # type: ignore[attr-defined]
         parent_ctx.node = saved
         outs = []
         for o in graph.output:
