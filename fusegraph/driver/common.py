@@ -80,6 +80,13 @@ class Loaded:
     parse_s: float = 0.0
     compile_s: float = 0.0
 
+    def run(self, feeds: dict[str, np.ndarray]) -> list[Any]:
+        """The program's outputs for `feeds`, with a status line while it runs."""
+        from .report import status
+
+        with status(f"running on {self.target}"):
+            return self.program.run(feeds)
+
     def inputs(self, fill: str = "random", seed: int = 0) -> dict[str, np.ndarray]:
         from .inputs import build_inputs
 
@@ -120,6 +127,12 @@ def load(args: argparse.Namespace, *, target: str | None = None, options: Any = 
             loaded.compile_s = time.perf_counter() - t0
         loaded.target = target
     return loaded
+
+
+def load_on_target(args: argparse.Namespace, options: Any = None) -> Loaded:
+    """`load` compiled for the target --target names (by default `default_target()`). The result's
+    `target` is where it runs: a compiled .fgx file runs on the target it was compiled for."""
+    return load(args, target=args.target or default_target(), options=options)
 
 
 def _load_compiled(args: argparse.Namespace, source: Any, files: dict[str, np.ndarray], target: str | None,

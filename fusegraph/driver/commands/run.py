@@ -6,7 +6,7 @@ import argparse
 import re
 from pathlib import Path
 
-from ..common import add_input_options, add_model_options, add_target_option, default_target, load
+from ..common import add_input_options, add_model_options, add_target_option, load_on_target
 
 HELP = "run a model once and print each output's shape, dtype and statistics"
 
@@ -21,14 +21,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ..report import dims_str, fmt, note, show, status, summary, table
+    from ..report import dims_str, fmt, note, show, summary, table
 
-    target = args.target or default_target()
-    loaded = load(args, target=target)
-    target = loaded.target or target  # a compiled .fgx file runs on the target it was compiled for
-    feeds = loaded.inputs(args.fill, args.seed)
-    with status(f"running on {target}"):
-        outputs = loaded.program.run(feeds)
+    loaded = load_on_target(args)
+    outputs = loaded.run(loaded.inputs(args.fill, args.seed))
     names = loaded.program.output_names
     rows = []
     for name, out in zip(names, outputs, strict=True):
@@ -37,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         rows.append((name, dims_str(out.shape), str(out.dtype), fmt(s["min"]), fmt(s["max"]),
                      fmt(s["mean"]), fmt(s["std"]), s["nan"]))
     numeric = ("min", "max", "mean", "std", "NaN")
-    show(table(f"{args.model} on {target}", ["output", "shape", "dtype", *numeric], rows, right=numeric))
+    show(table(f"{args.model} on {loaded.target}", ["output", "shape", "dtype", *numeric], rows, right=numeric))
     if args.output is not None:
         for path in save_outputs(args.output, names, outputs):
             note(f"wrote {path}")

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..common import add_input_options, add_model_options, add_target_option, default_target, load
+from ..common import add_input_options, add_model_options, add_target_option, load, load_on_target
 
 HELP = "compare a target's outputs with ONNX Runtime's (or the ref target's); exit 1 on mismatch"
 DEFAULT_ATOL = 1e-4
@@ -79,12 +79,10 @@ def run(args: argparse.Namespace) -> int:
     from .. import ort
     from ..report import fmt, note, show, status, table
 
-    target = args.target or default_target()
-    loaded = load(args, target=target)
-    target = loaded.target or target  # a compiled .fgx file runs on the target it was compiled for
+    loaded = load_on_target(args)
+    target = loaded.target
     feeds = loaded.inputs(args.fill, args.seed)
-    with status(f"running on {target}"):
-        actual = loaded.program.run(feeds)
+    actual = loaded.run(feeds)
     reference = args.reference
     if reference == "auto":
         reference = "ort" if ort.available() and loaded.source.proto is not None else "ref"
