@@ -9,6 +9,7 @@ import numpy as np
 from ...errors import CompileError
 from ...ops.layout import PAD_MODES
 from .device import torch
+from .lower_tensor import wrap_indices
 from .lowering import lowering
 
 
@@ -132,8 +133,7 @@ def gather(ctx, step):
     n = step.inputs[0].shape.lens[axis]
 
     def run(out, data, idx):
-        idx = t.where(idx < 0, idx + n, idx).to(t.int64)
-        picked = data.index_select(axis, idx.reshape(-1))
+        picked = data.index_select(axis, wrap_indices(t, idx, n).reshape(-1))
         out.copy_(picked.reshape(out.shape))
     return run
 
@@ -145,8 +145,7 @@ def gather_elements(ctx, step):
     n = step.inputs[0].shape.lens[axis]
 
     def run(out, data, idx):
-        idx = t.where(idx < 0, idx + n, idx).to(t.int64)
-        t.gather(data, axis, idx, out=out)
+        t.gather(data, axis, wrap_indices(t, idx, n), out=out)
     return run
 
 

@@ -51,7 +51,8 @@ def top_k(ctx, step):
     return run
 
 
-def _wrap(t, idx, n):
+def wrap_indices(t, idx, n):
+    """ONNX indices, which count from the end when negative, as int64 positions in [0, n)."""
     idx = idx.to(t.int64)
     return t.where(idx < 0, idx + n, idx)
 
@@ -67,7 +68,7 @@ def scatter_elements(ctx, step):
 
     def run(out, data, idx, upd):
         out.copy_(data)
-        idx = _wrap(t, idx, n)
+        idx = wrap_indices(t, idx, n)
         if op.reduction == "none":
             out.scatter_(op.axis, idx, upd)
         else:
@@ -86,7 +87,7 @@ def scatter_nd(ctx, step):
 
     def run(out, data, idx, upd):
         res = data.contiguous().clone()
-        flat = _wrap(t, idx.reshape(-1, m), dims)
+        flat = wrap_indices(t, idx.reshape(-1, m), dims)
         lin = t.zeros(flat.shape[0], dtype=t.int64, device=idx.device)
         for k in range(m):  # row-major offset of each index tuple in the leading m dims
             lin = lin * data_shape[k] + flat[:, k]
@@ -116,7 +117,7 @@ def gather_nd(ctx, step):
         for d in data_shape[:b]:
             n_batch *= d
         flat_data = data.reshape(n_batch, *data_shape[b:])
-        flat_idx = _wrap(t, idx.reshape(n_batch, -1, m), dims)
+        flat_idx = wrap_indices(t, idx.reshape(n_batch, -1, m), dims)
         batch = t.arange(n_batch, device=idx.device)[:, None]
         picked = flat_data[(batch, *flat_idx.unbind(-1))]
         out.copy_(picked.reshape(out.shape))
@@ -133,7 +134,7 @@ def one_hot(ctx, step):
 
     def run(out, idx, *rest):
         values = rest[-1].reshape(2)
-        hot = _wrap(t, idx.trunc() if idx.dtype.is_floating_point else idx, op.depth).unsqueeze(op.axis)
+        hot = wrap_indices(t, idx.trunc() if idx.dtype.is_floating_point else idx, op.depth).unsqueeze(op.axis)
         positions = t.arange(op.depth, device=idx.device).reshape((-1,) + (1,) * (idx_ndim - op.axis))
         out.copy_(t.where(positions == hot, values[1], values[0]))
     return run
