@@ -24,6 +24,7 @@ from ..common import (
     load,
     positive_int,
 )
+from ..timing import measure, ratio, summary
 
 HELP = "measure compile time, latency and throughput (--compare ort: against ONNX Runtime)"
 
@@ -41,38 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the results as JSON")
 
 
-def stats(times_s: list[float], batch: int) -> dict[str, float]:
-    ms = np.asarray(times_s) * 1e3
-    median = float(np.median(ms))
-    return {"median_ms": median, "p90_ms": float(np.percentile(ms, 90)), "p99_ms": float(np.percentile(ms, 99)),
-            "throughput": batch / (median / 1e3) if median > 0 else float("inf")}
-
-
-def measure(runners: dict[str, Callable[[], Any]], iterations: int, warmup: int) -> dict[str, list[float]]:
-    """Time each runner `iterations` times, interleaved round by round, after `warmup` untimed rounds."""
-    from ..report import progress, status
-
-    names = list(runners)
-    with status("warming up"):
-        for _ in range(warmup):
-            for name in names:
-                runners[name]()
-    times: dict[str, list[float]] = {name: [] for name in names}
-    with progress("measuring", iterations) as bar:
-        for k in range(iterations):
-            for name in names if k % 2 == 0 else reversed(names):
-                t0 = time.perf_counter()
-                runners[name]()
-                times[name].append(time.perf_counter() - t0)
-            bar.advance()
-    return times
-
-
 def run(args: argparse.Namespace) -> int:
     from ...targets import CompileOptions
     from ..common import usable_cores
     from ..ort import OrtSession
-    from ..report import num, show, status, table
+    from ..report import num, progress, show, status, table
 
     target = args.target or default_target()
     threads = args.threads or usable_cores()
@@ -88,10 +62,11 @@ def run(args: argparse.Namespace) -> int:
             session = OrtSession(loaded.source, threads)
             setup["onnxruntime"] = time.perf_counter() - t0
         runners["onnxruntime"] = lambda: session.run(feeds)
-    times = measure(runners, args.iterations, args.warmup)
+    with progress(f"measuring ({args.warmup} warm-up runs first)", args.iterations) as bar:
+        times = measure(runners, args.iterations, args.warmup, on_round=lambda _: bar.advance())
     first = next(iter(feeds.values()), np.zeros(()))
     batch = int(first.shape[0]) if first.ndim else 1
-    results = {name: {"compile_s": setup[name], **stats(t, batch)} for name, t in times.items()}
+    results = {name: {"compile_s": setup[name], **summary(t, batch)} for name, t in times.items()}
 
     rows = [
         ("compile (s)", "compile_s"), ("latency median (ms)", "median_ms"), ("latency p90 (ms)", "p90_ms"),
@@ -117,4 +92,5 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _ratio(ours: float, theirs: float) -> str:
-    return f"{ours / theirs:.2f}" if theirs > 0 else "-"
+    r = ratio(ours, theirs)
+    return "-" if r != r else f"{r:.2f}"

@@ -69,7 +69,17 @@ def reference_kernel(ins: Instruction, ctx: LowerContext) -> Kernel:
         control.needs_env = True  # type: ignore[attr-defined]
         return control
     compute = op.compute
-    return lambda args, out: compute(args)
+
+    def run(args, out):
+        r = compute(args)
+        if out is None:
+            return r
+        # A planned buffer is the result's home: numpy's result may be a view of an input (a slice,
+        # a squeeze) whose buffer the plan frees after this step, so it is copied in.
+        np.copyto(out, r)
+        return out
+
+    return run
 
 
 def lower_instruction(ins: Instruction, ctx: LowerContext) -> Kernel:

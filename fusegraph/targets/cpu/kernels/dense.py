@@ -7,7 +7,9 @@ import numpy as np
 
 from ....ir.dtypes import DType
 from ....ir.module import Instruction
+from ....ir.shape import Shape
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
+from ..ops import to_channels_first
 
 
 def _f32(ins: Instruction) -> bool:
@@ -17,6 +19,34 @@ def _f32(ins: Instruction) -> bool:
 def plain(a: np.ndarray) -> np.ndarray:
     """oneDNN reads plain row-major buffers: strided views are copied first."""
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+class Activation:
+    """How a window kernel's activation (its input or output) is seen by oneDNN: as N, C, *spatial
+    with the strides the IR gives it. A channels-last op's tensors are N, *spatial, C in the IR: the
+    same bytes seen through a transpose."""
+
+    def __init__(self, shape: Shape, channels_last: bool):
+        self.perm = to_channels_first(shape.ndim) if channels_last else None
+        order = self.perm or range(shape.ndim)
+        self.lens = tuple(shape.lens[p] for p in order)
+        self.strides = tuple(shape.strides[p] for p in order)
+        self.itemsize = shape.dtype.itemsize
+
+    def desc(self):
+        from .. import onednn
+
+        return onednn.MemDesc.plain(self.lens, strides=self.strides)
+
+    def view(self, a: np.ndarray) -> np.ndarray:
+        """`a` seen as N, C, *spatial, copied into the planned layout if a kernel returned another."""
+        v = a.transpose(self.perm) if self.perm is not None else a
+        if all(s == t * self.itemsize for s, t, n in zip(v.strides, self.strides, self.lens) if n > 1):
+            return v
+        fixed = np.lib.stride_tricks.as_strided(np.empty(max(np.prod(self.lens), 1), v.dtype), self.lens,
+                                                [t * self.itemsize for t in self.strides])
+        np.copyto(fixed, v)
+        return fixed
 
 
 @lowering("convolution", "conv_epilogue")
@@ -37,53 +67,76 @@ def conv(ins: Instruction, ctx: LowerContext) -> Kernel:
             return reference_kernel(ins, ctx)
         if n_res:
             post.append(onednn.Sum())
-        if op.activation:
-            post.append(onednn.Eltwise(_ELTWISE[op.activation], *_alpha_beta(op)))
-    prim = onednn.Convolution(ins.inputs[0].shape.lens, w, bias, stride=op.stride, padding=op.padding,
-                              dilation=op.dilation, groups=op.group, post_ops=post, threads=ctx.threads)
+        post += eltwise_post_ops(op.activations)
+    channels_last = getattr(op, "channels_last", False)
+    src, dst = Activation(ins.inputs[0].shape, channels_last), Activation(ins.shape, channels_last)
+    prim = onednn.Convolution(src.desc(), w, bias, stride=op.stride, padding=op.padding, dilation=op.dilation,
+                              groups=op.group, post_ops=post, dst_layout=dst.desc(), threads=ctx.threads)
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
 
     if not n_res:
-        return lambda args, out: prim(plain(args[0]), out=out)
+        def run(args, out):
+            if out is None:
+                out = np.empty(lens, dtype)
+            prim(src.view(args[0]), out=dst.view(out))
+            return out
 
-    def run(args, out):
+        return run
+
+    def run_sum(args, out):
         if out is None:
             out = np.empty(lens, dtype)
-        np.copyto(out, args[-1])
-        return prim(plain(args[0]), out=out)
+        np.copyto(out, args[-1])  # oneDNN's Sum post-op accumulates onto what `out` holds
+        prim(src.view(args[0]), out=dst.view(out))
+        return out
 
-    return run
-
-
-# conv_epilogue activation -> oneDNN eltwise kind (see onednn.postops.ELTWISE_KINDS)
-_ELTWISE = {"relu": "relu", "leaky_relu": "relu", "clip": "clip", "sigmoid": "logistic", "tanh": "tanh",
-            "silu": "swish", "hard_sigmoid": "hardsigmoid", "hard_swish": "hardswish", "gelu_erf": "gelu_erf"}
+    return run_sum
 
 
-def _alpha_beta(op) -> tuple[float | None, float | None]:
-    if op.activation == "leaky_relu":
-        return op.alpha, None
-    if op.activation in ("clip", "hard_sigmoid"):
-        return op.alpha, op.beta
-    return None, None
+# epilogue activation -> the oneDNN eltwise post-op (onednn.postops.ELTWISE_KINDS) and which of
+# alpha/beta it takes from the step (the others keep oneDNN's defaults, which are ONNX's)
+_ELTWISE = {"relu": ("relu", False), "leaky_relu": ("leaky_relu", True), "clip": ("clip", True),
+            "sigmoid": ("sigmoid", False), "tanh": ("tanh", False), "silu": ("silu", False),
+            "hard_sigmoid": ("hardsigmoid", True), "hard_swish": ("hardswish", False),
+            "gelu_erf": ("gelu_erf", False), "linear": ("linear", True)}
 
 
-@lowering("pooling")
+def eltwise_post_ops(activations) -> list:
+    from .. import onednn
+
+    out = []
+    for name, alpha, beta in activations:
+        kind, takes = _ELTWISE[name]
+        out.append(onednn.Eltwise(kind, alpha, beta) if takes else onednn.Eltwise(kind))
+    return out
+
+
+@lowering("pooling", "pooling_channels_last")
 def pooling(ins: Instruction, ctx: LowerContext) -> Kernel:
     from .. import onednn
 
     op = ins.op
     if not _f32(ins) or op.mode not in ("max", "average") or ins.shape.ndim not in (3, 4, 5):
         return reference_kernel(ins, ctx)
-    x = ins.inputs[0].shape.lens
+    channels_last = op.name == "pooling_channels_last"
+    src, dst = Activation(ins.inputs[0].shape, channels_last), Activation(ins.shape, channels_last)
+    x = src.lens
     if op.global_pool:
         kernel, stride, padding = x[2:], (1,) * (len(x) - 2), (0,) * (2 * (len(x) - 2))
     else:
         kernel, stride, padding = op.lengths, op.stride, op.padding
-    prim = onednn.Pooling(x, op.mode, kernel, stride=stride, padding=padding, dilation=() if op.global_pool else op.dilation,
-                          ceil_mode=op.ceil_mode and not op.global_pool, count_include_pad=op.count_include_pad,
-                          threads=ctx.threads)
-    return lambda args, out: prim(plain(args[0]), out=out)
+    prim = onednn.Pooling(src.desc(), op.mode, kernel, stride=stride, padding=padding,
+                          dilation=() if op.global_pool else op.dilation, ceil_mode=op.ceil_mode and not op.global_pool,
+                          count_include_pad=op.count_include_pad, dst_layout=dst.desc(), threads=ctx.threads)
+    lens, dtype = ins.shape.lens, ins.shape.dtype.np
+
+    def run(args, out):
+        if out is None:
+            out = np.empty(lens, dtype)
+        prim(src.view(args[0]), out=dst.view(out))
+        return out
+
+    return run
 
 
 @lowering("dot")
@@ -93,6 +146,8 @@ def dot(ins: Instruction, ctx: LowerContext) -> Kernel:
     if ins.shape.dtype in (DType.float16, DType.bfloat16):
         return reference_kernel(ins, ctx)  # accumulates in float32, as the reference defines
     a, b = ins.inputs
+    if any(x.shape.is_dynamic for x in (ins, a, b)):
+        return reference_kernel(ins, ctx)  # oneDNN primitives are made for fixed shapes
     w = ctx.const(b)
     if _f32(ins) and w is not None and a.shape.ndim >= 2:
         # constant weights: packed once into oneDNN's layout; its threads are the same OpenMP pool

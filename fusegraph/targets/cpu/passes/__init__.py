@@ -1,5 +1,6 @@
 """Passes of the cpu target's pipeline (after the generic ones)."""
 
+from .choose_layout import choose_layout
 from .fuse_conv_epilogue import fuse_conv_epilogue
 
-__all__ = ["fuse_conv_epilogue"]
+__all__ = ["choose_layout", "fuse_conv_epilogue"]

@@ -1,9 +1,10 @@
-"""Folds the pointwise epilogue of a float32 convolution into a `conv_epilogue`: per-channel bias,
-residual tensors added, then at most one activation — what oneDNN runs as bias + post-ops, so the
-convolution's output is written once, already finished.
+"""Folds the pointwise epilogue of a float32 convolution into a `conv_epilogue`: per-channel scale
+(into the weights) and bias, at most one residual tensor, then a chain of activations — what oneDNN
+runs as bias + post-ops, so the convolution's output is written once, already finished.
 
-The epilogue must be act(sum of terms) where one term is the convolution (used nowhere else), the
-others per-output-channel constants (summed into the bias) or tensors of the output's shape."""
+The epilogue must read as act_k(...act_1(sum of terms)) (see epilogue.py) where one term is the
+convolution (used nowhere else), possibly times a per-output-channel constant, and the others are
+per-output-channel constants (summed into the bias) or a tensor of the output's shape."""
 
 from __future__ import annotations
 
@@ -12,42 +13,16 @@ import numpy as np
 from ....ir.dtypes import DType
 from ....ir.module import Instruction, Module
 from ....ir.op import OpKind
-from ....ops.scalar import Call, Const, Expr, Var, parse_expr
+from ....ops.scalar import Call, Const, Expr, Var
 from ....passes.constants import small_constant
-from ..ops import ACTIVATIONS, ConvEpilogue
-
-ALPHA, BETA = 101, 102  # template placeholders for an activation's constants
-_TEMPLATES = {name: parse_expr(body.format(alpha=f"x{ALPHA}", beta=f"x{BETA}")) for name, body in ACTIVATIONS.items()
-              if name}
+from ..ops import ConvEpilogue
+from .epilogue import constant_inputs, read_epilogue
 
 
-def _match(t: Expr, e: Expr, binding: dict[int, Expr]) -> bool:
-    if isinstance(t, Var):
-        if t.index in (ALPHA, BETA) and not isinstance(e, Const):
-            return False
-        if t.index in binding:
-            return binding[t.index] == e
-        binding[t.index] = e
+def _is_term(t: Expr) -> bool:
+    if isinstance(t, (Var, Const)):
         return True
-    if isinstance(t, Const):
-        return isinstance(e, Const) and float(e.value) == float(t.value)
-    return (isinstance(e, Call) and e.fn == t.fn and len(e.args) == len(t.args)
-            and all(_match(a, b, binding) for a, b in zip(t.args, e.args)))
-
-
-def split_activation(e: Expr) -> tuple[str, float, float, Expr]:
-    """(activation, alpha, beta, its argument); ("", 0, 0, e) when e has no recognized activation."""
-    for name, t in _TEMPLATES.items():
-        b: dict[int, Expr] = {}
-        if _match(t, e, b):
-            return name, float(getattr(b.get(ALPHA), "value", 0.0)), float(getattr(b.get(BETA), "value", 0.0)), b[0]
-    return "", 0.0, 0.0, e
-
-
-def add_terms(e: Expr) -> list[Expr]:
-    if isinstance(e, Call) and e.fn == "add":
-        return add_terms(e.args[0]) + add_terms(e.args[1])
-    return [e]
+    return isinstance(t, Call) and t.fn == "mul" and all(isinstance(a, (Var, Const)) for a in t.args)
 
 
 def _channel_constant(ins: Instruction, channels: int) -> np.ndarray | None:
@@ -57,38 +32,78 @@ def _channel_constant(ins: Instruction, channels: int) -> np.ndarray | None:
     return np.broadcast_to(v.reshape(-1), (channels,)).astype(np.float32)
 
 
+def _conv(ins: Instruction, e: Expr) -> Instruction | None:
+    if not isinstance(e, Var):
+        return None
+    x = ins.inputs[e.index]
+    ok = x.op.name == "convolution" and len(x.users) == 1 and x.shape.dtype == DType.float32
+    return x if ok else None
+
+
+def _scaled_conv(ins: Instruction, t: Expr) -> tuple[Instruction, np.ndarray | float] | None:
+    """(the convolution, its per-channel or scalar factor) of a term conv * k."""
+    if _conv(ins, t) is not None:
+        return _conv(ins, t), 1.0
+    if not (isinstance(t, Call) and t.fn == "mul"):
+        return None
+    for c, k in (t.args, t.args[::-1]):
+        conv = _conv(ins, c)
+        if conv is None or not conv.inputs[1].is_literal:
+            continue
+        if isinstance(k, Const):
+            return conv, float(k.value)
+        factor = _channel_constant(ins.inputs[k.index], conv.shape.lens[1]) if isinstance(k, Var) else None
+        if factor is not None:
+            return conv, factor
+    return None
+
+
 def _rewrite(module: Module, ins: Instruction) -> bool:
     if ins.op.kind is not OpKind.POINTWISE or ins.shape.dtype != DType.float32:
         return False
-    act, alpha, beta, body = split_activation(ins.op.expr)
-    terms = add_terms(body)
-    if not all(isinstance(t, Var) for t in terms) or len({t.index for t in terms}) != len(terms):
+    ep = read_epilogue(constant_inputs(ins.op.expr, ins.inputs), _is_term)
+    if ep is None:
         return False
-    conv_term = next((t for t in terms if ins.inputs[t.index].op.name == "convolution"
-                      and len(ins.inputs[t.index].users) == 1 and ins.inputs[t.index].shape.dtype == DType.float32), None)
-    if conv_term is None:
+    scaled = [(t, s) for t in ep.terms if (s := _scaled_conv(ins, t)) is not None]
+    if len(scaled) != 1:
         return False
-    conv = ins.inputs[conv_term.index]
+    conv_term, (conv, factor) = scaled[0]
     channels = conv.shape.lens[1]
+    if sum(1 for t in ep.terms if conv in _inputs_of(ins, t)) != 1:
+        return False  # the convolution is read twice: it is not a plain term
     bias = np.zeros(channels, np.float32)
     has_bias, residuals = False, []
-    for t in terms:
+    for t in ep.terms:
         if t is conv_term:
             continue
-        x = ins.inputs[t.index]
-        c = _channel_constant(x, channels)
+        if isinstance(t, Const):
+            bias, has_bias = bias + np.float32(t.value), True
+            continue
+        x = ins.inputs[t.index] if isinstance(t, Var) else None
+        c = _channel_constant(x, channels) if x is not None else None
         if c is not None:
             bias, has_bias = bias + c, True
-        elif x.shape.lens == conv.shape.lens:
+        elif x is not None and x.shape.lens == conv.shape.lens and not residuals:
             residuals.append(x)
         else:
-            return False
+            return False  # a product with something else, or a second residual (oneDNN sums one in place)
+    weights = conv.inputs[1]
+    if not (isinstance(factor, float) and factor == 1.0):
+        w = weights.literal
+        scale = np.broadcast_to(np.asarray(factor, np.float32), (channels,)).reshape((-1,) + (1,) * (w.ndim - 1))
+        weights = module.add_literal((w * scale).astype(w.dtype))
     op = ConvEpilogue(padding=conv.op.padding, stride=conv.op.stride, dilation=conv.op.dilation, group=conv.op.group,
-                      has_bias=has_bias, n_residual=len(residuals), activation=act, alpha=alpha, beta=beta)
+                      has_bias=has_bias, n_residual=len(residuals), activations=tuple(ep.activations))
     extra = [module.add_literal(bias)] if has_bias else []
-    new = module.insert(ins, op, *conv.inputs, *extra, *residuals)
+    new = module.insert(ins, op, conv.inputs[0], weights, *extra, *residuals)
     module.replace(ins, new)
     return True
+
+
+def _inputs_of(ins: Instruction, t: Expr) -> list[Instruction]:
+    if isinstance(t, Var):
+        return [ins.inputs[t.index]]
+    return [x for a in getattr(t, "args", ()) for x in _inputs_of(ins, a)]
 
 
 def fuse_conv_epilogue(module: Module) -> bool:
