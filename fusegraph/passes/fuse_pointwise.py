@@ -3,16 +3,21 @@ composition of theirs.
 
 Invariant afterwards: no pointwise instruction has a pointwise producer whose every user is that
 instruction's fused group (such producers were absorbed). A group has one root (its only result).
+The fused body computes what the group computed, roundings included: a half-precision op rounds its
+result to float16/bfloat16 before its consumers read it (ONNX defines those intermediate types), so
+an absorbed half value is rounded in the body and read back as float32, as the unfused op would be.
 """
 
 from __future__ import annotations
 
+from ..ir.dtypes import DType
 from ..ir.module import Instruction, Module
 from ..ir.op import OpKind
 from ..ir.shape import Shape
 from ..ops.pointwise import FusedPointwise
-from ..ops.scalar import Call, Expr, Var
+from ..ops.scalar import Call, Expr, Var, convert, converts_to
 
+HALF = (DType.float16, DType.bfloat16)
 MAX_BODY_NODES = 256  # keeps bodies (and generated kernels) small when a DAG would unroll into a big tree
 
 
@@ -29,8 +34,26 @@ def _substitute(e: Expr, mapping: dict[int, Expr]) -> Expr:
     if isinstance(e, Var):
         return mapping[e.index]
     if isinstance(e, Call):
-        return Call(e.fn, tuple(_substitute(a, mapping) for a in e.args))
+        args = tuple(_substitute(a, mapping) for a in e.args)
+        to, x = converts_to(e.fn), args[0] if args else None
+        if to is not None and isinstance(x, Call):
+            if x.fn == e.fn:
+                return x  # convert_T(convert_T(y)) -> convert_T(y)
+            if to in HALF and converts_to(x.fn) == DType.float32 and isinstance(x.args[0], Call) \
+                    and x.args[0].fn == e.fn:
+                return x.args[0]  # convert_h(convert_float32(convert_h(y))) -> convert_h(y): float32 holds h
+        return Call(e.fn, args)
     return e
+
+
+def _rounded(e: Expr, dtype: DType) -> Expr:
+    """`e` rounded to `dtype` where a half op stores it, then read as float32 by the next op (every
+    pointwise op computes half inputs in float32, PointwiseOp.compute). Other dtypes pass as they are."""
+    if dtype not in HALF:
+        return e
+    if not (isinstance(e, Call) and converts_to(e.fn) == dtype):
+        e = convert(e, dtype)
+    return convert(e, DType.float32)
 
 
 def _group(root: Instruction, done: set[int]) -> set[int]:
@@ -59,7 +82,8 @@ def _body(root: Instruction, group: set[int]) -> tuple[Expr, list[Instruction]]:
                 index[ins.uid] = len(externals)
                 externals.append(ins)
             return Var(index[ins.uid])
-        return _substitute(ins.op.expr, {k: build(x) for k, x in enumerate(ins.inputs)})
+        value = _substitute(ins.op.expr, {k: build(x) for k, x in enumerate(ins.inputs)})
+        return value if ins is root else _rounded(value, ins.shape.dtype)
 
     return build(root), externals
 

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,7 +15,7 @@ from fusegraph.passes import (
 from fusegraph.passes.memory_coloring import plan_buffers
 from fusegraph.targets.ref.interpreter import run_module
 
-from .util import apply, body
+from .util import apply, body, program, random_inputs
 
 
 def test_chain_fused_into_one_kernel():
@@ -44,6 +45,34 @@ def test_value_used_outside_the_group_is_not_absorbed():
     lines = body(text)
     assert "exp(%0) : float32[4]" in lines
     assert any("body_text='sigmoid(neg(x0))'" in line for line in lines)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_group_rounds_where_each_op_rounded(dtype):
+    # each half op computes in float32 and rounds its result: the fused body keeps those roundings
+    # (fewer would be closer to exact, but not what the program says), so results stay bitwise equal
+    text = f"""
+        module main
+          %0 = @param[param_name='x'] : {dtype}[4096]
+          %1 = @param[param_name='y'] : {dtype}[4096]
+          %2 = silu(%0) : {dtype}[4096]
+          %3 = mul(%2, %1) : {dtype}[4096]
+          %4 = convert[to={dtype}](%3) : {dtype}[4096]
+          %5 = exp(%4) : {dtype}[4096]
+          %6 = add(%5, %1) : {dtype}[4096]
+          @return(%6)
+    """
+    after, out = apply(text, fuse_pointwise, eliminate_dead_code, check=False)
+    def r(z):  # rounded to the half type, read back as float32 (the convert of %4 is that rounding)
+        return f"convert_float32(convert_{dtype}({z}))"
+
+    silu = r("mul(x0, sigmoid(x0))")
+    scaled = r(f"mul({silu}, x1)")
+    assert body(out)[2] == (f"fused_pointwise[body_text='add({r(f'exp({scaled})')}, x1)', "
+                            f"n_inputs=2, out_type={dtype}](%0, %1) : {dtype}[4096]")
+    feeds = random_inputs(after)
+    (want,), (got,) = run_module(program(text).main, feeds), run_module(after.main, feeds)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_memory_plan_reuses_dead_buffers():

@@ -80,7 +80,7 @@ def _prologue(expr: Expr, score: int, scalars: dict[int, float]) -> tuple[float,
         a, b = expr.args
         for s, m in ((a, b), (b, a)):
             if isinstance(m, Var) and m.index != score and m.index not in scalars:
-                expr, mask = s, m.index
+                expr, mask = _strip_convert(s), m.index  # a half body rounds the scaled scores first
                 break
         else:
             return None

@@ -13,6 +13,12 @@ output). Other reduced-axes sets raise CodegenUnsupported so the target can pick
 Sums, means and products of floats accumulate in double (numpy's float32 pairwise sums are within a
 few ulp of that); `#pragma omp simd reduction` lets gcc vectorize them without -ffast-math. Max and
 min carry a NaN flag: numpy's propagate NaN.
+
+Half precision follows the reference step by step, since ONNX defines those intermediate types:
+each value of a half dtype is rounded to it (pointwise ops compute in float and round once; softmax
+rounds x - max, its exp, the sum and the quotient, as numpy does on half arrays). float16 sums and
+products round once at the end, as numpy's half loops (which accumulate in float) do; bfloat16 ones
+round every step, in order, as ml_dtypes' loops do, so their loop is not vectorized.
 """
 
 from __future__ import annotations
@@ -42,8 +48,13 @@ def _bounds(dt: DType) -> tuple[str, str]:
 _ACC_CLAUSE = {"sum": "+", "mean": "+", "sq": "+", "prod": "*", "max": "max", "min": "min"}
 
 
+def sequential(a: Acc) -> bool:
+    """A bfloat16 sum or product: rounded to bfloat16 after every step, in order (ml_dtypes' loops)."""
+    return a.op in ("sum", "mean", "prod") and a.src.dtype == DType.bfloat16
+
+
 def acc_type(a: Acc) -> str:
-    if a.op in ("max", "min"):
+    if a.op in ("max", "min") or sequential(a):
         return c_type(a.src.dtype)
     if a.op in ("mean", "sq") or a.src.dtype.is_float:
         return "double"
@@ -64,6 +75,8 @@ def acc_step(a: Acc, x: str) -> str:
     if a.op in ("max", "min"):
         step = f"{a.name} = {x} {'>' if a.op == 'max' else '<'} {a.name} ? {x} : {a.name};"
         return step + (f" {a.name}_nan |= {x} != {x};" if a.src.dtype.is_float else "")
+    if sequential(a):
+        return f"{a.name} = {convert(f'{a.name} {_ACC_CLAUSE[a.op]} {x}', DType.float32, a.src.dtype)};"
     if a.op == "sq":  # numpy squares in the input dtype, then averages
         d = f"{x} - {a.center.name}" if a.center is not None else x
         return f"{{ const {xt} d = {d}; {a.name} += ({t})(d * d); }}"
@@ -75,7 +88,7 @@ def acc_result(a: Acc, b: Body) -> str:
         value = f"({a.name}_nan ? NAN : {a.name})" if a.src.dtype.is_float else a.name
         return convert(value, a.src.dtype, a.dtype)
     if a.op in ("mean", "sq"):  # a float64 mean; integer means truncate, as the conversion does
-        return convert(f"({a.name} / {float(b.R)!r})", DType.float64, a.dtype)
+        return convert(f"((double){a.name} / {float(b.R)!r})", DType.float64, a.dtype)
     return convert(a.name, DType.float64 if acc_type(a) == "double" else a.src.dtype, a.dtype)
 
 
@@ -119,6 +132,10 @@ class _Emitter:
         """Statements defining n.name: in the loop of pass p, or per row (p = 0)."""
         t, f = c_type(n.dtype), "f" if single(n.dtype) else ""
         buf = f"k{n.name}"
+
+        def rnd(code: str) -> str:  # each softmax step of a half dtype rounds to it, as numpy's
+            return convert(code, DType.float32, n.dtype) if n.dtype in HALF else f"({code})"
+
         if p and n.kept and min(n.uses) < p:
             return [f"const {t} {n.name} = {buf}[j];"]
         if n.kind == "view":
@@ -138,13 +155,15 @@ class _Emitter:
         elif n.kind == "exp":  # numpy: exp(x - max)
             x, mx = n.inputs
             fn = self.r.need("fg_expf") if f and self.fast_math else f"exp{f}"
-            lines = [f"const {t} {n.name} = {fn}({x.name} - {mx.name});"]
+            shifted = rnd(f"{x.name} - {mx.name}")
+            lines = [f"const {t} {n.name} = {rnd(f'{fn}({shifted})')};"]
         elif n.kind == "log":
-            lines = [f"const {t} {n.name} = log{f}({n.inputs[0].name});"]
+            lines = [f"const {t} {n.name} = {rnd(f'log{f}({n.inputs[0].name})')};"]
         elif n.kind == "softmax":  # numpy: exp(shifted) / total, or shifted - log(total)
             a = n.inputs
-            value = f"{a[0].name} / {a[1].name}" if len(a) == 2 else f"({a[0].name} - {a[1].name}) - {a[2].name}"
-            lines = [f"const {t} {n.name} = {value};"]
+            value = f"{a[0].name} / {a[1].name}" if len(a) == 2 else \
+                f"{rnd(f'{a[0].name} - {a[1].name}')} - {a[2].name}"
+            lines = [f"const {t} {n.name} = {rnd(value)};"]
         else:
             raise AssertionError(n.kind)
         if p and n.kept:
@@ -177,7 +196,9 @@ class _Emitter:
                     clauses.setdefault("|", []).append(f"{a.name}_nan")
             red = "".join(f" reduction({op}:{','.join(names)})" for op, names in clauses.items())
             body += [line for a in accs for line in acc_init(a)]
-            body += [f"#pragma omp simd{red}", f"for (int64_t j = 0; j < {b.R}; ++j) {{",
+            if not any(sequential(a) for a in accs):
+                body.append(f"#pragma omp simd{red}")
+            body += [f"for (int64_t j = 0; j < {b.R}; ++j) {{",
                      *("    " + line for line in loop), "}"]
             body += [f"const {c_type(a.dtype)} {a.result} = {acc_result(a, b)};" for a in accs]
             for n in b.nodes:
@@ -230,12 +251,13 @@ def reduce_kernel(body: Module, axes: Sequence[int], *, fast_math: bool = True) 
 
 
 def softmax_kernel(dtype: DType, lens: Sequence[int], *, axis: int = -1, log: bool = False,
-                   fast_math: bool = True) -> KernelSource:
-    """softmax (or log_softmax) of a contiguous `lens` tensor along `axis` (the last, or a trailing
-    block of size-1 dims after it): the same generator on a one-op body."""
+                   fast_math: bool = True, strides: Sequence[int] | None = None) -> KernelSource:
+    """softmax (or log_softmax) of a `lens` tensor along `axis` (the last, or a trailing block of
+    size-1 dims after it): the same generator on a one-op body. The input is laid out with `strides`
+    (in elements; contiguous when None), the output contiguous."""
     from ....ir.op import make_op
 
     m = Module("softmax")
-    x = m.add_parameter("x0", Shape.of(dtype, lens))
+    x = m.add_parameter("x0", Shape.of(dtype, lens, strides))
     m.add_return(m.add(make_op("log_softmax" if log else "softmax", axis=axis % len(lens)), x))
     return reduce_kernel(m, (axis % len(lens),), fast_math=fast_math)

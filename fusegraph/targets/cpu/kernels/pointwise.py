@@ -1,6 +1,7 @@
 """Pointwise and reduction kernels: C generated from the ops' scalar bodies, compiled once per
 program (one library), called on the arena buffers. Layouts the kernel was not generated for
-(a producer that returned another layout) go through the kernel's general binding."""
+(a producer that returned another layout) go through the kernel's general binding, or are copied
+into the promised layout when theirs needs more dims than the kernel was generated for."""
 
 from __future__ import annotations
 
@@ -39,10 +40,26 @@ def compiled_kernel(ins: Instruction, ctx: LowerContext, source, dims) -> Kernel
         if all(a.shape == e[0] and a.strides == e[1] and a.dtype == e[2] for a, e in zip(args, expected)):
             kernel._fn((_PTR * n)(out.ctypes.data, *[a.ctypes.data for a in args]), dims_arr, kernel.threads)
         else:
-            kernel(out, *[np.asarray(a) for a in args])
+            args = [np.asarray(a) for a in args]
+            try:
+                kernel(out, *args)
+            except CodegenUnsupported:  # e.g. a broadcast_like of a dynamic value: strides known only now
+                kernel(out, *[_in_layout(a, *e) for a, e in zip(args, expected)])
         return out
 
     return run
+
+
+def _in_layout(a: np.ndarray, lens, byte_strides, dtype) -> np.ndarray:
+    """`a` as an array with exactly the `lens` and byte strides the IR promised (copied if needed)."""
+    if a.shape == lens and a.strides == byte_strides and a.dtype == dtype:
+        return a
+    steps = [(n - 1) * s // dtype.itemsize for n, s in zip(lens, byte_strides) if n > 0]
+    start = -sum(x for x in steps if x < 0)  # negative strides walk back from the start
+    buf = np.empty(start + sum(abs(x) for x in steps) + 1, dtype)[start:]
+    view = np.lib.stride_tricks.as_strided(buf, lens, byte_strides, writeable=True)
+    view[...] = a
+    return view
 
 
 def pointwise(ins: Instruction, ctx: LowerContext) -> Kernel:
@@ -67,7 +84,9 @@ def reduction(ins: Instruction, ctx: LowerContext) -> Kernel:
         if ins.op.name == "fused_reduce":
             src = reduce_kernel(ins.module_args[0], ins.op.axes)
         else:
-            src = softmax_kernel(ins.shape.dtype, ins.shape.lens, axis=ins.op.axis, log=ins.op.name == "log_softmax")
+            x = ins.inputs[0].shape  # maybe a view (a transpose): the kernel reads it in place
+            src = softmax_kernel(x.dtype, x.lens, axis=ins.op.axis, log=ins.op.name == "log_softmax",
+                                 strides=x.strides)
     except CodegenUnsupported:
         return reference_kernel(ins, ctx)  # reductions over leading axes: numpy's
     return compiled_kernel(ins, ctx, src, ())

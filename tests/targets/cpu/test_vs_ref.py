@@ -1,0 +1,86 @@
+"""Whole programs on the cpu target against the ref target: the kernels' layout contracts (views the
+IR describes, strides known only at run time) and half precision rounded where the reference rounds."""
+
+from __future__ import annotations
+
+import textwrap
+
+import ml_dtypes
+import numpy as np
+import pytest
+from onnx import helper
+
+import fusegraph
+from fusegraph.ir import Program
+from tests.util import make_model, run_fusegraph
+
+rng = np.random.default_rng(7)
+n = helper.make_node
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def both(model, inputs: dict[str, np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    return run_fusegraph(model, inputs, "cpu"), run_fusegraph(model, inputs, "ref")
+
+
+def assert_same(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    """Bitwise equal (NaN equal to NaN), dtypes included."""
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+
+
+def test_pointwise_reads_a_broadcast_whose_strides_are_known_only_at_run_time():
+    # ReduceLogSumExp with axes as an input: x - max(x) broadcasts a dynamic-shaped max against x,
+    # so the fused kernel's second input is a stride-0 view where the IR could only promise a layout
+    model = make_model([n("ReduceLogSumExp", ["x", "axes"], ["y"], keepdims=1)],
+                       {"x": rng.standard_normal((3, 2, 2)), "axes": np.array([1], np.int64)}, ["y"], opset=18)
+    inputs = {"x": rng.standard_normal((3, 2, 2)), "axes": np.array([1], np.int64)}
+    got, want = both(model, inputs)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_of_a_transposed_view(log):
+    # the kernel reads its input where it lies: a transpose is a strided view, not a copy
+    nodes = [n("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+             n("LogSoftmax" if log else "Softmax", ["t"], ["s"], axis=-1),
+             n("Transpose", ["s"], ["y"], perm=[0, 2, 1])]
+    x = rng.standard_normal((3, 5, 2)).astype(np.float32) * 4
+    got, want = both(make_model(nodes, {"x": x}, ["y"]), {"x": x})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)  # log_softmax cancels near 0
+
+
+def test_matmul_with_a_run_time_shape():
+    # a dynamic dim: no fixed-shape oneDNN primitive, numpy's matmul on whatever comes
+    p = Program.from_text(textwrap.dedent("""\
+        module main
+          %0 = @param[param_name='a'] : float32[2,{1..6},3]
+          %1 = @param[param_name='b'] : float32[2,3,5]
+          %2 = dot(%0, %1) : float32[2,{1..6},5]
+          @return(%2)
+    """))
+    p.compile(fusegraph.get_target("cpu"))
+    a, b = rng.standard_normal((2, 4, 3)).astype(np.float32), rng.standard_normal((2, 3, 5)).astype(np.float32)
+    np.testing.assert_allclose(p.run({"a": a, "b": b})[0], a @ b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float16), BF16], ids=["float16", "bfloat16"])
+def test_half_softmax_rounds_each_step_as_the_reference(dtype):
+    # scale, mask, softmax in one fused_reduce: x - max, its exp, the sum and the quotient each round
+    # to the half type (bfloat16 sums round every step, in order) as numpy does on half arrays
+    nodes = [n("Mul", ["x", "c"], ["m"]), n("Add", ["m", "mask"], ["a"]), n("Softmax", ["a"], ["y"], axis=-1)]
+    x = rng.random((2, 3, 8, 40)).astype(dtype)
+    mask = np.where(rng.random((1, 1, 8, 40)) < 0.2, -np.inf, 0).astype(dtype)
+    model = make_model(nodes, {"x": x, "mask": mask}, ["y"], {"c": np.array(0.59375, dtype)})
+    assert_same(*both(model, {"x": x, "mask": mask}))
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float16), BF16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "LogSoftmax"])
+def test_half_reductions_round_as_the_reference(dtype, op):
+    # 300 terms: a bfloat16 sum rounded at every step drifts far from the float32 sum
+    x = (rng.random((4, 300)) + 0.5).astype(dtype)
+    attrs = {"axis": -1} if op == "LogSoftmax" else {"axes": [1], "keepdims": 1}
+    nodes = [n("Mul", ["x", "x"], ["s"]), n(op, ["s"], ["y"], **attrs)]
+    assert_same(*both(make_model(nodes, {"x": x}, ["y"], opset=17), {"x": x}))
