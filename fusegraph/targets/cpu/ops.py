@@ -32,24 +32,29 @@ ACTIVATIONS = {
     "linear": "add(mul(x0, {alpha}), {beta})",
 }
 
-# (name, alpha, beta): one step of an epilogue's activation chain
+# (name, alpha, beta): one step of an epilogue's chain: an activation, or RESIDUAL, where the next
+# residual input is added (oneDNN's sum post-op, wherever it sits in the chain)
 Activation = tuple[str, float, float]
+RESIDUAL = "residual"
 
 
 def activation_expr(name: str, alpha: float, beta: float):
     return parse_expr(ACTIVATIONS[name].format(alpha=repr(float(alpha)), beta=repr(float(beta))))
 
 
-def _check_activations(op: Op, chain: Sequence[Activation]) -> None:
+def _check_chain(op: Op, chain: Sequence[Activation], n_residual: int) -> None:
     for step in chain:
-        if len(step) != 3 or step[0] not in ACTIVATIONS:
-            raise ShapeError(f"{op}: bad activation {step!r}; each is (name, alpha, beta) with a name of "
-                             f"{sorted(ACTIVATIONS)}")
+        if len(step) != 3 or (step[0] not in ACTIVATIONS and step[0] != RESIDUAL):
+            raise ShapeError(f"{op}: bad step {step!r}; each is (name, alpha, beta) with a name of "
+                             f"{sorted(ACTIVATIONS)} or {RESIDUAL!r}")
+    if sum(step[0] == RESIDUAL for step in chain) != n_residual:
+        raise ShapeError(f"{op}: {n_residual} residual inputs need as many {RESIDUAL!r} steps")
 
 
-def apply_activations(y: np.ndarray, chain: Sequence[Activation], dtype) -> np.ndarray:
+def apply_chain(y: np.ndarray, chain: Sequence[Activation], residuals: Sequence[np.ndarray], dtype) -> np.ndarray:
+    pending = list(residuals)
     for name, alpha, beta in chain:
-        y = evaluate(activation_expr(name, alpha, beta), [y])
+        y = y + pending.pop(0) if name == RESIDUAL else evaluate(activation_expr(name, alpha, beta), [y])
     return np.asarray(y, dtype=dtype)
 
 
@@ -73,10 +78,10 @@ def _last(s: Shape) -> Shape:
 
 @register_op
 class ConvEpilogue(Convolution):
-    """act_k(...act_1(conv(x, w) + bias + residual_1 + ...)): inputs x, w, then the bias (per output
-    channel, shape [M]) if `has_bias`, then `n_residual` tensors of the output's shape; `activations`
-    applied in order. With `channels_last`, x, the residuals and the result are N, *spatial, C (w stays
-    M, C/group, *k)."""
+    """conv(x, w) + bias, then the steps of `activations` in order (a RESIDUAL step adds the next
+    residual): inputs x, w, then the bias (per output channel, shape [M]) if `has_bias`, then
+    `n_residual` tensors of the output's shape. With `channels_last`, x, the residuals and the result
+    are N, *spatial, C (w stays M, C/group, *k)."""
 
     name = "conv_epilogue"
     kind = OpKind.CONV
@@ -96,7 +101,7 @@ class ConvEpilogue(Convolution):
 
     def _shape(self, inputs: Sequence[Shape]) -> Shape:
         out = super().compute_shape(inputs[:2])
-        _check_activations(self, self.activations)
+        _check_chain(self, self.activations, self.n_residual)
         if len(inputs) != 2 + self.has_bias + self.n_residual:
             raise ShapeError(f"{self}: expects {2 + self.has_bias + self.n_residual} inputs, got {len(inputs)}")
         if self.has_bias and inputs[2].lens != (out.lens[1],):
@@ -116,21 +121,18 @@ class ConvEpilogue(Convolution):
 
     def _compute(self, args):
         y = super().compute(args[:2])
-        rest = args[2:]
         if self.has_bias:
-            y = y + rest[0].reshape((1, -1) + (1,) * (y.ndim - 2)).astype(y.dtype)
-            rest = rest[1:]
-        for r in rest:
-            y = y + r
-        return apply_activations(y, self.activations, args[0].dtype)
+            y = y + args[2].reshape((1, -1) + (1,) * (y.ndim - 2)).astype(y.dtype)
+        return apply_chain(y, self.activations, args[2 + self.has_bias:], args[0].dtype)
 
 
 @register_op
 class DotEpilogue(Dot):
-    """act_k(...act_1(reshape(a @ b, out_lens) + bias + residual_1 + ...)): inputs a, b, then the bias
-    (one value per output column, shape [N]) if `has_bias`, then `n_residual` tensors of the output's
-    shape. `out_lens` (empty: a @ b's own lens) must keep the last dim: it is the reshape the frontend
-    puts between a 2-D product and its bias when it flattens a 3-D MatMul."""
+    """reshape(a @ b, out_lens) + bias, then the steps of `activations` in order (a RESIDUAL step adds
+    the next residual): inputs a, b, then the bias (one value per output column, shape [N]) if
+    `has_bias`, then `n_residual` tensors of the output's shape. `out_lens` (empty: a @ b's own lens)
+    must keep the last dim: it is the reshape the frontend puts between a 2-D product and its bias
+    when it flattens a 3-D MatMul."""
 
     name = "dot_epilogue"
     kind = OpKind.GEMM
@@ -141,7 +143,7 @@ class DotEpilogue(Dot):
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
         prod = super().compute_shape(inputs[:2])
-        _check_activations(self, self.activations)
+        _check_chain(self, self.activations, self.n_residual)
         out = prod.with_lens(self.out_lens) if self.out_lens else prod
         if out.elements != prod.elements or out.lens[-1:] != prod.lens[-1:]:
             raise ShapeError(f"{self}: out_lens {list(self.out_lens)} must hold {prod} with its last dim")
@@ -158,9 +160,9 @@ class DotEpilogue(Dot):
         y = super().compute(args[:2])
         if self.out_lens:
             y = y.reshape(self.out_lens)
-        for r in args[2:]:
-            y = y + r.astype(y.dtype)
-        return apply_activations(y, self.activations, args[0].dtype)
+        if self.has_bias:
+            y = y + args[2].astype(y.dtype)
+        return apply_chain(y, self.activations, args[2 + self.has_bias:], args[0].dtype)
 
 
 @register_op

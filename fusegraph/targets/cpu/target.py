@@ -12,7 +12,7 @@ from ..base import CompileOptions, Executable, Target
 from . import kernels  # noqa: F401  (fills the lowering table)
 from .executable import CpuExecutable, Step, output_buffer
 from .lowering import LowerContext, lower_instruction
-from .passes import choose_layout, fuse_conv_epilogue
+from .passes import choose_layout, fuse_conv_epilogue, fuse_dot_epilogue
 
 
 class CpuTarget(Target):
@@ -23,7 +23,8 @@ class CpuTarget(Target):
         assert generic[-1] is memory_coloring
         # epilogues fuse in N, C, H, W, then layouts change; the plan must come last: both change
         # which buffers exist
-        return generic[:-1] + [fuse_conv_epilogue, choose_layout, eliminate_dead_code, memory_coloring]
+        return generic[:-1] + [fuse_conv_epilogue, fuse_dot_epilogue, choose_layout, eliminate_dead_code,
+                               memory_coloring]
 
     def lower(self, program: Program, options: CompileOptions) -> Executable:
         main = program.main

@@ -9,7 +9,7 @@ from ....ir.dtypes import DType
 from ....ir.module import Instruction
 from ....ir.shape import Shape
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
-from ..ops import to_channels_first
+from ..ops import RESIDUAL, to_channels_first
 
 
 def _f32(ins: Instruction) -> bool:
@@ -21,16 +21,16 @@ def plain(a: np.ndarray) -> np.ndarray:
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
-class Activation:
-    """How a window kernel's activation (its input or output) is seen by oneDNN: as N, C, *spatial
-    with the strides the IR gives it. A channels-last op's tensors are N, *spatial, C in the IR: the
-    same bytes seen through a transpose."""
+class Operand:
+    """How a kernel's input or output is seen by oneDNN: with the strides the IR gives it (a strided
+    view costs no copy), or `standard` ones. A channels-last op's tensors (N, *spatial, C in the IR)
+    are seen as N, C, *spatial: the same bytes through a transpose."""
 
-    def __init__(self, shape: Shape, channels_last: bool):
+    def __init__(self, shape: Shape, channels_last: bool = False, standard: bool = False):
         self.perm = to_channels_first(shape.ndim) if channels_last else None
         order = self.perm or range(shape.ndim)
         self.lens = tuple(shape.lens[p] for p in order)
-        self.strides = tuple(shape.strides[p] for p in order)
+        self.strides = tuple(Shape.of(shape.dtype, self.lens).strides if standard else (shape.strides[p] for p in order))
         self.itemsize = shape.dtype.itemsize
 
     def desc(self):
@@ -39,7 +39,7 @@ class Activation:
         return onednn.MemDesc.plain(self.lens, strides=self.strides)
 
     def view(self, a: np.ndarray) -> np.ndarray:
-        """`a` seen as N, C, *spatial, copied into the planned layout if a kernel returned another."""
+        """`a` as described, copied into that layout if it is laid out otherwise."""
         v = a.transpose(self.perm) if self.perm is not None else a
         if all(s == t * self.itemsize for s, t, n in zip(v.strides, self.strides, self.lens) if n > 1):
             return v
@@ -65,11 +65,9 @@ def conv(ins: Instruction, ctx: LowerContext) -> Kernel:
         # plain layouts falls back to its reference kernel, hundreds of times slower
         if n_res > 1:
             return reference_kernel(ins, ctx)
-        if n_res:
-            post.append(onednn.Sum())
-        post += eltwise_post_ops(op.activations)
+        post = eltwise_post_ops(op.activations)
     channels_last = getattr(op, "channels_last", False)
-    src, dst = Activation(ins.inputs[0].shape, channels_last), Activation(ins.shape, channels_last)
+    src, dst = Operand(ins.inputs[0].shape, channels_last), Operand(ins.shape, channels_last)
     prim = onednn.Convolution(src.desc(), w, bias, stride=op.stride, padding=op.padding, dilation=op.dilation,
                               groups=op.group, post_ops=post, dst_layout=dst.desc(), threads=ctx.threads)
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
@@ -102,10 +100,14 @@ _ELTWISE = {"relu": ("relu", False), "leaky_relu": ("leaky_relu", True), "clip":
 
 
 def eltwise_post_ops(activations) -> list:
+    """An epilogue's chain as oneDNN post-ops; its residual step is a Sum onto `out`'s contents."""
     from .. import onednn
 
     out = []
     for name, alpha, beta in activations:
+        if name == RESIDUAL:
+            out.append(onednn.Sum())
+            continue
         kind, takes = _ELTWISE[name]
         out.append(onednn.Eltwise(kind, alpha, beta) if takes else onednn.Eltwise(kind))
     return out
@@ -119,7 +121,7 @@ def pooling(ins: Instruction, ctx: LowerContext) -> Kernel:
     if not _f32(ins) or op.mode not in ("max", "average") or ins.shape.ndim not in (3, 4, 5):
         return reference_kernel(ins, ctx)
     channels_last = op.name == "pooling_channels_last"
-    src, dst = Activation(ins.inputs[0].shape, channels_last), Activation(ins.shape, channels_last)
+    src, dst = Operand(ins.inputs[0].shape, channels_last), Operand(ins.shape, channels_last)
     x = src.lens
     if op.global_pool:
         kernel, stride, padding = x[2:], (1,) * (len(x) - 2), (0,) * (2 * (len(x) - 2))
@@ -139,10 +141,26 @@ def pooling(ins: Instruction, ctx: LowerContext) -> Kernel:
     return run
 
 
-@lowering("dot")
-def dot(ins: Instruction, ctx: LowerContext) -> Kernel:
+def _matmul(ins: Instruction, ctx: LowerContext, b, **kw):
+    """A oneDNN MatMul reading a (and a run-time b) where they lie; if oneDNN has no fast kernel for
+    those strides, from standard copies."""
+    from ....errors import CompileError
     from .. import onednn
 
+    def make(standard: bool):
+        a = Operand(ins.inputs[0].shape, standard=standard)
+        bb = b if isinstance(b, np.ndarray) else Operand(b, standard=standard)
+        prim = onednn.MatMul(a.desc(), bb if isinstance(b, np.ndarray) else bb.desc(), threads=ctx.threads, **kw)
+        return prim, a, bb
+
+    try:
+        return make(False)
+    except CompileError:
+        return make(True)
+
+
+@lowering("dot")
+def dot(ins: Instruction, ctx: LowerContext) -> Kernel:
     if ins.shape.dtype in (DType.float16, DType.bfloat16):
         return reference_kernel(ins, ctx)  # accumulates in float32, as the reference defines
     a, b = ins.inputs
@@ -152,13 +170,36 @@ def dot(ins: Instruction, ctx: LowerContext) -> Kernel:
     if _f32(ins) and w is not None and a.shape.ndim >= 2:
         # constant weights: packed once into oneDNN's layout; its threads are the same OpenMP pool
         # as the generated kernels', where numpy's BLAS would bring a second, competing pool
-        prim = onednn.MatMul(a.shape.lens, w, threads=ctx.threads)
-        return lambda args, out: prim(plain(args[0]), out=out)
+        prim, av, _ = _matmul(ins, ctx, w)
+        return lambda args, out: prim(av.view(args[0]), out=out)
     if _f32(ins) and a.shape.ndim == b.shape.ndim >= 2:
-        prim = onednn.MatMul(a.shape.lens, b.shape.lens, threads=ctx.threads)
-        return lambda args, out: prim(plain(args[0]), plain(args[1]), out=out)
+        prim, av, bv = _matmul(ins, ctx, b.shape)
+        return lambda args, out: prim(av.view(args[0]), bv.view(args[1]), out=out)
 
     def run(args, out):
         return np.matmul(args[0], args[1], out=out) if out is not None else np.matmul(args[0], args[1])
+
+    return run
+
+
+@lowering("dot_epilogue")
+def dot_epilogue(ins: Instruction, ctx: LowerContext) -> Kernel:
+
+    op, w = ins.op, ctx.const(ins.inputs[1])
+    if not _f32(ins) or w is None or ins.shape.is_dynamic:
+        return reference_kernel(ins, ctx)
+    bias = ctx.const(ins.inputs[2]) if op.has_bias else None
+    post = eltwise_post_ops(op.activations)
+    prim, av, _ = _matmul(ins, ctx, w, bias=bias, post_ops=post)
+    lens, dtype, n_res = ins.shape.lens, ins.shape.dtype.np, op.n_residual
+    product = prim.out_shape  # a @ b's lens; the output is its reshape (`out_lens`), same bytes
+
+    def run(args, out):
+        if out is None:
+            out = np.empty(lens, dtype)
+        if n_res:
+            np.copyto(out, args[-1])  # oneDNN's Sum post-op accumulates onto what `out` holds
+        prim(av.view(args[0]), out=out.reshape(product))
+        return out
 
     return run

@@ -1,5 +1,7 @@
 """Reading a pointwise body as what oneDNN's post-ops compute after a conv or a product:
-act_k(...act_1(t_1 + t_2 + ...)) — a sum of terms, then a chain of eltwise activations.
+act_k(...act_1(t_1 + t_2 + ...)) — a sum of terms, then a chain of eltwise activations, where a
+step of the chain may also add a tensor (a residual after the activation: YOLO's and ResNet's
+shortcuts are spelled both ways).
 
 Exporters spell the same activation several ways (hard-swish as x * relu6(x + 3) / 6, GELU with its
 0.5 outside, BatchNorm and PP-LCNet's learnable affine block as a scalar scale and shift around it),
@@ -19,7 +21,7 @@ import numpy as np
 from ....ir.module import Instruction
 from ....ops.scalar import Call, Const, Expr, Var, parse_expr
 from ....passes.constants import small_constant
-from ..ops import ACTIVATIONS, Activation
+from ..ops import ACTIVATIONS, RESIDUAL, Activation
 
 ALPHA, BETA = 101, 102  # template placeholders for an activation's constants
 
@@ -38,7 +40,8 @@ _COMMUTATIVE = frozenset({"add", "mul", "max", "min"})
 @dataclasses.dataclass
 class Epilogue:
     terms: list[Expr]                 # summed first: Vars of the inputs, Consts, products
-    activations: list[Activation]     # then applied in order
+    activations: list[Activation]     # then applied in order; a RESIDUAL step adds the next of...
+    residuals: list[Expr] = dataclasses.field(default_factory=list)  # ...these terms
 
 
 def constant_inputs(body: Expr, inputs: list[Instruction]) -> Expr:
@@ -104,7 +107,7 @@ def _linear(e: Expr) -> tuple[Activation, Expr] | None:
 def _merge(chain: list[Activation]) -> list[Activation]:
     """Consecutive affine steps become one; the identity disappears."""
     out: list[Activation] = []
-    for name, a, b in chain:
+    for name, a, b in chain:  # (a RESIDUAL step breaks a run: it does not commute with scaling)
         if name == "linear" and out and out[-1][0] == "linear":
             _, a0, b0 = out.pop()
             a, b = a0 * a, b0 * a + b
@@ -122,6 +125,16 @@ def read_epilogue(body: Expr, is_term=lambda e: True) -> Epilogue | None:
             return Epilogue(terms, [])
         if depth > 8:
             return None
+        inner_exprs = [t for t in terms if not is_term(t)]
+        if len(terms) > 1 and len(inner_exprs) == 1:  # act(...) + r + c: r added after the chain
+            inner = read(inner_exprs[0], depth + 1)
+            if inner is None or inner.residuals:
+                return None
+            outer = [t for t in terms if is_term(t)]
+            shift = sum(float(t.value) for t in outer if isinstance(t, Const))
+            residuals = [t for t in outer if not isinstance(t, Const)]
+            steps = [(RESIDUAL, 0.0, 0.0)] * len(residuals) + ([("linear", 1.0, shift)] if shift else [])
+            return Epilogue(inner.terms, inner.activations + steps, residuals)
         for template, steps in _TEMPLATES:
             b: dict[int, Expr] = {}
             if _match(template, e, b):
@@ -130,12 +143,12 @@ def read_epilogue(body: Expr, is_term=lambda e: True) -> Epilogue | None:
                     alpha = float(getattr(b.get(ALPHA), "value", 0.0))
                     beta = float(getattr(b.get(BETA), "value", 0.0))
                     resolved = [(n, alpha if a == ALPHA else a, beta if c == BETA else c) for n, a, c in steps]
-                    return Epilogue(inner.terms, inner.activations + resolved)
+                    return Epilogue(inner.terms, inner.activations + resolved, inner.residuals)
         lin = _linear(e)
         if lin is not None:
             inner = read(lin[1], depth + 1)
             if inner is not None:
-                return Epilogue(inner.terms, inner.activations + [lin[0]])
+                return Epilogue(inner.terms, inner.activations + [lin[0]], inner.residuals)
         return None
 
     ep = read(body, 0)

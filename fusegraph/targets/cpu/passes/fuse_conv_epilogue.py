@@ -1,8 +1,9 @@
 """Folds the pointwise epilogue of a float32 convolution into a `conv_epilogue`: per-channel scale
-(into the weights) and bias, at most one residual tensor, then a chain of activations — what oneDNN
-runs as bias + post-ops, so the convolution's output is written once, already finished.
+(into the weights) and bias, then a chain of activations with at most one residual tensor added
+before or within it — what oneDNN runs as bias + post-ops, so the convolution's output is written
+once, already finished.
 
-The epilogue must read as act_k(...act_1(sum of terms)) (see epilogue.py) where one term is the
+The epilogue must read as a chain over a sum of terms (see epilogue.py) where one term is the
 convolution (used nowhere else), possibly times a per-output-channel constant, and the others are
 per-output-channel constants (summed into the bias) or a tensor of the output's shape."""
 
@@ -15,7 +16,7 @@ from ....ir.module import Instruction, Module
 from ....ir.op import OpKind
 from ....ops.scalar import Call, Const, Expr, Var
 from ....passes.constants import small_constant
-from ..ops import ConvEpilogue
+from ..ops import RESIDUAL, ConvEpilogue
 from .epilogue import constant_inputs, read_epilogue
 
 
@@ -69,7 +70,7 @@ def _rewrite(module: Module, ins: Instruction) -> bool:
         return False
     conv_term, (conv, factor) = scaled[0]
     channels = conv.shape.lens[1]
-    if sum(1 for t in ep.terms if conv in _inputs_of(ins, t)) != 1:
+    if sum(1 for t in ep.terms + ep.residuals if conv in _inputs_of(ins, t)) != 1:
         return False  # the convolution is read twice: it is not a plain term
     bias = np.zeros(channels, np.float32)
     has_bias, residuals = False, []
@@ -87,13 +88,19 @@ def _rewrite(module: Module, ins: Instruction) -> bool:
             residuals.append(x)
         else:
             return False  # a product with something else, or a second residual (oneDNN sums one in place)
+    chain = [(RESIDUAL, 0.0, 0.0)] * len(residuals) + ep.activations
+    for t in ep.residuals:  # added after some activations: their RESIDUAL steps are in the chain
+        x = ins.inputs[t.index] if isinstance(t, Var) else None
+        if x is None or x.shape.lens != conv.shape.lens or residuals or x is conv:
+            return False
+        residuals.append(x)
     weights = conv.inputs[1]
     if not (isinstance(factor, float) and factor == 1.0):
         w = weights.literal
         scale = np.broadcast_to(np.asarray(factor, np.float32), (channels,)).reshape((-1,) + (1,) * (w.ndim - 1))
         weights = module.add_literal((w * scale).astype(w.dtype))
     op = ConvEpilogue(padding=conv.op.padding, stride=conv.op.stride, dilation=conv.op.dilation, group=conv.op.group,
-                      has_bias=has_bias, n_residual=len(residuals), activations=tuple(ep.activations))
+                      has_bias=has_bias, n_residual=len(residuals), activations=tuple(chain))
     extra = [module.add_literal(bias)] if has_bias else []
     new = module.insert(ins, op, conv.inputs[0], weights, *extra, *residuals)
     module.replace(ins, new)

@@ -1,0 +1,133 @@
+"""Epilogue fusion on the cpu target: how pointwise bodies read as oneDNN post-ops (epilogue.py), and
+whole convolutions / products with their epilogues fused (conv_epilogue, dot_epilogue) against ORT."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import fusegraph
+from fusegraph.ops.scalar import Const, Var, parse_expr
+from fusegraph.targets.cpu.ops import ConvEpilogue, DotEpilogue
+from fusegraph.targets.cpu.passes.epilogue import read_epilogue
+from tests.util import assert_close, make_model, run_ort
+
+rng = np.random.default_rng(3)
+n = helper.make_node
+
+
+@pytest.mark.parametrize("body, activations", [
+    ("add(x0, x1)", []),
+    ("max(add(x0, x1), 0)", [("relu", 0.0, 0.0)]),
+    # hard-swish as PyTorch exports it: x * relu6(x + 3) / 6, the 1/6 folded into a later scale
+    ("mul(mul(add(x0, x1), min(max(add(add(x0, x1), 3), 0), 6)), 0.5)",
+     [("hard_swish", 0.0, 0.0), ("linear", 3.0, 0.0)]),
+    # GELU with its 0.5 outside, and the affine 'x * 0.5 * 2' steps cancelling
+    ("mul(mul(add(x0, x1), add(erf(mul(add(x0, x1), 0.7071067811865476)), 1)), 0.5)", [("gelu_erf", 0.0, 0.0)]),
+    # PP-LCNet's learnable affine block after a hard-sigmoid: scale then shift
+    ("add(mul(max(min(add(mul(x0, 0.2), 0.5), 1), 0), 2.5), -1)",
+     [("hard_sigmoid", 0.2, 0.5), ("linear", 2.5, -1.0)]),
+    ("mul(sigmoid(add(x0, x1)), add(x0, x1))", [("silu", 0.0, 0.0)]),  # commuted
+])
+def test_read_epilogue(body, activations):
+    ep = read_epilogue(parse_expr(body), lambda t: isinstance(t, (Var, Const)))
+    assert ep is not None and ep.activations == activations
+    assert ep.terms == [Var(0), Var(1)] or ep.terms == [Var(0)]
+
+
+def test_read_epilogue_with_a_residual_after_the_activation():
+    ep = read_epilogue(parse_expr("add(x2, mul(add(x0, x1), sigmoid(add(x0, x1))))"), lambda t: isinstance(t, Var))
+    assert ep.terms == [Var(0), Var(1)] and ep.residuals == [Var(2)]
+    assert ep.activations == [("silu", 0.0, 0.0), ("residual", 0.0, 0.0)]
+
+
+@pytest.mark.parametrize("body", ["mul(x0, x1)", "exp(add(x0, x1))", "add(x0, mul(x0, exp(x1)))"])
+def test_read_epilogue_refuses_what_post_ops_cannot_do(body):
+    assert read_epilogue(parse_expr(body), lambda t: isinstance(t, (Var, Const))) is None
+
+
+def _compile(model, inputs):
+    p = fusegraph.parse_onnx(model)
+    p.compile(fusegraph.get_target("cpu"))
+    return p, p.run(inputs)
+
+
+def _ops(p, cls):
+    return [i.op for i in p.main.instructions if isinstance(i.op, cls)]
+
+
+def test_conv_batchnorm_hardswish_scale_and_residual_fuse_into_one_conv():
+    c = 16
+    x = rng.standard_normal((1, c, 12, 12)).astype(np.float32)
+    init = {"w": (rng.standard_normal((c, c, 3, 3)) * 0.2).astype(np.float32),
+            "s": rng.uniform(0.5, 1.5, (1, c, 1, 1)).astype(np.float32),
+            "b": rng.standard_normal((1, c, 1, 1)).astype(np.float32),
+            "three": np.array(3, np.float32), "zero": np.array(0, np.float32), "six": np.array(6, np.float32),
+            "k": np.array(0.3, np.float32)}
+    nodes = [n("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]), n("Mul", ["y", "s"], ["ys"]),
+             n("Add", ["ys", "b"], ["t"]), n("Add", ["t", "three"], ["t3"]), n("Clip", ["t3", "zero", "six"], ["r6"]),
+             n("Mul", ["t", "r6"], ["h"]), n("Mul", ["h", "k"], ["hk"]), n("Add", ["hk", "x"], ["out"])]
+    model = make_model(nodes, {"x": x}, ["out"], init)
+    p, got = _compile(model, {"x": x})
+    assert_close(got, run_ort(model, {"x": x}))
+    # the residual comes after the activations: oneDNN's sum post-op sits where the model adds it
+    (op,) = _ops(p, ConvEpilogue)
+    assert op.has_bias and op.n_residual == 1
+    assert [a[0] for a in op.activations] == ["hard_swish", "linear", "residual"]
+
+
+def test_conv_bias_residual_relu_fuse():
+    x = rng.standard_normal((1, 8, 10, 10)).astype(np.float32)
+    init = {"w": (rng.standard_normal((8, 8, 1, 1)) * 0.3).astype(np.float32),
+            "bias": rng.standard_normal(8).astype(np.float32)}
+    nodes = [n("Conv", ["x", "w", "bias"], ["y"]), n("Add", ["y", "x"], ["s"]), n("Relu", ["s"], ["out"])]
+    model = make_model(nodes, {"x": x}, ["out"], init)
+    p, got = _compile(model, {"x": x})
+    assert_close(got, run_ort(model, {"x": x}))
+    (op,) = _ops(p, ConvEpilogue)
+    assert op.has_bias and op.n_residual == 1 and op.activations == (("residual", 0.0, 0.0), ("relu", 0.0, 0.0))
+
+
+@pytest.mark.parametrize("act", ["Gelu", "Relu", "Tanh", None])
+def test_matmul_bias_activation_fuse_through_the_frontend_reshape(act):
+    x = rng.standard_normal((2, 16, 32)).astype(np.float32)
+    init = {"w": (rng.standard_normal((32, 48)) * 0.2).astype(np.float32),
+            "b": rng.standard_normal(48).astype(np.float32)}
+    nodes = [n("MatMul", ["x", "w"], ["y"]), n("Add", ["y", "b"], ["out" if act is None else "z"])]
+    if act:
+        nodes.append(n(act, ["z"], ["out"]))
+    model = make_model(nodes, {"x": x}, ["out"], init, opset=20)
+    p, got = _compile(model, {"x": x})
+    assert_close(got, run_ort(model, {"x": x}))
+    (op,) = _ops(p, DotEpilogue)
+    assert op.has_bias and op.out_lens == (2, 16, 48)
+
+
+def test_dense_residual_fuses_and_shared_product_does_not():
+    x = rng.standard_normal((16, 32)).astype(np.float32)
+    r = rng.standard_normal((16, 32)).astype(np.float32)
+    init = {"w": (rng.standard_normal((32, 32)) * 0.2).astype(np.float32)}
+    nodes = [n("MatMul", ["x", "w"], ["y"]), n("Add", ["y", "r"], ["a"]), n("Tanh", ["a"], ["out"]),
+             n("MatMul", ["out", "w"], ["y2"]), n("Sigmoid", ["y2"], ["s"]), n("Mul", ["y2", "s"], ["out2"]),
+             n("Add", ["y2", "r"], ["out3"])]
+    model = make_model(nodes, {"x": x, "r": r}, ["out", "out2", "out3"], init)
+    p, got = _compile(model, {"x": x, "r": r})
+    assert_close(got, run_ort(model, {"x": x, "r": r}))
+    (op,) = _ops(p, DotEpilogue)  # the second product feeds two epilogues: it stays a plain dot
+    assert op.n_residual == 1 and op.activations == (("residual", 0.0, 0.0), ("tanh", 0.0, 0.0))
+
+
+def test_epilogue_ops_reference_matches_the_cpu_kernels():
+    # the fused ops keep a numpy reference: the cpu-rewritten program runs on ref too
+    x = rng.standard_normal((1, 8, 9, 9)).astype(np.float32)
+    init = {"w": (rng.standard_normal((8, 8, 3, 3)) * 0.2).astype(np.float32),
+            "b": rng.standard_normal((1, 8, 1, 1)).astype(np.float32)}
+    nodes = [n("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]), n("Add", ["y", "b"], ["t"]),
+             n("HardSigmoid", ["t"], ["out"], alpha=0.25, beta=0.4)]
+    model = make_model(nodes, {"x": x}, ["out"], init)
+    p, got = _compile(model, {"x": x})
+    text = p.to_text()
+    ref = fusegraph.Program.from_text(text)
+    ref.compile(fusegraph.get_target("ref"), fusegraph.CompileOptions(optimize=False))
+    assert_close(ref.run({"x": x}), got, rtol=1e-5, atol=1e-6)
