@@ -6,6 +6,7 @@ reference target."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy as np
 from ...errors import ShapeError
 from ...ir.op import Op, OpKind, register_op
 from ...ir.shape import Shape
-from ...ops.conv import Convolution
+from ...ops.conv import Convolution, Deconvolution
 from ...ops.gemm import Dot
 from ...ops.pool import Pooling
 from ...ops.scalar import evaluate, parse_expr
@@ -76,14 +77,13 @@ def _last(s: Shape) -> Shape:
     return Shape.of(s.dtype, [s.lens[p] for p in to_channels_last(s.ndim)])
 
 
-@register_op
-class ConvEpilogue(Convolution):
-    """conv(x, w) + bias, then the steps of `activations` in order (a RESIDUAL step adds the next
-    residual): inputs x, w, then the bias (per output channel, shape [M]) if `has_bias`, then
-    `n_residual` tensors of the output's shape. With `channels_last`, x, the residuals and the result
-    are N, *spatial, C (w stays M, C/group, *k)."""
+@dataclasses.dataclass(frozen=True)
+class _WindowEpilogue(Op):
+    """A window op (the next base class: convolution or deconvolution) + bias, then the steps of
+    `activations` in order (a RESIDUAL step adds the next residual): inputs x, w, then the bias (per
+    output channel, shape [M]) if `has_bias`, then `n_residual` tensors of the output's shape. With
+    `channels_last`, x, the residuals and the result are N, *spatial, C (w keeps its layout)."""
 
-    name = "conv_epilogue"
     kind = OpKind.CONV
     has_bias: bool = False
     n_residual: int = 0
@@ -124,6 +124,20 @@ class ConvEpilogue(Convolution):
         if self.has_bias:
             y = y + args[2].reshape((1, -1) + (1,) * (y.ndim - 2)).astype(y.dtype)
         return apply_chain(y, self.activations, args[2 + self.has_bias:], args[0].dtype)
+
+
+@register_op
+class ConvEpilogue(_WindowEpilogue, Convolution):
+    """`convolution` (w: M, C/group, *k) with its epilogue: see _WindowEpilogue."""
+
+    name = "conv_epilogue"
+
+
+@register_op
+class DeconvEpilogue(_WindowEpilogue, Deconvolution):
+    """`deconvolution` (w: C, M/group, *k) with its epilogue: see _WindowEpilogue."""
+
+    name = "deconv_epilogue"
 
 
 @register_op

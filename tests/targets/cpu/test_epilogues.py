@@ -131,3 +131,21 @@ def test_epilogue_ops_reference_matches_the_cpu_kernels():
     ref = fusegraph.Program.from_text(text)
     ref.compile(fusegraph.get_target("ref"), fusegraph.CompileOptions(optimize=False))
     assert_close(ref.run({"x": x}), got, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("out_channels, act", [(16, "Relu"), (1, "Sigmoid")])
+def test_deconvolution_scale_bias_activation_fuse(out_channels, act):
+    # PP-OCR's detector head: ConvTranspose, BatchNorm as mul + add, then ReLU (16 channels, run
+    # channels-last) or a sigmoid over one channel (gemm-based: the chain runs after the primitive)
+    x = rng.standard_normal((1, 8, 10, 10)).astype(np.float32)
+    init = {"w": (rng.standard_normal((8, out_channels, 2, 2)) * 0.3).astype(np.float32),
+            "s": rng.uniform(0.5, 1.5, (1, out_channels, 1, 1)).astype(np.float32),
+            "b": rng.standard_normal((1, out_channels, 1, 1)).astype(np.float32)}
+    nodes = [n("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2]), n("Mul", ["y", "s"], ["ys"]),
+             n("Add", ["ys", "b"], ["t"]), n(act, ["t"], ["out"])]
+    model = make_model(nodes, {"x": x}, ["out"], init)
+    p, got = _compile(model, {"x": x})
+    assert_close(got, run_ort(model, {"x": x}))
+    (op,) = [i.op for i in p.main.instructions if i.op.name == "deconv_epilogue"]
+    assert op.has_bias and op.activations == ((act.lower(), 0.0, 0.0),)
+    assert op.channels_last == (out_channels >= 8)

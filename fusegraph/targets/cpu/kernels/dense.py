@@ -7,9 +7,9 @@ import numpy as np
 
 from ....ir.dtypes import DType
 from ....ir.module import Instruction
-from ....ir.shape import Shape
+from ....ir.shape import Shape, standard_strides
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
-from ..ops import RESIDUAL, to_channels_first
+from ..ops import RESIDUAL, apply_chain, to_channels_first
 
 
 def _f32(ins: Instruction) -> bool:
@@ -30,7 +30,8 @@ class Operand:
         self.perm = to_channels_first(shape.ndim) if channels_last else None
         order = self.perm or range(shape.ndim)
         self.lens = tuple(shape.lens[p] for p in order)
-        self.strides = tuple(Shape.of(shape.dtype, self.lens).strides if standard else (shape.strides[p] for p in order))
+        strides = standard_strides(shape.lens) if standard else shape.strides  # standard: dense as the IR's lens
+        self.strides = tuple(strides[p] for p in order)
         self.itemsize = shape.dtype.itemsize
 
     def desc(self):
@@ -49,50 +50,59 @@ class Operand:
         return fixed
 
 
-@lowering("convolution", "conv_epilogue")
-def conv(ins: Instruction, ctx: LowerContext) -> Kernel:
+@lowering("convolution", "conv_epilogue", "deconvolution", "deconv_epilogue")
+def window(ins: Instruction, ctx: LowerContext) -> Kernel:
+    """(De)convolutions with constant weights, their epilogues as bias + post-ops."""
+    from ....errors import CompileError
     from .. import onednn
 
     w = ctx.const(ins.inputs[1])
     if w is None or not _f32(ins) or ins.shape.ndim not in (3, 4, 5):
         return reference_kernel(ins, ctx)
     op = ins.op
-    post, bias, n_res = [], None, 0
-    if op.name == "conv_epilogue":
-        bias = ctx.const(ins.inputs[2]) if op.has_bias else None
-        n_res = op.n_residual
-        # a residual is accumulated in place (oneDNN's sum post-op): oneDNN's binary-add post-op on
-        # plain layouts falls back to its reference kernel, hundreds of times slower
-        if n_res > 1:
-            return reference_kernel(ins, ctx)
-        post = eltwise_post_ops(op.activations)
+    fused = hasattr(op, "activations")
+    n_res = op.n_residual if fused else 0
+    if n_res > 1:  # oneDNN sums one residual in place; its binary add on plain layouts is its reference kernel
+        return reference_kernel(ins, ctx)
+    kw = dict(stride=op.stride, padding=op.padding, dilation=op.dilation, groups=op.group, threads=ctx.threads,
+              post_ops=eltwise_post_ops(op.activations) if fused else [])
+    cls = onednn.Convolution
+    if op.name.startswith("deconv"):
+        cls, kw["output_padding"] = onednn.Deconvolution, op.output_padding
+    bias = ctx.const(ins.inputs[2]) if fused and op.has_bias else None
     channels_last = getattr(op, "channels_last", False)
-    src, dst = Operand(ins.inputs[0].shape, channels_last), Operand(ins.shape, channels_last)
-    prim = onednn.Convolution(src.desc(), w, bias, stride=op.stride, padding=op.padding, dilation=op.dilation,
-                              groups=op.group, post_ops=post, dst_layout=dst.desc(), threads=ctx.threads)
+    dst = Operand(ins.shape, channels_last)
+    try:  # the input where it lies, else (no fast kernel for its strides) a copy in the standard layout
+        src = Operand(ins.inputs[0].shape, channels_last)
+        prim = cls(src.desc(), w, bias, dst_layout=dst.desc(), **kw)
+        if "ref:" in prim.impl:  # e.g. "conv:any+ref:any": a deconvolution over a reference convolution
+            raise CompileError(f"oneDNN has only its reference kernel ({prim.impl}) for {ins.op}")
+    except CompileError:
+        src = Operand(ins.inputs[0].shape, channels_last, standard=True)
+        prim = cls(src.desc(), w, bias, dst_layout=dst.desc(), **kw)
+    after = ()
+    if "gemm" in prim.impl and kw["post_ops"] and not n_res:
+        # oneDNN's gemm-based kernels (few output channels) run eltwise post-ops at reference speed
+        # (a sigmoid over 100K outputs: 10 ms): numpy applies the chain afterwards instead
+        after, kw["post_ops"] = op.activations, []
+        prim = cls(src.desc(), w, bias, dst_layout=dst.desc(), **kw)
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
 
-    if not n_res:
-        def run(args, out):
-            if out is None:
-                out = np.empty(lens, dtype)
-            prim(src.view(args[0]), out=dst.view(out))
-            return out
-
-        return run
-
-    def run_sum(args, out):
+    def run(args, out):
         if out is None:
             out = np.empty(lens, dtype)
-        np.copyto(out, args[-1])  # oneDNN's Sum post-op accumulates onto what `out` holds
+        if n_res:
+            np.copyto(out, args[-1])  # oneDNN's Sum post-op adds what `out` holds
         prim(src.view(args[0]), out=dst.view(out))
+        if after:
+            np.copyto(out, apply_chain(out, after, (), dtype))
         return out
 
-    return run_sum
+    return run
 
 
-# epilogue activation -> the oneDNN eltwise post-op (onednn.postops.ELTWISE_KINDS) and which of
-# alpha/beta it takes from the step (the others keep oneDNN's defaults, which are ONNX's)
+# epilogue activation -> the oneDNN eltwise post-op (onednn.postops.ELTWISE_KINDS) and whether it
+# takes the step's alpha/beta (the others keep oneDNN's defaults, which are ONNX's)
 _ELTWISE = {"relu": ("relu", False), "leaky_relu": ("leaky_relu", True), "clip": ("clip", True),
             "sigmoid": ("sigmoid", False), "tanh": ("tanh", False), "silu": ("silu", False),
             "hard_sigmoid": ("hardsigmoid", True), "hard_swish": ("hardswish", False),

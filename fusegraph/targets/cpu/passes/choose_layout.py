@@ -1,9 +1,10 @@
-"""Runs 2-D convolutions and poolings on channels-last tensors (N, H, W, C), the layout of oneDNN's
-fast kernels: on NCHW it falls back to gemm-based convolutions, 2-4x slower (see
+"""Runs 2-D (de)convolutions and poolings on channels-last tensors (N, H, W, C), the layout of
+oneDNN's fast kernels: on NCHW it falls back to gemm-based convolutions, 2-4x slower (see
 benchmarks/results/onednn_vs_numpy-*.json).
 
-Each float32 `conv_epilogue`/`convolution`/`pooling` that oneDNN runs becomes its channels-last form
-between two transposes (views, no copies): x -> transpose(N,H,W,C) -> op -> transpose(N,C,H,W).
+Each float32 (de)convolution (with its epilogue or not) and pooling that oneDNN runs becomes its
+channels-last form between two transposes (views, no copies): x -> transpose(N,H,W,C) -> op ->
+transpose(N,C,H,W).
 Transposes then sink through the ops between such layers that do not care about the order of axes
 (pointwise math, concat, slice, resize: rewritten over the permuted axes), and back-to-back
 transposes cancel (simplify_reshapes). Invariant: values stay the same; the channels-last regions
@@ -18,13 +19,18 @@ from ....ir.op import Op, OpKind
 from ....ir.shape import Shape
 from ....ops.movement import Contiguous, Transpose
 from ....passes.simplify_reshapes import simplify_reshapes
-from ..ops import ConvEpilogue, PoolingChannelsLast, to_channels_first, to_channels_last
+from ..ops import ConvEpilogue, DeconvEpilogue, PoolingChannelsLast, to_channels_first, to_channels_last
 
 SPATIAL_RANKS = (4,)  # 2-D images; 1-D and 3-D convolutions keep N, C, *spatial
 # A convolution with fewer output channels than a vector (YOLO's box decoding: 16 -> 1) gains
 # nothing channels-last: its N, C, H, W gemm kernel is as fast, and its input comes from a
 # softmax over N, C, H, W that would have to be copied.
 MIN_CHANNELS = 8
+
+
+# window ops oneDNN runs channels-last, and the epilogue form a plain one becomes
+_EPILOGUE_OF = {"convolution": ConvEpilogue, "deconvolution": DeconvEpilogue}
+_WINDOWS = ("convolution", "conv_epilogue", "deconvolution", "deconv_epilogue")
 
 
 def _static_f32(ins: Instruction) -> bool:
@@ -35,13 +41,11 @@ def _static_f32(ins: Instruction) -> bool:
 def _channels_last_op(ins: Instruction) -> Op | None:
     """The channels-last form of `ins`, or None when it keeps its layout."""
     op = ins.op
-    if op.name not in ("convolution", "conv_epilogue", "pooling") or not _static_f32(ins) \
-            or not _static_f32(ins.inputs[0]):
+    if op.name not in (*_WINDOWS, "pooling") or not _static_f32(ins) or not _static_f32(ins.inputs[0]):
         return None
-    if op.name in ("convolution", "conv_epilogue") and ins.inputs[1].is_literal and ins.shape.lens[1] >= MIN_CHANNELS:
-        if op.name == "convolution":
-            return ConvEpilogue(padding=op.padding, stride=op.stride, dilation=op.dilation, group=op.group,
-                                channels_last=True)
+    if op.name in _WINDOWS and ins.inputs[1].is_literal and ins.shape.lens[1] >= MIN_CHANNELS:
+        if op.name in _EPILOGUE_OF:
+            return _EPILOGUE_OF[op.name](**op.attributes(), channels_last=True)
         return None if op.channels_last else _replace(op, channels_last=True)
     if op.name == "pooling" and op.mode in ("max", "average"):
         return PoolingChannelsLast(**op.attributes())
@@ -71,7 +75,7 @@ def _convert(module: Module, ins: Instruction, op: Op) -> None:
     nd = ins.shape.ndim
     last = to_channels_last(nd)
     # activations (x, residuals) turn channels-last; weights and bias keep their layout
-    acts = {0} | ({k for k in range(2 + op.has_bias, len(ins.inputs))} if isinstance(op, ConvEpilogue) else set())
+    acts = {0} | ({k for k in range(2 + op.has_bias, len(ins.inputs))} if hasattr(op, "n_residual") else set())
     inputs = [_transpose(module, ins, x, last) if k in acts else x for k, x in enumerate(ins.inputs)]
     new = module.insert(ins, op, *inputs)
     _redirect(module, ins, module.insert(ins, Transpose(perm=to_channels_first(nd)), new))

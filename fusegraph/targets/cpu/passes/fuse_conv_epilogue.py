@@ -1,7 +1,7 @@
-"""Folds the pointwise epilogue of a float32 convolution into a `conv_epilogue`: per-channel scale
-(into the weights) and bias, then a chain of activations with at most one residual tensor added
-before or within it — what oneDNN runs as bias + post-ops, so the convolution's output is written
-once, already finished.
+"""Folds the pointwise epilogue of a float32 convolution (deconvolution) into a `conv_epilogue`
+(`deconv_epilogue`): per-channel scale (into the weights) and bias, then a chain of activations with
+at most one residual tensor added before or within it — what oneDNN runs as bias + post-ops, so the
+convolution's output is written once, already finished.
 
 The epilogue must read as a chain over a sum of terms (see epilogue.py) where one term is the
 convolution (used nowhere else), possibly times a per-output-channel constant, and the others are
@@ -16,8 +16,11 @@ from ....ir.module import Instruction, Module
 from ....ir.op import OpKind
 from ....ops.scalar import Call, Const, Expr, Var
 from ....passes.constants import small_constant
-from ..ops import RESIDUAL, ConvEpilogue
+from ..ops import RESIDUAL, ConvEpilogue, DeconvEpilogue
 from .epilogue import constant_inputs, read_epilogue
+
+# the window op -> its epilogue form
+_FUSED = {"convolution": ConvEpilogue, "deconvolution": DeconvEpilogue}
 
 
 def _is_term(t: Expr) -> bool:
@@ -37,7 +40,7 @@ def _conv(ins: Instruction, e: Expr) -> Instruction | None:
     if not isinstance(e, Var):
         return None
     x = ins.inputs[e.index]
-    ok = x.op.name == "convolution" and len(x.users) == 1 and x.shape.dtype == DType.float32
+    ok = x.op.name in _FUSED and len(x.users) == 1 and x.shape.dtype == DType.float32
     return x if ok else None
 
 
@@ -49,7 +52,8 @@ def _scaled_conv(ins: Instruction, t: Expr) -> tuple[Instruction, np.ndarray | f
         return None
     for c, k in (t.args, t.args[::-1]):
         conv = _conv(ins, c)
-        if conv is None or not conv.inputs[1].is_literal:
+        # a deconvolution's output channels are its weights' axis 1, per group: scaled when ungrouped
+        if conv is None or not conv.inputs[1].is_literal or (conv.op.name == "deconvolution" and conv.op.group != 1):
             continue
         if isinstance(k, Const):
             return conv, float(k.value)
@@ -97,10 +101,11 @@ def _rewrite(module: Module, ins: Instruction) -> bool:
     weights = conv.inputs[1]
     if not (isinstance(factor, float) and factor == 1.0):
         w = weights.literal
-        scale = np.broadcast_to(np.asarray(factor, np.float32), (channels,)).reshape((-1,) + (1,) * (w.ndim - 1))
-        weights = module.add_literal((w * scale).astype(w.dtype))
-    op = ConvEpilogue(padding=conv.op.padding, stride=conv.op.stride, dilation=conv.op.dilation, group=conv.op.group,
-                      has_bias=has_bias, n_residual=len(residuals), activations=tuple(chain))
+        axis = 1 if conv.op.name == "deconvolution" else 0
+        scale = np.broadcast_to(np.asarray(factor, np.float32), (channels,))
+        weights = module.add_literal((w * scale.reshape([-1 if k == axis else 1 for k in range(w.ndim)])).astype(w.dtype))
+    op = _FUSED[conv.op.name](**conv.op.attributes(), has_bias=has_bias, n_residual=len(residuals),
+                              activations=tuple(chain))
     extra = [module.add_literal(bias)] if has_bias else []
     new = module.insert(ins, op, conv.inputs[0], weights, *extra, *residuals)
     module.replace(ins, new)
