@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 _results: dict[str, dict[str, str]] = {}
+_selected: list[str] = []
 
 
 def pytest_addoption(parser):
@@ -18,15 +19,21 @@ def pytest_addoption(parser):
                      help="run the ONNX backend suite on this target only (repeatable; default: ref and cpu)")
 
 
+def pytest_configure(config):
+    _selected[:] = config.getoption("--backend-target") or ["ref", "cpu"]
+
+
 @pytest.fixture(scope="session")
-def backend_targets(request):
-    return request.config.getoption("--backend-target") or ["ref", "cpu"]
+def backend_targets():
+    return list(_selected)
 
 
 def pytest_runtest_logreport(report):
     if "test_onnx_backend[" not in report.nodeid:
         return
     case_id = report.nodeid.split("test_onnx_backend[", 1)[1][:-1]  # target/kind/name
+    if case_id.split("/", 1)[0] not in _selected:
+        return
     if report.when == "call" or (report.when == "setup" and report.outcome == "skipped"):
         if hasattr(report, "wasxfail"):
             outcome = "xfailed" if report.outcome == "skipped" else "xpassed"
