@@ -1,23 +1,33 @@
-"""The cpu executable: a flat list of kernel steps over one preallocated arena per thread."""
+"""The cpu executable: flat lists of kernel steps — the main module's over one preallocated arena
+per thread, control-flow bodies' (If/Loop/Scan) over buffers their kernels allocate.
+
+A step is `fn(args, out[, env])`: args are values looked up by uid in an environment (a dict), out a
+view of the arena or None. Constants — literals, and movement ops over them (a bias broadcast, a
+transposed weight) evaluated once when the steps are built — sit in the environment from the start;
+views among them get exactly the strides the IR gives them, so kernels take their fast path. The
+run loop is what every inference pays per step: it reads prebuilt tuples and nothing else.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ...ir.builtin import Literal, Param, Return
+from ...ir.builtin import Param
+from ...ir.module import Module
+from ...ir.op import OpKind
 from ...ir.program import Program
 from ...ir.shape import Shape
 from ..base import CompileOptions, Executable
-from .lowering import Kernel
 
 
 @dataclasses.dataclass
 class Step:
-    fn: Kernel
+    fn: Callable[..., Any]
     args: tuple[int, ...]        # uids of the inputs
     out: int                     # uid of the result
     frees: tuple[int, ...]       # uids dead after this step (dropped so memory is returned early)
@@ -26,18 +36,87 @@ class Step:
     name: str = ""
 
 
-class CpuExecutable(Executable):
-    def __init__(self, program: Program, options: CompileOptions, steps: list[Step], arena_bytes: int):
-        super().__init__(program, options)
-        main = program.main
+class ModuleSteps:
+    """One module's steps, its constants, parameters and outputs; `run` evaluates it."""
+
+    def __init__(self, module: Module, steps: list[Step], constants: dict[int, Any]):
+        self.module = module
         self.steps = steps
+        self.constants = constants
+        self.params = [(i.uid, i.op.param_name) for i in module.instructions if isinstance(i.op, Param)]
+        self.outputs = [i.uid for i in module.outputs]
+        own = {i.uid for i in module.instructions}
+        # values of enclosing modules this one reads (a body only copies those from its caller's env)
+        self.outer = sorted({u for s in steps for u in s.args if u not in own})
+        self._rows = [(s.fn, s.args, s.out, s.frees, s.needs_env) for s in steps]
+
+    def fold_constants(self) -> None:
+        """Evaluate once the movement steps whose inputs are all constants."""
+        kept = []
+        by_uid = {i.uid: i for i in self.module.instructions}
+        for s in self.steps:
+            ins = by_uid[s.out]
+            if (ins.op.kind is OpKind.MOVEMENT and ins.op.deterministic and not s.needs_env and s.args
+                    and all(a in self.constants for a in s.args)):
+                self.constants[s.out] = _as_described(s.fn([self.constants[a] for a in s.args], None), ins.shape)
+            else:
+                kept.append(s)
+        self.steps = kept
+        self._rows = [(s.fn, s.args, s.out, s.frees, s.needs_env) for s in kept]
+
+    def run(self, env: dict[int, Any], buffers: Sequence[np.ndarray | None]) -> list[Any]:
+        for (fn, args, uid, frees, needs_env), out in zip(self._rows, buffers):
+            values = [env[a] for a in args]
+            env[uid] = fn(values, out, env) if needs_env else fn(values, out)
+            for dead in frees:
+                del env[dead]
+        return [env[u] for u in self.outputs]
+
+    def run_body(self, params: Mapping[str, Any] | Sequence[Any], outer: Mapping[int, Any]) -> list[Any]:
+        """Run as a control-flow body: parameters by name or position, enclosing values from `outer`."""
+        env = {u: outer[u] for u in self.outer}
+        env.update(self.constants)
+        values = [params[name] for _, name in self.params] if isinstance(params, Mapping) else params
+        for (uid, _), v in zip(self.params, values):
+            # a scan slices numpy scalars out of its inputs; kernels take arrays
+            env[uid] = np.asarray(v) if isinstance(v, np.generic) else v
+        return self.run(env, _NO_BUFFERS)
+
+
+class _NoBuffers:
+    """Buffers of a body: none planned, every kernel allocates its result."""
+
+    def __iter__(self):
+        while True:
+            yield None
+
+
+_NO_BUFFERS = _NoBuffers()
+
+
+def _as_described(value: Any, shape: Any) -> Any:
+    """`value` with the strides the IR gives it: numpy gives size-1 dims strides of its own (0 in a
+    broadcast), the IR a canonical one; the generated kernels compare strides exactly."""
+    if not isinstance(value, np.ndarray) or not isinstance(shape, Shape) or shape.is_dynamic:
+        return value
+    strides = tuple(s * value.itemsize for s in shape.strides)
+    if value.shape != shape.lens or value.strides == strides:
+        return value
+    if any(a != b for a, b, n in zip(value.strides, strides, value.shape) if n > 1):
+        return value  # another layout altogether: kernels handle (or copy) it
+    return np.lib.stride_tricks.as_strided(value, value.shape, strides, writeable=False)
+
+
+class CpuExecutable(Executable):
+    def __init__(self, program: Program, options: CompileOptions, main: ModuleSteps, arena_bytes: int):
+        super().__init__(program, options)
+        self.main = main
         self.arena_bytes = arena_bytes
-        self.params = [(i.uid, i.op.param_name) for i in main.instructions if isinstance(i.op, Param)]
-        self.constants = {i.uid: i.op.value for i in main.instructions if isinstance(i.op, Literal)}
-        ret = main.instructions[-1]
-        assert isinstance(ret.op, Return)
-        self.outputs = [i.uid for i in ret.inputs]
         self._local = threading.local()
+
+    @property
+    def steps(self) -> list[Step]:
+        return self.main.steps
 
     def _buffers(self) -> list[np.ndarray | None]:
         """This thread's arena, cut into each step's output view (made once per thread)."""
@@ -46,7 +125,7 @@ class CpuExecutable(Executable):
             arena = np.empty(self.arena_bytes + 64, np.uint8)
             base = (-arena.ctypes.data) % 64  # 64-byte aligned, as the plan assumes
             views = []
-            for s in self.steps:
+            for s in self.main.steps:
                 if s.buffer is None:
                     views.append(None)
                     continue
@@ -58,24 +137,18 @@ class CpuExecutable(Executable):
         return views
 
     def execute(self, inputs: dict[str, Any]) -> list[np.ndarray]:
-        env: dict[int, Any] = dict(self.constants)
-        for uid, name in self.params:
+        env: dict[int, Any] = dict(self.main.constants)
+        for uid, name in self.main.params:
             env[uid] = inputs[name]
-        for step, out in zip(self.steps, self._buffers()):
-            args = [env[a] for a in step.args]
-            env[step.out] = step.fn(args, out, env) if step.needs_env else step.fn(args, out)
-            for uid in step.frees:
-                del env[uid]
         results = []
-        for uid in self.outputs:
-            r = env[uid]
+        for r in self.main.run(env, self._buffers()):
             # outputs are never planned into the arena, but may be views of inputs or weights
-            results.append(r if isinstance(r, np.ndarray) and r.flags.owndata else _copy(r))
+            results.append(r if isinstance(r, np.ndarray) and r.flags.owndata and r.flags.c_contiguous else _copy(r))
         return results
 
 
 def _copy(r: Any) -> Any:
-    return np.array(r, copy=True) if isinstance(r, np.ndarray) else r
+    return np.array(r, order="C", copy=True) if isinstance(r, np.ndarray) else r
 
 
 def output_buffer(ins, plan) -> tuple[int, tuple[int, ...], np.dtype] | None:

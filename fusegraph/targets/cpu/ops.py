@@ -7,6 +7,7 @@ reference target."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -39,6 +40,7 @@ Activation = tuple[str, float, float]
 RESIDUAL = "residual"
 
 
+@functools.cache
 def activation_expr(name: str, alpha: float, beta: float):
     return parse_expr(ACTIVATIONS[name].format(alpha=repr(float(alpha)), beta=repr(float(beta))))
 

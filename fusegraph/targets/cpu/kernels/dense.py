@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ....ir.dtypes import DType
@@ -64,28 +66,40 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
     n_res = op.n_residual if fused else 0
     if n_res > 1:  # oneDNN sums one residual in place; its binary add on plain layouts is its reference kernel
         return reference_kernel(ins, ctx)
-    kw = dict(stride=op.stride, padding=op.padding, dilation=op.dilation, groups=op.group, threads=ctx.threads,
-              post_ops=eltwise_post_ops(op.activations) if fused else [])
+    # multiply-adds: w.size / w.shape[0] per output value of a convolution, per input value of a deconvolution
+    per = ins.inputs[0].shape if op.name.startswith("deconv") else ins.shape
+    kw = dict(stride=op.stride, padding=op.padding, dilation=op.dilation, groups=op.group,
+              threads=ctx.threads_for(2.0 * per.elements * w.size / w.shape[0]))
     cls = onednn.Convolution
     if op.name.startswith("deconv"):
         cls, kw["output_padding"] = onednn.Deconvolution, op.output_padding
     bias = ctx.const(ins.inputs[2]) if fused and op.has_bias else None
     channels_last = getattr(op, "channels_last", False)
     dst = Operand(ins.shape, channels_last)
-    try:  # the input where it lies, else (no fast kernel for its strides) a copy in the standard layout
-        src = Operand(ins.inputs[0].shape, channels_last)
-        prim = cls(src.desc(), w, bias, dst_layout=dst.desc(), **kw)
+    activations = op.activations if fused else ()
+
+    def make(standard: bool, post: bool):
+        src = Operand(ins.inputs[0].shape, channels_last, standard=standard)
+        prim = cls(src.desc(), w, bias, dst_layout=dst.desc(), post_ops=eltwise_post_ops(activations if post else ()), **kw)
         if "ref:" in prim.impl:  # e.g. "conv:any+ref:any": a deconvolution over a reference convolution
             raise CompileError(f"oneDNN has only its reference kernel ({prim.impl}) for {ins.op}")
-    except CompileError:
-        src = Operand(ins.inputs[0].shape, channels_last, standard=True)
-        prim = cls(src.desc(), w, bias, dst_layout=dst.desc(), **kw)
-    after = ()
-    if "gemm" in prim.impl and kw["post_ops"] and not n_res:
-        # oneDNN's gemm-based kernels (few output channels) run eltwise post-ops at reference speed
-        # (a sigmoid over 100K outputs: 10 ms): numpy applies the chain afterwards instead
-        after, kw["post_ops"] = op.activations, []
-        prim = cls(src.desc(), w, bias, dst_layout=dst.desc(), **kw)
+        return src, prim
+
+    # the input where it lies, else a copy in the standard layout; oneDNN's gemm-based kernels (few
+    # output channels) apply eltwise post-ops at reference speed (a sigmoid over 100K outputs: 10 ms)
+    # and sometimes not at all: numpy applies the chain afterwards there
+    src = prim = None
+    for standard, post in ((False, True), (True, True)) + (((True, False),) if not n_res else ()):
+        try:
+            src, prim = make(standard, post)
+        except CompileError:
+            continue
+        if post and "gemm" in prim.impl and activations and not n_res:
+            src, prim, post = *make(standard, False), False
+        break
+    if prim is None:  # numpy's im2col + BLAS (the op's reference) where oneDNN has only its reference
+        return reference_kernel(ins, ctx)
+    after = () if post else activations
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
 
     def run(args, out):
@@ -139,7 +153,8 @@ def pooling(ins: Instruction, ctx: LowerContext) -> Kernel:
         kernel, stride, padding = op.lengths, op.stride, op.padding
     prim = onednn.Pooling(src.desc(), op.mode, kernel, stride=stride, padding=padding,
                           dilation=() if op.global_pool else op.dilation, ceil_mode=op.ceil_mode and not op.global_pool,
-                          count_include_pad=op.count_include_pad, dst_layout=dst.desc(), threads=ctx.threads)
+                          count_include_pad=op.count_include_pad, dst_layout=dst.desc(),
+                          threads=ctx.threads_for(ins.shape.elements * math.prod(kernel)))
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
 
     def run(args, out):
@@ -160,7 +175,9 @@ def _matmul(ins: Instruction, ctx: LowerContext, b, **kw):
     def make(standard: bool):
         a = Operand(ins.inputs[0].shape, standard=standard)
         bb = b if isinstance(b, np.ndarray) else Operand(b, standard=standard)
-        prim = onednn.MatMul(a.desc(), bb if isinstance(b, np.ndarray) else bb.desc(), threads=ctx.threads, **kw)
+        flops = 2.0 * ins.shape.elements * ins.inputs[0].shape.lens[-1]
+        prim = onednn.MatMul(a.desc(), bb if isinstance(b, np.ndarray) else bb.desc(), threads=ctx.threads_for(flops),
+                             **kw)
         return prim, a, bb
 
     try:

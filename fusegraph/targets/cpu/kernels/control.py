@@ -1,0 +1,24 @@
+"""Control flow (If, Loop, Scan): the op's reference semantics, its bodies compiled like the main
+module (generated and oneDNN kernels, constants folded) rather than interpreted by the ref target."""
+
+from __future__ import annotations
+
+from ....ir.module import Instruction
+from ....ir.op import OpKind, registered_ops
+from ..lowering import Kernel, LowerContext, lower_module, lowering, reference_kernel
+
+
+def control(ins: Instruction, ctx: LowerContext) -> Kernel:
+    if not ins.module_args:
+        return reference_kernel(ins, ctx)
+    op, modules = ins.op, ins.module_args
+    bodies = {m.name: lower_module(m, ctx) for m in modules}
+
+    def run(args, out, env):
+        return op.compute_control(args, modules, lambda m, params: bodies[m.name].run_body(params, env))
+
+    run.needs_env = True  # type: ignore[attr-defined]  # bodies read values of the enclosing module
+    return run
+
+
+lowering(*[n for n, c in registered_ops().items() if c.kind is OpKind.CONTROL])(control)

@@ -1,0 +1,92 @@
+"""The cpu executable: control-flow bodies compiled like the main module, constants folded at build
+time with the strides the IR gives them, results owned by the caller."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper
+
+import fusegraph
+from fusegraph.targets.cpu.executable import ModuleSteps
+from tests.util import assert_close, make_model, run_ort
+
+rng = np.random.default_rng(5)
+n = helper.make_node
+
+
+def _compile(model, inputs):
+    p = fusegraph.parse_onnx(model)
+    p.compile(fusegraph.get_target("cpu"))
+    return p, p.run(inputs)
+
+
+def _if_model():
+    w = (rng.standard_normal((8, 4, 3)) * 0.3).astype(np.float32)
+    then = helper.make_graph(
+        [n("Conv", ["x", "w"], ["c"], pads=[1, 1]), n("Relu", ["c"], ["r"]), n("ReduceMean", ["r"], ["y"], keepdims=0)],
+        "then", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    other = helper.make_graph([n("ReduceMax", ["x"], ["y2"], keepdims=0)], "else", [],
+                              [helper.make_tensor_value_info("y2", TensorProto.FLOAT, None)])
+    nodes = [n("Equal", ["sr", "k"], ["cond"]), n("If", ["cond"], ["out"], then_branch=then, else_branch=other)]
+    x = rng.standard_normal((1, 4, 16)).astype(np.float32)
+    model = make_model(nodes, {"x": x, "sr": np.array(16000, np.int64)}, ["out"],
+                       {"w": w, "k": np.array(16000, np.int64)})
+    return model, x
+
+
+def test_if_bodies_run_compiled_kernels():
+    model, x = _if_model()
+    p = fusegraph.parse_onnx(model)
+    p.compile(fusegraph.get_target("cpu"))
+    for sr in (16000, 8000):  # both branches
+        feeds = {"x": x, "sr": np.array(sr, np.int64)}
+        assert_close(p.run(feeds), run_ort(model, feeds))
+    (step,) = [s for s in p.executable.steps if s.name == "if"]
+    bodies = [c.cell_contents for c in step.fn.__closure__ if isinstance(c.cell_contents, dict)][0]
+    assert all(isinstance(b, ModuleSteps) for b in bodies.values())
+    then = next(b for b in bodies.values() if any(s.name == "convolution" for s in b.steps))
+    assert then.outer  # the body reads x from the enclosing module
+
+
+def test_loop_body_with_scalar_slices():
+    # Scan hands its body numpy scalars sliced from a 1-D input: kernels get 0-d arrays
+    body = helper.make_graph(
+        [n("Add", ["acc", "v"], ["acc2"]), n("Mul", ["v", "v"], ["sq"])], "body",
+        [helper.make_tensor_value_info("acc", TensorProto.FLOAT, []),
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("acc2", TensorProto.FLOAT, []),
+         helper.make_tensor_value_info("sq", TensorProto.FLOAT, [])])
+    v = rng.standard_normal(6).astype(np.float32)
+    model = make_model([n("Scan", ["init", "v"], ["total", "squares"], body=body, num_scan_inputs=1)],
+                       {"init": np.array(0.5, np.float32), "v": v}, ["total", "squares"], opset=17)
+    feeds = {"init": np.array(0.5, np.float32), "v": v}
+    _, got = _compile(model, feeds)
+    assert_close(got, run_ort(model, feeds), rtol=1e-6, atol=1e-6)
+
+
+def test_constant_broadcasts_are_folded_with_the_ir_strides():
+    x = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    init = {"b": rng.standard_normal((1, 3, 1)).astype(np.float32)}
+    model = make_model([n("Add", ["x", "b"], ["s"]), n("Exp", ["s"], ["e"]),
+                        n("ReduceSum", ["e", "axes"], ["out"], keepdims=1)], {"x": x}, ["out"],
+                       {**init, "axes": np.array([2], np.int64)})
+    p, got = _compile(model, {"x": x})
+    assert_close(got, run_ort(model, {"x": x}), rtol=1e-5, atol=1e-6)
+    main = p.executable.main
+    assert "broadcast" not in [s.name for s in main.steps]
+    by_uid = {i.uid: i for i in p.main.instructions}
+    for uid, value in main.constants.items():
+        shape = by_uid[uid].shape
+        if by_uid[uid].op.name == "broadcast":
+            assert value.strides == tuple(s * value.itemsize for s in shape.strides)
+
+
+def test_outputs_are_standard_arrays_of_their_own():
+    # a channels-last conv's output reaches the caller as an N, C, H, W array it owns
+    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    model = make_model([n("Conv", ["x", "w"], ["out"], pads=[1, 1, 1, 1])], {"x": x}, ["out"],
+                       {"w": (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32)})
+    p, got = _compile(model, {"x": x})
+    assert got[0].flags.c_contiguous and got[0].flags.owndata
+    again = p.run({"x": x})
+    assert again[0] is not got[0] and np.array_equal(again[0], got[0])
