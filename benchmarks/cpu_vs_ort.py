@@ -5,6 +5,7 @@
 Both run in this process on the same inputs with the same thread count (ORT: intra_op_num_threads),
 alternating run by run after warm-up (fusegraph.driver.timing, which `fusegraph perf --compare ort`
 uses too); each model's outputs are first checked against ORT's (verify's default tolerances).
+ORT's idle workers do not spin (see fusegraph.driver.ort.OrtSession; --ort-spin to let them).
 Prints a ratio table (fusegraph / ORT median latency; below 1 fusegraph is faster) with the geometric
 mean, and writes benchmarks/results/cpu_vs_ort-<host>.json.
 
@@ -75,7 +76,7 @@ CASES = [_zoo("resnet50", 1), _zoo("resnet50", 8), _zoo("bert_base", 1), _minilm
          _real("ppocr_rec"), _real("yolov8n_nudenet"), _real("silero_vad")]
 
 
-def run_case(case: Case, threads: int, runs: int, warmup: int) -> dict:
+def run_case(case: Case, threads: int, runs: int, warmup: int, ort_spin: bool = False) -> dict:
     import fusegraph
     from fusegraph.driver.commands.verify import compare_outputs
     from fusegraph.driver.models import ModelSource
@@ -89,7 +90,7 @@ def run_case(case: Case, threads: int, runs: int, warmup: int) -> dict:
     program = fusegraph.parse_onnx(proto, map_input_dims={k: list(v.shape) for k, v in feeds.items()})
     program.compile(fusegraph.get_target("cpu"), fusegraph.CompileOptions(threads=threads))
     compile_s = time.perf_counter() - t0
-    session = OrtSession(ModelSource(case.name, proto, path=path), threads)
+    session = OrtSession(ModelSource(case.name, proto, path=path), threads, spin=ort_spin)
     diffs = compare_outputs(program.output_names, program.run(feeds), session.run(feeds))
     times = measure({"fusegraph": lambda: program.run(feeds), "onnxruntime": lambda: session.run(feeds)},
                     runs, warmup)
@@ -110,6 +111,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=usable_cores())
     ap.add_argument("--runs", type=int, default=20, help="timed runs of each (median; at least 20 for results)")
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--ort-spin", action="store_true",
+                    help="let ORT's idle workers spin (its default; off: they hold a core through fusegraph's runs)")
     ap.add_argument("--no-write", action="store_true", help="do not write the JSON results")
     a = ap.parse_args()
     wanted = a.models.split(",")
@@ -120,7 +123,7 @@ def main() -> int:
     rows = []
     print(f"{'model':<18}{'batch':>6}{'fusegraph ms':>14}{'ORT ms':>10}{'ratio':>8}  verified (max abs err)")
     for case in (c for c in CASES if c.name in wanted):
-        r = run_case(case, a.threads, a.runs, a.warmup)
+        r = run_case(case, a.threads, a.runs, a.warmup, a.ort_spin)
         rows.append(r)
         if "skipped" in r:
             print(f"{case.name:<18}{case.batch:>6}  skipped: {r['skipped']}")
@@ -134,8 +137,8 @@ def main() -> int:
           f"{a.warmup} warm-up; ratio = fusegraph / ORT)")
     if not a.no_write:
         path = write_results("cpu_vs_ort", {"threads": a.threads, "runs": a.runs, "warmup": a.warmup,
-                                            "onnxruntime": onnxruntime.__version__, "geomean_ratio": gm,
-                                            "models": rows})
+                                            "onnxruntime": onnxruntime.__version__, "ort_spin": a.ort_spin,
+                                            "geomean_ratio": gm, "models": rows})
         print(f"wrote {path.relative_to(ROOT)}")
     return 0 if all(r.get("verified", True) for r in rows) else 1
 

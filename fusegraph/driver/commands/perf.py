@@ -39,6 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=positive_int, metavar="N",
                    help="threads for fusegraph and the peer (default: all usable cores)")
     p.add_argument("--compare", choices=("ort",), help="also measure ONNX Runtime, alternating with fusegraph")
+    p.add_argument("--ort-spin", action="store_true",
+                   help="let ONNX Runtime's idle workers spin (its default; off: they would hold a core through "
+                        "fusegraph's runs)")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the results as JSON")
 
 
@@ -59,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if args.compare == "ort":
         with status("creating the ONNX Runtime session"):
             t0 = time.perf_counter()
-            session = OrtSession(loaded.source, threads)
+            session = OrtSession(loaded.source, threads, spin=args.ort_spin)
             setup["onnxruntime"] = time.perf_counter() - t0
         runners["onnxruntime"] = lambda: session.run(feeds)
     with progress(f"measuring ({args.warmup} warm-up runs first)", args.iterations) as bar:

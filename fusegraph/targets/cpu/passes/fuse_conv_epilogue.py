@@ -70,9 +70,12 @@ def _rewrite(module: Module, ins: Instruction) -> bool:
     if ep is None:
         return False
     scaled = [(t, s) for t in ep.terms if (s := _scaled_conv(ins, t)) is not None]
-    if len(scaled) != 1:
+    if not scaled:
         return False
-    conv_term, (conv, factor) = scaled[0]
+    # of two convolutions summed (ResNet's projection shortcut), the later one runs last and adds
+    # the other, computed already, as its residual
+    order = {x.uid: k for k, x in enumerate(module.instructions)}
+    conv_term, (conv, factor) = max(scaled, key=lambda ts: order[ts[1][0].uid])
     channels = conv.shape.lens[1]
     if sum(1 for t in ep.terms + ep.residuals if conv in _inputs_of(ins, t)) != 1:
         return False  # the convolution is read twice: it is not a plain term
