@@ -4,8 +4,10 @@ per thread, control-flow bodies' (If/Loop/Scan) over buffers their kernels alloc
 A step is `fn(args, out[, env])`: args are values looked up by uid in an environment (a dict), out a
 view of the arena or None. Constants — literals, and movement ops over them (a bias broadcast, a
 transposed weight) evaluated once when the steps are built — sit in the environment from the start;
-views among them get exactly the strides the IR gives them, so kernels take their fast path. The
-run loop is what every inference pays per step: it reads prebuilt tuples and nothing else.
+views among them get exactly the strides the IR gives them, so kernels take their fast path. Views
+of arena buffers (the reshapes and transposes around every matmul) are fixed too, since each
+thread's arena is: they are made once per thread and never run again. The run loop is what every
+inference pays per step: it reads prebuilt tuples and nothing else.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Step:
     buffer: tuple[int, tuple[int, ...], np.dtype] | None  # arena offset, lens, dtype of the output
     needs_env: bool = False
     name: str = ""
+    view: Shape | None = None    # the result's shape when it is a view of the first input
 
 
 class ModuleSteps:
@@ -48,7 +51,10 @@ class ModuleSteps:
         own = {i.uid for i in module.instructions}
         # values of enclosing modules this one reads (a body only copies those from its caller's env)
         self.outer = sorted({u for s in steps for u in s.args if u not in own})
-        self._rows = [(s.fn, s.args, s.out, s.frees, s.needs_env) for s in steps]
+        self._set_rows()
+
+    def _set_rows(self) -> None:
+        self._rows = [(s.fn, s.args, s.out, s.frees, s.needs_env, None) for s in self.steps]
 
     def fold_constants(self) -> None:
         """Evaluate once the movement steps whose inputs are all constants."""
@@ -62,10 +68,26 @@ class ModuleSteps:
             else:
                 kept.append(s)
         self.steps = kept
-        self._rows = [(s.fn, s.args, s.out, s.frees, s.needs_env) for s in kept]
+        self._set_rows()
 
-    def run(self, env: dict[int, Any], buffers: Sequence[np.ndarray | None]) -> list[Any]:
-        for (fn, args, uid, frees, needs_env), out in zip(self._rows, buffers):
+    def with_arena(self, arena: np.ndarray) -> tuple[list[tuple], dict[int, Any]]:
+        """The steps over `arena` (64-byte aligned): each row with its output view, and the views of
+        arena buffers, made here once, whose steps are left out."""
+        rows, fixed, static = [], {}, {}
+        for s, (fn, args, uid, frees, needs_env, _) in zip(self.steps, self._rows):
+            if s.buffer is not None:
+                offset, lens, dtype = s.buffer
+                out = arena[offset: offset + int(np.prod(lens)) * dtype.itemsize].view(dtype).reshape(lens)
+                fixed[uid] = out  # every kernel given an output buffer returns it
+                rows.append((fn, args, uid, frees, needs_env, out))
+            elif s.view is not None and args[0] in fixed and not needs_env:
+                fixed[uid] = static[uid] = _as_described(fn([fixed[args[0]]], None), s.view)
+            else:
+                rows.append((fn, args, uid, frees, needs_env, None))
+        return rows, static
+
+    def run(self, env: dict[int, Any], rows: Sequence[tuple] | None = None) -> list[Any]:
+        for fn, args, uid, frees, needs_env, out in self._rows if rows is None else rows:
             values = [env[a] for a in args]
             env[uid] = fn(values, out, env) if needs_env else fn(values, out)
             for dead in frees:
@@ -80,18 +102,7 @@ class ModuleSteps:
         for (uid, _), v in zip(self.params, values):
             # a scan slices numpy scalars out of its inputs; kernels take arrays
             env[uid] = np.asarray(v) if isinstance(v, np.generic) else v
-        return self.run(env, _NO_BUFFERS)
-
-
-class _NoBuffers:
-    """Buffers of a body: none planned, every kernel allocates its result."""
-
-    def __iter__(self):
-        while True:
-            yield None
-
-
-_NO_BUFFERS = _NoBuffers()
+        return self.run(env)
 
 
 def _as_described(value: Any, shape: Any) -> Any:
@@ -118,30 +129,24 @@ class CpuExecutable(Executable):
     def steps(self) -> list[Step]:
         return self.main.steps
 
-    def _buffers(self) -> list[np.ndarray | None]:
-        """This thread's arena, cut into each step's output view (made once per thread)."""
-        views = getattr(self._local, "views", None)
-        if views is None:
-            arena = np.empty(self.arena_bytes + 64, np.uint8)
-            base = (-arena.ctypes.data) % 64  # 64-byte aligned, as the plan assumes
-            views = []
-            for s in self.main.steps:
-                if s.buffer is None:
-                    views.append(None)
-                    continue
-                offset, lens, dtype = s.buffer
-                n = int(np.prod(lens)) * dtype.itemsize
-                views.append(arena[base + offset: base + offset + n].view(dtype).reshape(lens))
-            self._local.views = views
-            self._local.arena = arena
-        return views
+    def _thread_plan(self) -> tuple[list[tuple], dict[int, Any]]:
+        """This thread's arena and the steps over it (made once per thread)."""
+        plan = getattr(self._local, "plan", None)
+        if plan is None:
+            raw = np.empty(self.arena_bytes + 64, np.uint8)
+            base = (-raw.ctypes.data) % 64  # 64-byte aligned, as the plan assumes
+            plan = self._local.plan = self.main.with_arena(raw[base:])
+            self._local.arena = raw
+        return plan
 
     def execute(self, inputs: dict[str, Any]) -> list[np.ndarray]:
+        rows, static = self._thread_plan()
         env: dict[int, Any] = dict(self.main.constants)
+        env.update(static)
         for uid, name in self.main.params:
             env[uid] = inputs[name]
         results = []
-        for r in self.main.run(env, self._buffers()):
+        for r in self.main.run(env, rows):
             # outputs are never planned into the arena, but may be views of inputs or weights
             results.append(r if isinstance(r, np.ndarray) and r.flags.owndata and r.flags.c_contiguous else _copy(r))
         return results

@@ -19,6 +19,8 @@ from ...errors import CompileError
 from ...ir.builtin import Literal, Param, Return
 from ...ir.module import Instruction, Module
 from ...ir.op import OpKind
+from ...ir.shape import Shape
+from ...passes.memory_coloring import is_view
 from ..base import CompileOptions
 from .executable import ModuleSteps, Step, output_buffer
 
@@ -125,8 +127,10 @@ def lower_module(module: Module, ctx: LowerContext) -> ModuleSteps:
             continue
         fn = lower_instruction(ins, ctx)
         dead = tuple(u for u in frees.get(pos, ()) if u not in keep)
+        view = ins.shape if is_view(ins) and len(ins.inputs) == 1 and isinstance(ins.shape, Shape) else None
         steps.append(Step(fn, tuple(i.uid for i in ins.inputs), ins.uid, dead,
-                          output_buffer(ins, module.memory_plan), getattr(fn, "needs_env", False), ins.op.name))
+                          output_buffer(ins, module.memory_plan), getattr(fn, "needs_env", False), ins.op.name,
+                          view))
     lowered = ModuleSteps(module, steps, constants)
     ctx.deferred.append(lowered.fold_constants)
     return lowered
