@@ -11,7 +11,7 @@ from ..base import CompileOptions, Executable, Target
 from . import kernels  # noqa: F401  (fills the lowering table)
 from .executable import CpuExecutable
 from .lowering import LowerContext, lower_module
-from .passes import choose_layout, fuse_conv_epilogue, fuse_dot_epilogue
+from .passes import choose_layout, fuse_conv_epilogue, fuse_dot_epilogue, plan_memory
 
 
 class CpuTarget(Target):
@@ -21,14 +21,14 @@ class CpuTarget(Target):
         generic = generic_pipeline()
         assert generic[-1] is memory_coloring
         # epilogues fuse in N, C, H, W, then layouts change; the plan must come last: both change
-        # which buffers exist
+        # which buffers exist (and it is the cpu's: epilogues write over their dying residuals)
         return generic[:-1] + [fuse_conv_epilogue, fuse_dot_epilogue, choose_layout, eliminate_dead_code,
-                               memory_coloring]
+                               plan_memory]
 
     def lower(self, program: Program, options: CompileOptions) -> Executable:
         main = program.main
         if main.memory_plan is None:
-            memory_coloring(main)
+            plan_memory(main)
         threads = options.threads or len(os.sched_getaffinity(0))
         ctx = LowerContext(options, threads)
         steps = lower_module(main, ctx)

@@ -23,6 +23,13 @@ def plain(a: np.ndarray) -> np.ndarray:
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
+def _accumulate_onto(out: np.ndarray, residual: np.ndarray) -> None:
+    """Put the residual where oneDNN's Sum post-op adds it: in `out` (plan_memory often planned
+    them in one buffer already)."""
+    if residual.ctypes.data != out.ctypes.data or residual.strides != out.strides:
+        np.copyto(out, residual)
+
+
 class Operand:
     """How a kernel's input or output is seen by oneDNN: with the strides the IR gives it (a strided
     view costs no copy), or `standard` ones. A channels-last op's tensors (N, *spatial, C in the IR)
@@ -106,7 +113,7 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
         if out is None:
             out = np.empty(lens, dtype)
         if n_res:
-            np.copyto(out, args[-1])  # oneDNN's Sum post-op adds what `out` holds
+            _accumulate_onto(out, args[-1])
         prim(src.view(args[0]), out=dst.view(out))
         if after:
             np.copyto(out, apply_chain(out, after, (), dtype))
@@ -225,7 +232,7 @@ def dot_epilogue(ins: Instruction, ctx: LowerContext) -> Kernel:
         if out is None:
             out = np.empty(lens, dtype)
         if n_res:
-            np.copyto(out, args[-1])  # oneDNN's Sum post-op accumulates onto what `out` holds
+            _accumulate_onto(out, args[-1])
         prim(av.view(args[0]), out=out.reshape(product))
         return out
 

@@ -1,0 +1,77 @@
+"""plan_memory: epilogues write over a residual that dies with them; nothing live is overwritten."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+import fusegraph
+from fusegraph.passes.memory_coloring import plan_buffers
+from tests.util import assert_close, make_model, run_ort
+
+rng = np.random.default_rng(13)
+n = helper.make_node
+
+
+def _w(*shape):
+    return (rng.standard_normal(shape) * (1.0 / np.prod(shape[1:])) ** 0.5).astype(np.float32)
+
+
+def _blocks(k: int, keep_residual: bool):
+    """k residual blocks relu(conv(relu(conv(x))) + x); with `keep_residual` each block's input is
+    also an output of the model, so it outlives the block."""
+    nodes, init, outs, x = [], {}, [], "x"
+    for b in range(k):
+        init[f"w{b}a"], init[f"w{b}b"] = _w(8, 8, 3, 3), _w(8, 8, 3, 3)
+        nodes += [n("Conv", [x, f"w{b}a"], [f"a{b}"], pads=[1, 1, 1, 1]), n("Relu", [f"a{b}"], [f"r{b}"]),
+                  n("Conv", [f"r{b}", f"w{b}b"], [f"c{b}"], pads=[1, 1, 1, 1]), n("Add", [f"c{b}", x], [f"s{b}"]),
+                  n("Relu", [f"s{b}"], [f"y{b}"])]
+        if keep_residual and b:
+            outs.append(x)
+        x = f"y{b}"
+    return nodes, init, outs + [x]
+
+
+def _plan_is_sound(module) -> None:
+    plan = module.memory_plan
+    own = {b.uid: b for b in plan_buffers(module)}
+    lives = {}  # buffer -> [first writer, last reader] over every uid planned into it
+    for uid, b in plan.buffers.items():
+        lo, hi = lives.get(id(b), (own[uid].start, own[uid].end))
+        lives[id(b)] = (min(lo, own[uid].start), max(hi, own[uid].end))
+    bufs = {id(b): b for b in plan.buffers.values()}
+    items = list(lives.items())
+    for i, (ka, (sa, ea)) in enumerate(items):
+        for kb, (sb, eb) in items[i + 1:]:
+            a, b = bufs[ka], bufs[kb]
+            if sa <= eb and sb <= ea:  # alive together: disjoint bytes
+                assert a.offset + a.size <= b.offset or b.offset + b.size <= a.offset
+
+
+def test_residual_chain_shares_buffers_and_stays_correct():
+    x = rng.standard_normal((1, 8, 12, 12)).astype(np.float32)
+    nodes, init, outs = _blocks(4, keep_residual=False)
+    model = make_model(nodes, {"x": x}, outs, init)
+    p = fusegraph.parse_onnx(model)
+    p.compile(fusegraph.get_target("cpu"))
+    assert_close(p.run({"x": x}), run_ort(model, {"x": x}))
+    plan = p.main.memory_plan
+    fused = [i for i in p.main.instructions if i.op.name == "conv_epilogue" and i.op.n_residual]
+    shared = [i for i in fused if plan.buffers.get(i.uid) is plan.buffers.get(i.inputs[-1].uid)]
+    # the first block's residual is the network input, the last block's result the network output
+    assert len(fused) == 4 and len(shared) == 2
+    _plan_is_sound(p.main)
+
+
+def test_residual_read_later_keeps_its_buffer():
+    x = rng.standard_normal((1, 8, 12, 12)).astype(np.float32)
+    nodes, init, outs = _blocks(3, keep_residual=True)
+    model = make_model(nodes, {"x": x}, outs, init)
+    p = fusegraph.parse_onnx(model)
+    p.compile(fusegraph.get_target("cpu"))
+    assert_close(p.run({"x": x}), run_ort(model, {"x": x}))
+    plan = p.main.memory_plan
+    for i in p.main.instructions:
+        if i.op.name == "conv_epilogue" and i.op.n_residual and i.inputs[-1].uid in plan.buffers:
+            assert plan.buffers[i.uid] is not plan.buffers[i.inputs[-1].uid]
+    _plan_is_sound(p.main)
