@@ -105,3 +105,17 @@ def test_views_of_arena_buffers_are_made_once_per_thread():
     assert len(static) == 2 and len(rows) == len(p.executable.steps) - 2
     again = p.run({"x": 2 * x})  # the fixed views see each run's values
     assert_close(again, run_ort(model, {"x": 2 * x}), rtol=1e-5, atol=1e-5)
+
+
+def test_contiguous_and_concat_kernels():
+    # NCHW input read channels-last (oneDNN reorder), concat of channels-last tensors into its buffer
+    x = rng.standard_normal((2, 3, 9, 7)).astype(np.float32)
+    init = {"w1": (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
+            "w2": (rng.standard_normal((8, 3, 1, 1)) * 0.3).astype(np.float32)}
+    nodes = [n("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]), n("Conv", ["x", "w2"], ["b"]),
+             n("Concat", ["a", "b"], ["out"], axis=1)]
+    model = make_model(nodes, {"x": x}, ["out"], init)
+    p, got = _compile(model, {"x": x})
+    assert_close(got, run_ort(model, {"x": x}))
+    names = [s.name for s in p.executable.steps]
+    assert names.count("contiguous") == 1 and "concat" in names
