@@ -134,11 +134,15 @@ def choose_layout(module: Module) -> bool:
     for ins in module:  # in order: a transpose sinks through a whole chain in one sweep
         _sink(module, ins)
     simplify_reshapes(module)  # transpose(transpose(x)) -> x at the joins
+    copies: dict[tuple, Instruction] = {}
     for ins in module:
         # oneDNN has no fast kernel reading a strided N, C, H, W view as N, H, W, C (the network's
         # input, a tensor from outside a channels-last region): it is copied once into the layout
         x = ins.inputs[0] if ins.inputs else None
         if getattr(ins.op, "channels_last", False) or ins.op.name == "pooling_channels_last":
             if not x.shape.standard:
-                module.replace_inputs(ins, [module.insert(ins, Contiguous(), x), *ins.inputs[1:]])
+                key = (x.inputs[0].uid, x.op.perm) if x.op.name == "transpose" else (x.uid,)
+                if key not in copies:  # one copy for every reader of the same view
+                    copies[key] = module.insert(ins, Contiguous(), x)
+                module.replace_inputs(ins, [copies[key], *ins.inputs[1:]])
     return True
