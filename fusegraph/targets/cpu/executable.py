@@ -1,5 +1,5 @@
-"""The cpu executable: flat lists of kernel steps — the main module's over one preallocated arena
-per thread, control-flow bodies' (If/Loop/Scan) over buffers their kernels allocate.
+"""The cpu executable: flat lists of kernel steps, each module's (the main one's, and those of
+control-flow bodies: If/Loop/Scan) over its own preallocated arena, one per thread.
 
 A step is `fn(args, out[, env])`: args are values looked up by uid in an environment (a dict), out a
 view of the arena or None. Constants — literals, and movement ops over them (a bias broadcast, a
@@ -42,10 +42,12 @@ class Step:
 class ModuleSteps:
     """One module's steps, its constants, parameters and outputs; `run` evaluates it."""
 
-    def __init__(self, module: Module, steps: list[Step], constants: dict[int, Any]):
+    def __init__(self, module: Module, steps: list[Step], constants: dict[int, Any], arena_bytes: int = 0):
         self.module = module
         self.steps = steps
         self.constants = constants
+        self.arena_bytes = arena_bytes
+        self._local = threading.local()
         self.params = [(i.uid, i.op.param_name) for i in module.instructions if isinstance(i.op, Param)]
         self.outputs = [i.uid for i in module.outputs]
         own = {i.uid for i in module.instructions}
@@ -86,8 +88,19 @@ class ModuleSteps:
                 rows.append((fn, args, uid, frees, needs_env, None))
         return rows, static
 
-    def run(self, env: dict[int, Any], rows: Sequence[tuple] | None = None) -> list[Any]:
-        for fn, args, uid, frees, needs_env, out in self._rows if rows is None else rows:
+    def thread_plan(self) -> tuple[list[tuple], dict[int, Any]]:
+        """This thread's arena and the steps over it (made once per thread: runs on several threads
+        never share a buffer)."""
+        plan = getattr(self._local, "plan", None)
+        if plan is None:
+            raw = np.empty(self.arena_bytes + 64, np.uint8)
+            base = (-raw.ctypes.data) % 64  # 64-byte aligned, as the plan assumes
+            plan = self._local.plan = self.with_arena(raw[base:])
+            self._local.arena = raw
+        return plan
+
+    def run(self, env: dict[int, Any], rows: Sequence[tuple]) -> list[Any]:
+        for fn, args, uid, frees, needs_env, out in rows:
             values = [env[a] for a in args]
             env[uid] = fn(values, out, env) if needs_env else fn(values, out)
             for dead in frees:
@@ -96,13 +109,15 @@ class ModuleSteps:
 
     def run_body(self, params: Mapping[str, Any] | Sequence[Any], outer: Mapping[int, Any]) -> list[Any]:
         """Run as a control-flow body: parameters by name or position, enclosing values from `outer`."""
+        rows, static = self.thread_plan()
         env = {u: outer[u] for u in self.outer}
         env.update(self.constants)
+        env.update(static)
         values = [params[name] for _, name in self.params] if isinstance(params, Mapping) else params
         for (uid, _), v in zip(self.params, values):
             # a scan slices numpy scalars out of its inputs; kernels take arrays
             env[uid] = np.asarray(v) if isinstance(v, np.generic) else v
-        return self.run(env)
+        return self.run(env, rows)
 
 
 def _as_described(value: Any, shape: Any) -> Any:
@@ -122,25 +137,18 @@ class CpuExecutable(Executable):
     def __init__(self, program: Program, options: CompileOptions, main: ModuleSteps, arena_bytes: int):
         super().__init__(program, options)
         self.main = main
-        self.arena_bytes = arena_bytes
-        self._local = threading.local()
+        self.main.arena_bytes = arena_bytes
 
     @property
     def steps(self) -> list[Step]:
         return self.main.steps
 
-    def _thread_plan(self) -> tuple[list[tuple], dict[int, Any]]:
-        """This thread's arena and the steps over it (made once per thread)."""
-        plan = getattr(self._local, "plan", None)
-        if plan is None:
-            raw = np.empty(self.arena_bytes + 64, np.uint8)
-            base = (-raw.ctypes.data) % 64  # 64-byte aligned, as the plan assumes
-            plan = self._local.plan = self.main.with_arena(raw[base:])
-            self._local.arena = raw
-        return plan
+    @property
+    def arena_bytes(self) -> int:
+        return self.main.arena_bytes
 
     def execute(self, inputs: dict[str, Any]) -> list[np.ndarray]:
-        rows, static = self._thread_plan()
+        rows, static = self.main.thread_plan()
         env: dict[int, Any] = dict(self.main.constants)
         env.update(static)
         for uid, name in self.main.params:

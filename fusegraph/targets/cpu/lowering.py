@@ -113,10 +113,14 @@ def lower_instruction(ins: Instruction, ctx: LowerContext) -> Kernel:
 
 
 def lower_module(module: Module, ctx: LowerContext) -> ModuleSteps:
-    """`module`'s instructions as kernel steps (into its memory plan's buffers, if it has one), its
-    literals as constants. Constant movement steps are folded once `ctx.finish()` built the kernels."""
+    """`module`'s instructions as kernel steps into its memory plan's buffers (a body is planned
+    here), its literals as constants. Constant movement steps are folded once `ctx.finish()` built
+    the kernels."""
     from ..ref.interpreter import last_uses
+    from .passes.plan_memory import plan_memory
 
+    if module.memory_plan is None:  # a control-flow body (passes plan the main module only)
+        plan_memory(module, body=True)
     frees = last_uses(module)
     keep = {i.uid for i in module.outputs}
     steps, constants = [], {}
@@ -131,6 +135,6 @@ def lower_module(module: Module, ctx: LowerContext) -> ModuleSteps:
         steps.append(Step(fn, tuple(i.uid for i in ins.inputs), ins.uid, dead,
                           output_buffer(ins, module.memory_plan), getattr(fn, "needs_env", False), ins.op.name,
                           view))
-    lowered = ModuleSteps(module, steps, constants)
+    lowered = ModuleSteps(module, steps, constants, module.memory_plan.arena_bytes)
     ctx.deferred.append(lowered.fold_constants)
     return lowered

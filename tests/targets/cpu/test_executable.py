@@ -101,7 +101,7 @@ def test_views_of_arena_buffers_are_made_once_per_thread():
     model = make_model(nodes, {"x": x}, ["out"], init)
     p, got = _compile(model, {"x": x})
     assert_close(got, run_ort(model, {"x": x}), rtol=1e-5, atol=1e-5)
-    rows, static = p.executable._thread_plan()
+    rows, static = p.executable.main.thread_plan()
     assert len(static) == 2 and len(rows) == len(p.executable.steps) - 2
     again = p.run({"x": 2 * x})  # the fixed views see each run's values
     assert_close(again, run_ort(model, {"x": 2 * x}), rtol=1e-5, atol=1e-5)
@@ -119,3 +119,19 @@ def test_contiguous_and_concat_kernels():
     assert_close(got, run_ort(model, {"x": x}))
     names = [s.name for s in p.executable.steps]
     assert names.count("contiguous") == 1 and "concat" in names
+
+
+def test_pad_modes_and_lstm_kernels():
+    x = rng.standard_normal((1, 2, 5)).astype(np.float32)
+    for mode in ("constant", "reflect", "edge", "wrap"):
+        model = make_model([n("Pad", ["x", "pads"], ["out"], mode=mode)], {"x": x}, ["out"],
+                           {"pads": np.array([0, 1, 2, 0, 0, 3], np.int64)}, opset=19)
+        assert_close(_compile(model, {"x": x})[1], run_ort(model, {"x": x}))
+    h = 8
+    seq = rng.standard_normal((3, 2, 4)).astype(np.float32)
+    init = {"W": (rng.standard_normal((2, 4 * h, 4)) * 0.5).astype(np.float32),
+            "R": (rng.standard_normal((2, 4 * h, h)) * 0.5).astype(np.float32),
+            "B": (rng.standard_normal((2, 8 * h)) * 0.5).astype(np.float32)}
+    model = make_model([n("LSTM", ["x", "W", "R", "B"], ["y", "yh", "yc"], hidden_size=h, direction="bidirectional")],
+                       {"x": seq}, ["y", "yh", "yc"], init)
+    assert_close(_compile(model, {"x": seq})[1], run_ort(model, {"x": seq}), rtol=1e-5, atol=1e-6)

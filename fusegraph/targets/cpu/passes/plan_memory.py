@@ -4,22 +4,30 @@ residual dies with it (ResNet's and YOLO's shortcuts) writes its result over tha
 oneDNN's sum post-op adds what the output buffer holds: with its own buffer, the residual is first
 copied in (3 MB per block at ResNet-50's first stage); sharing the residual's buffer, it is already
 there. Invariant: memory_coloring's, where such an output and its residual count as one buffer,
-alive from the residual's writer to the output's last reader. Like memory_coloring, the pass only
-sets `module.memory_plan` and reports no change.
+alive from the residual's writer to the output's last reader; and a tensor that may outlive its
+last reader (kept in a sequence, passed through control flow) has no buffer of its own in the
+arena. Like memory_coloring, the pass only sets `module.memory_plan` and reports no change.
 """
 
 from __future__ import annotations
 
-from ....ir.module import Module
-from ....passes.memory_coloring import Buffer, MemoryPlan, color, max_live, plan_buffers
+from ....ir.module import Instruction, Module
+from ....ir.op import OpKind
+from ....ir.shape import Shape
+from ....passes.memory_coloring import Buffer, MemoryPlan, color, is_view, max_live, plan_buffers, reads
 
 EPILOGUES = frozenset({"conv_epilogue", "deconv_epilogue", "dot_epilogue"})
 
 
-def plan_memory(module: Module) -> bool:
-    if module.parent is not None:
-        return False  # bodies of control flow run with their own scratch
-    buffers = plan_buffers(module)
+def plan_memory(module: Module, body: bool = False) -> bool:
+    """Plan `module`: the main module, or (`body`) a control-flow body, which the lowering plans into
+    an arena of its own. As a pass it leaves submodules alone (fused ops' bodies are never run)."""
+    if module.parent is not None and not body:
+        return False
+    # a body may also return a value it reads from here: what control flow reads escapes too
+    flows = set().union(*[reads(i) for i in module.instructions if i.op.kind is OpKind.CONTROL])
+    escaping = {_root(i).uid for i in module.instructions if _escapes(i) or i.uid in flows}
+    buffers = [b for b in plan_buffers(module) if b.uid not in escaping]
     of: dict[int, Buffer] = {b.uid: b for b in buffers}  # uid -> the buffer it is written to
     merged: set[int] = set()
     for k, ins in enumerate(module.instructions):
@@ -38,3 +46,16 @@ def plan_memory(module: Module) -> bool:
     arena = color(kept)
     module.memory_plan = MemoryPlan(of, arena, max_live(kept), sum(b.size for b in buffers))
     return False
+
+
+def _escapes(ins: Instruction) -> bool:
+    """Whether `ins`'s value may outlive its last reader: put in a sequence or an optional, or handed
+    to control flow, whose results (a tuple) may be that very array."""
+    return any(not isinstance(u.shape, Shape) for u in ins.users)
+
+
+def _root(ins: Instruction) -> Instruction:
+    """The instruction whose buffer `ins` lives in (itself, or what it is a view of)."""
+    while ins.inputs and is_view(ins):
+        ins = ins.inputs[0]
+    return ins
