@@ -9,7 +9,7 @@ times on caller-owned numpy buffers, zero-copy:
 """
 
 from ._lib import INSTALL_HINT, PIP_PACKAGE, available, default_threads
-from .base import Primitive, Reorder, pack
+from .base import PackingCache, Primitive, Reorder, pack, packing_cache
 from .matmul import MatMul
 from .memory import MemDesc, aligned_empty
 from .postops import Binary, Eltwise, Sum
@@ -17,6 +17,6 @@ from .primitives import LAYOUTS, Convolution, Deconvolution, Pooling, activation
 
 __all__ = [
     "INSTALL_HINT", "LAYOUTS", "PIP_PACKAGE", "Binary", "Convolution", "Deconvolution", "Eltwise", "MatMul",
-    "MemDesc", "Pooling", "Primitive", "Reorder", "Sum", "activation_desc", "aligned_empty", "available",
-    "default_threads", "pack",
+    "MemDesc", "PackingCache", "Pooling", "Primitive", "Reorder", "Sum", "activation_desc", "aligned_empty",
+    "available", "default_threads", "pack", "packing_cache",
 ]

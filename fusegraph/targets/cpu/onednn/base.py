@@ -11,16 +11,19 @@ allocates one buffer once.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ctypes
 import threading
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from ctypes import c_void_p
 
 import numpy as np
 
 from ....errors import CompileError, FusegraphError, InputError
 from . import _lib
-from .memory import MemDesc
+from .memory import ALIGN, MemDesc, aligned_empty
 from .postops import Attr
 
 
@@ -208,8 +211,71 @@ class Reorder(Primitive):
 
 
 def pack(array: np.ndarray, desc: MemDesc, threads: int | None = None) -> np.ndarray:
-    """`array` (plain, as laid out) reordered into `desc`; a plain copy when they already agree."""
+    """`array` (plain, as laid out) reordered into `desc`; a plain copy when they already agree. Within
+    `packing_cache(cache)`, a packing the cache holds is not done again, and what is packed is recorded."""
+    cache = _PACKING.get()
+    names = cache.identify(array) if cache is not None else ()
+    layout = desc.layout_key if names else None
+    if layout is not None:
+        packed = cache.lookup(names, layout, desc.nbytes)
+        if packed is not None:
+            return packed
     src = MemDesc.of_array(array)
-    if src == desc:
-        return np.array(array, copy=True)
-    return Reorder(src, desc, threads)(array)
+    packed = np.array(array, copy=True) if src == desc else Reorder(src, desc, threads)(array)
+    if layout is not None:
+        cache.record(names[0], layout, packed)
+    return packed
+
+
+class PackingCache:
+    """Packed weights kept beyond one process: `pack` records what it packs here, and takes what was
+    packed before (`provided`: a compiled file's bytes) instead of packing again.
+
+    `identify(array)` names the weights `pack` reads in a way that holds across processes (the cpu
+    target: an IR literal and the view of it), or returns () where it cannot; the first name is the one
+    recorded, any may match. A provided packing is used only for exactly the layout it was packed for
+    (`MemDesc.layout_key`), and without a copy where its buffer is ALIGN-byte aligned.
+    """
+
+    def __init__(self, identify: Callable[[np.ndarray], Sequence[Hashable]],
+                 provided: Mapping[tuple[Hashable, str], memoryview] | None = None):
+        self.identify = identify
+        self.provided = dict(provided or {})
+        self._packed: dict[tuple[Hashable, str], weakref.ref] = {}
+        self.hits = 0
+
+    def lookup(self, names: Sequence[Hashable], layout: str, nbytes: int) -> np.ndarray | None:
+        for name in names:
+            saved = self.provided.get((name, layout))
+            if saved is None or saved.nbytes != nbytes:
+                continue
+            packed = np.frombuffer(saved, np.uint8)
+            if packed.ctypes.data % ALIGN:  # oneDNN's kernels load whole cache lines: an aligned copy
+                packed = aligned_empty(nbytes)
+                packed[:] = np.frombuffer(saved, np.uint8)
+            self.hits += 1
+            self.record(name, layout, packed)
+            return packed
+        return None
+
+    def record(self, name: Hashable, layout: str, packed: np.ndarray) -> None:
+        # weakly: a primitive built and discarded (a kernel choice that was refused) keeps nothing alive
+        self._packed[(name, layout)] = weakref.ref(packed)
+
+    def packed(self) -> dict[tuple[Hashable, str], np.ndarray]:
+        """What was packed or taken (and is still used), by (name, layout)."""
+        live = {key: ref() for key, ref in self._packed.items()}
+        return {key: a for key, a in live.items() if a is not None}
+
+
+_PACKING: contextvars.ContextVar[PackingCache | None] = contextvars.ContextVar("onednn_packing", default=None)
+
+
+@contextlib.contextmanager
+def packing_cache(cache: PackingCache) -> Iterator[PackingCache]:
+    """Make `pack` consult and fill `cache` in this block (this thread or task only)."""
+    token = _PACKING.set(cache)
+    try:
+        yield cache
+    finally:
+        _PACKING.reset(token)

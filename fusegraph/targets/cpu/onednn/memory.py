@@ -63,7 +63,7 @@ class MemDesc:
     def _dims_query(self, what: int, n: int) -> tuple[int, ...]:
         ptr = ctypes.POINTER(c_int64)()
         _lib.check(self._lib.dnnl_memory_desc_query(self.handle, what, ctypes.byref(ptr)), "memory desc query")
-        return tuple(ptr[i] for i in range(n))
+        return tuple(ptr[:n])
 
     def _plain(self) -> bool:
         kind, nblks = c_int(), c_int()
@@ -121,6 +121,24 @@ class MemDesc:
             return None
         size = np.dtype(self.numpy_dtype).itemsize
         return tuple(s * size for s in self.strides)
+
+    @property
+    def layout_key(self) -> str | None:
+        """Everything that places this tensor's elements in its bytes (dims, padding, strides, inner
+        blocks, size), as text: equal keys mean equal layouts, also across processes (a packed weight
+        saved in a compiled file is checked against it). None for a format that is not blocked."""
+        kind = c_int()
+        self._lib.dnnl_memory_desc_query(self.handle, _lib.Q_FORMAT_KIND, ctypes.byref(kind))
+        if kind.value != _lib.FORMAT_KIND_BLOCKED:
+            return None
+        nd, nblks, offset0 = len(self.shape), c_int(), c_int64()
+        self._lib.dnnl_memory_desc_query(self.handle, _lib.Q_INNER_NBLKS, ctypes.byref(nblks))
+        self._lib.dnnl_memory_desc_query(self.handle, _lib.Q_SUBMEMORY_OFFSET, ctypes.byref(offset0))
+        q = self._dims_query
+        return (f"{self.dtype} dims={list(self.shape)} padded={list(q(_lib.Q_PADDED_DIMS, nd))} "
+                f"offsets={list(q(_lib.Q_PADDED_OFFSETS, nd))}+{offset0.value} strides={list(q(_lib.Q_STRIDES, nd))} "
+                f"blocks={list(q(_lib.Q_INNER_BLKS, nblks.value))}@{list(q(_lib.Q_INNER_IDXS, nblks.value))} "
+                f"bytes={self.nbytes}")
 
     @property
     def numpy_dtype(self) -> np.dtype:

@@ -97,11 +97,10 @@ class _WindowPrimitive(Primitive):
         consts = [(_lib.ARG_WEIGHTS, w_md, self.weights)]
         if bias_md is not None:
             consts.append((_lib.ARG_BIAS, bias_md, bias_arr))
-        slots = [(_lib.ARG_SRC, self.query_md(_lib.Q_SRC_MD), "src")]
-        slots += binary_slots(src1)
-        slots.append((_lib.ARG_DST, self.query_md(_lib.Q_DST_MD), "dst"))
+        # _finish asks the primitive for each argument's descriptor (what was `any` is concrete there)
+        slots = [(_lib.ARG_SRC, None, "src"), *binary_slots(src1), (_lib.ARG_DST, None, "dst")]
         self._finish(pd, slots, consts)
-        self.src_desc, self.out_shape = slots[0][1], tuple(dst_shape)
+        self.src_desc, self.out_shape = self._slots[0].desc, tuple(dst_shape)
         self._needs_out = any(isinstance(p, Sum) for p in post_ops)
 
     def _fresh_out(self) -> np.ndarray:
