@@ -14,13 +14,15 @@ handle (float16/bfloat16, reductions over leading axes, ...), so the target can 
 a missing C compiler is a plain `CompileError`.
 """
 
-from .build import Kernel, Library, build_library, find_compiler
+from .build import Kernel, Library, build_library, find_compiler, library_path, translation_unit
 from .c_expr import CodegenUnsupported, CRenderer, CValue
 from .kernels import KernelSource, Layout, coalesce, plan_pointwise, pointwise_kernel, pointwise_kernel_for
+from .memo import KernelCache, kernel_cache, source_from_json, source_to_json
 from .reduce import reduce_kernel, softmax_kernel
 
 __all__ = [
-    "CRenderer", "CValue", "CodegenUnsupported", "Kernel", "KernelSource", "Layout", "Library", "build_library",
-    "coalesce", "find_compiler", "plan_pointwise", "pointwise_kernel", "pointwise_kernel_for", "reduce_kernel",
-    "softmax_kernel",
+    "CRenderer", "CValue", "CodegenUnsupported", "Kernel", "KernelCache", "KernelSource", "Layout", "Library",
+    "build_library", "coalesce", "find_compiler", "kernel_cache", "library_path", "plan_pointwise", "pointwise_kernel",
+    "pointwise_kernel_for", "reduce_kernel", "softmax_kernel", "source_from_json", "source_to_json",
+    "translation_unit",
 ]

@@ -98,13 +98,19 @@ def build_library(sources: Sequence[KernelSource], *, threads: int | None = None
                   cache: str | os.PathLike | None = None, compiler: str = COMPILER,
                   flags: Sequence[str] = FLAGS) -> Library:
     """Compile `sources` (deduplicated) into one library, or load it from the cache."""
-    cc = find_compiler(compiler)
     source = translation_unit(sources)
-    key = hashlib.sha256("\0".join([source, " ".join(flags), compiler_identity(cc)]).encode()).hexdigest()
-    path = cache_dir(cache) / f"fg_{key[:40]}.so"
+    path = library_path(source, cache=cache, compiler=compiler, flags=flags)
     if not path.exists():
-        _compile(source, path, cc, flags)
+        _compile(source, path, find_compiler(compiler), flags)
     return Library(path, source, sources, threads)
+
+
+def library_path(source: str, *, cache: str | os.PathLike | None = None, compiler: str = COMPILER,
+                 flags: Sequence[str] = FLAGS) -> Path:
+    """Where the cache keeps (or would keep) the library built from translation unit `source`."""
+    cc = find_compiler(compiler)
+    key = hashlib.sha256("\0".join([source, " ".join(flags), compiler_identity(cc)]).encode()).hexdigest()
+    return cache_dir(cache) / f"fg_{key[:40]}.so"
 
 
 def default_threads() -> int:

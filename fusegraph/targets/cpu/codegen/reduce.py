@@ -32,6 +32,7 @@ from ....ir.module import Module
 from ....ir.shape import Shape
 from .c_expr import HALF, CRenderer, CValue, c_type, convert, literal, load, single, storage_type, store
 from .kernels import GRAIN, KernelSource, expr_cost, finish
+from .memo import cached
 from .reduce_body import BUFFER_BYTES, Acc, Body, Node, view_offsets
 
 
@@ -238,6 +239,17 @@ class _Emitter:
         return code
 
 
+def _reduce_key(body: Module, axes: Sequence[int], *, fast_math: bool = True) -> tuple[Module, str]:
+    return body, f"reduce axes={list(axes)} fast_math={fast_math}"
+
+
+def _softmax_key(dtype: DType, lens: Sequence[int], *, axis: int = -1, log: bool = False, fast_math: bool = True,
+                 strides: Sequence[int] | None = None) -> tuple[None, str]:
+    return None, (f"softmax {dtype.value}{list(lens)} strides={None if strides is None else list(strides)} "
+                  f"axis={axis} log={log} fast_math={fast_math}")
+
+
+@cached(_reduce_key)  # a compiled file keeps the kernel: loading it generates none (codegen/memo.py)
 def reduce_kernel(body: Module, axes: Sequence[int], *, fast_math: bool = True) -> KernelSource:
     """A kernel for a fused_reduce body reducing `axes` (the instruction's attribute). Shapes and
     strides are baked in: p[1..] must be laid out as the body's parameters say, p[0] contiguous."""
@@ -250,6 +262,7 @@ def reduce_kernel(body: Module, axes: Sequence[int], *, fast_math: bool = True) 
                   out_lens=tuple(body.outputs[0].shape.lens))
 
 
+@cached(_softmax_key)
 def softmax_kernel(dtype: DType, lens: Sequence[int], *, axis: int = -1, log: bool = False,
                    fast_math: bool = True, strides: Sequence[int] | None = None) -> KernelSource:
     """softmax (or log_softmax) of a `lens` tensor along `axis` (the last, or a trailing block of
