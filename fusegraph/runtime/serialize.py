@@ -36,6 +36,8 @@ from .fgx_format import ALIGNMENT, Container, ContainerWriter
 INTEGRITY_MODES = ("lazy", "eager")
 _ARTIFACT = "artifact/"
 _WEIGHTS = "weights/"
+# artifacts named weights/... are bulk data (a target's pre-packed weights): checked when weights are
+_BULK_ARTIFACT = _ARTIFACT + _WEIGHTS
 
 
 # -- saving -----------------------------------------------------------------------------------------
@@ -153,7 +155,8 @@ def _load(c: Container, verify_key: signing.Key | None, integrity: str) -> Progr
     if kinds["ir"] != ["ir"]:
         raise c.error(f"it must hold one IR part named 'ir', it holds {kinds['ir']}")
     eager = key is not None or integrity == "eager"
-    c.verify(kinds["ir"] + kinds["artifact"] + (kinds["weights"] if eager else []))
+    bulk = kinds["weights"] + [n for n in kinds["artifact"] if n.startswith(_BULK_ARTIFACT)]
+    c.verify(kinds["ir"] + [n for n in kinds["artifact"] if n not in bulk] + (bulk if eager else []))
     # The IR's shapes were derived and verified when it was compiled, and its checksum holds: re-derive
     # them only when asked to check everything, or when another fusegraph (other shape rules) wrote it.
     program = _parse_ir(c, check_shapes=eager or c.manifest.get("fusegraph_version") != __version__)
@@ -162,9 +165,8 @@ def _load(c: Container, verify_key: signing.Key | None, integrity: str) -> Progr
     artifacts = {n[len(_ARTIFACT):]: c.part(n) for n in kinds["artifact"]}
     exe = target.load(program, options, artifacts)
     program.executable, program.target_name = exe, target.name
-    if not eager and kinds["weights"]:
-        weights = kinds["weights"]
-        exe.defer_check(lambda: c.verify(weights))
+    if not eager and bulk:
+        exe.defer_check(lambda: c.verify(bulk))
     return program
 
 

@@ -70,10 +70,11 @@ class Target:
     def lower(self, program: Program, options: CompileOptions) -> Executable:
         raise NotImplementedError
 
-    def export_artifacts(self, executable: Executable) -> dict[str, bytes]:
+    def export_artifacts(self, executable: Executable) -> dict[str, bytes | memoryview]:
         """What this target built beyond the IR that a compiled file should keep (generated kernel
-        sources, autotuning choices), by name. Stored with the program by `fusegraph.save`; kept small,
-        since they are verified at load (weights, pre-packed ones included, belong in the IR as literals)."""
+        sources, autotuning choices, pre-packed weights), by name. Stored with the program by
+        `fusegraph.save`. They are verified at load, so keep them small, except those named weights/...:
+        bulk data, verified like the weights (before the first run, unless the load is eager)."""
         return {}
 
     def load(self, program: Program, options: CompileOptions, artifacts: Mapping[str, memoryview]) -> Executable:
