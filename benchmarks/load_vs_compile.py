@@ -7,7 +7,7 @@ Both sides start from a file on disk with a warm page cache: `parse_onnx(model.o
 weight checksum verified at load, as a signed load does) and the first run after each, since a lazy load
 verifies its weights then. Outputs are checked bit-identical. The target defaults to the best CPU target
 available (cpu, else ref). Goal: load >= 15x faster than parse + compile for ResNet-50 and BERT-base.
-Writes benchmarks/results/load_vs_compile-<host>.json.
+Writes benchmarks/results/load_vs_compile-<target>-<host>.json.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def main() -> int:
               f"{r['bit_identical']}")
     ok = all("error" not in r and r["speedup"] >= GOAL and r["bit_identical"] for r in rows)
     print(f"goal: load >= {GOAL:.0f}x faster than parse + compile, bit-identical outputs: {'met' if ok else 'NOT met'}")
-    print("wrote", write_results("load_vs_compile", {"goal_speedup": GOAL, "goal_met": ok, "results": rows}))
+    print("wrote", write_results(f"load_vs_compile-{target}", {"goal_speedup": GOAL, "goal_met": ok, "results": rows}))
     return 0 if ok else 1
 
 

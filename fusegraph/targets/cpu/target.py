@@ -4,11 +4,13 @@ one planned arena."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from ...ir.program import Program
 from ...passes import eliminate_dead_code, generic_pipeline, memory_coloring
 from ..base import CompileOptions, Executable, Target
 from . import kernels  # noqa: F401  (fills the lowering table)
+from .artifacts import building, export, providing
 from .executable import CpuExecutable
 from .lowering import LowerContext, lower_module
 from .passes import choose_layout, fuse_conv_epilogue, fuse_dot_epilogue, plan_memory
@@ -30,11 +32,23 @@ class CpuTarget(Target):
         if main.memory_plan is None:
             plan_memory(main)
         threads = options.threads or len(os.sched_getaffinity(0))
-        ctx = LowerContext(options, threads)
-        steps = lower_module(main, ctx)
-        ctx.finish()
+        with building(program) as built:  # what a compiled file keeps: packed weights, generated kernels
+            ctx = LowerContext(options, threads)
+            steps = lower_module(main, ctx)
+            ctx.finish()
+        built.library = ctx.library
         plan = main.memory_plan
-        return CpuExecutable(program, options, steps, plan.arena_bytes if plan else 0)
+        exe = CpuExecutable(program, options, steps, plan.arena_bytes if plan else 0)
+        exe.built = built
+        return exe
+
+    def export_artifacts(self, executable: Executable) -> dict[str, bytes | memoryview]:
+        return export(getattr(executable, "built", None))
+
+    def load(self, program: Program, options: CompileOptions, artifacts: Mapping[str, memoryview]) -> Executable:
+        # the same lowering, with weights packed (and kernels generated) when the file was saved
+        with providing(program, artifacts):
+            return self.lower(program, options)
 
 
 TARGET = CpuTarget()
