@@ -40,7 +40,8 @@ class LowerContext:
 
     def threads_for(self, flops: float) -> int:
         """Threads for a library kernel of `flops`: one below SMALL_WORK, where waking the other
-        workers (passive OpenMP threads: 10-100 us on a busy machine) costs more than they save."""
+        workers (passive OpenMP threads: 10-100 us on a busy machine) and splitting the work cost
+        more than they save."""
         return 1 if flops < SMALL_WORK else self.threads
 
     def finish(self) -> None:
@@ -54,9 +55,10 @@ class LowerContext:
 
 
 LOWERINGS: dict[str, Callable[[Instruction, LowerContext], Kernel]] = {}
-# FLOPs under which a kernel runs on one thread (measured on the 2-core VM: a 3x3 conv of 4.7 MFLOP
-# takes 39 us on one thread, 117 us on two; at 30 MFLOP they are even)
-SMALL_WORK = 8e6
+# FLOPs under which a kernel runs on one thread. Measured on the 2-core VM (oneDNN, channels-last,
+# 1 vs 2 threads): a 1x1 conv of 13 MFLOP 0.092 vs 0.150 ms, 3x3 convs of 29.5 MFLOP even (0.19 ms),
+# 103 MFLOP 0.69 vs 0.48 ms; matmuls alike (1600x64x64: 0.097 vs 0.136 ms)
+SMALL_WORK = 30e6
 
 # Ops whose numpy reference is the right cpu kernel: numpy's own copies, gathers and views, and
 # control flow, which runs its submodules through the interpreter.
