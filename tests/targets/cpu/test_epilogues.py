@@ -149,3 +149,30 @@ def test_deconvolution_scale_bias_activation_fuse(out_channels, act):
     (op,) = [i.op for i in p.main.instructions if i.op.name == "deconv_epilogue"]
     assert op.has_bias and op.activations == ((act.lower(), 0.0, 0.0),)
     assert op.channels_last == (out_channels >= 8)
+
+
+@pytest.mark.parametrize("attrs", [dict(pads=[1, 1]), dict(pads=[2, 1], strides=[2], dilations=[2]),
+                                   dict(pads=[1, 1], group=2)])
+def test_small_1d_convs_with_epilogue_run_in_numpy(attrs):
+    # silero-vad's tiny 1-D convs: im2col by a precomputed gather, one product, the chain in numpy
+    x = rng.standard_normal((2, 8, 9)).astype(np.float32)
+    g = attrs.get("group", 1)
+    init = {"w": (rng.standard_normal((6, 8 // g, 3)) * 0.3).astype(np.float32),
+            "b": rng.standard_normal(6).astype(np.float32)}
+    nodes = [n("Conv", ["x", "w", "b"], ["y"], **attrs), n("Sigmoid", ["y"], ["s"]), n("Mul", ["y", "s"], ["out"])]
+    model = make_model(nodes, {"x": x}, ["out"], init)
+    p, got = _compile(model, {"x": x})
+    assert_close(got, run_ort(model, {"x": x}))
+    (step,) = [s for s in p.executable.steps if s.name == "conv_epilogue"]
+    assert "small" in step.fn.__qualname__ or "_small" in step.fn.__qualname__
+
+
+def test_small_conv_with_a_residual():
+    x = rng.standard_normal((1, 4, 6, 5)).astype(np.float32)
+    init = {"w": (rng.standard_normal((4, 4, 3, 3)) * 0.3).astype(np.float32)}
+    nodes = [n("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]), n("Relu", ["y"], ["r"]), n("Add", ["r", "x"], ["out"])]
+    model = make_model(nodes, {"x": x}, ["out"], init)
+    p, got = _compile(model, {"x": x})
+    assert_close(got, run_ort(model, {"x": x}))
+    (op,) = _ops(p, ConvEpilogue)
+    assert op.activations == (("relu", 0.0, 0.0), ("residual", 0.0, 0.0))

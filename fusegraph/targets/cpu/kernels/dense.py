@@ -12,6 +12,7 @@ from ....ir.module import Instruction
 from ....ir.shape import Shape, standard_strides
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
 from ..ops import RESIDUAL, apply_chain, to_channels_first
+from .small import SMALL_CONV, small_conv
 
 
 def _f32(ins: Instruction) -> bool:
@@ -84,6 +85,9 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
     channels_last = getattr(op, "channels_last", False)
     dst = Operand(ins.shape, channels_last)
     activations = op.activations if fused else ()
+    conv = not op.name.startswith("deconv")
+    if conv and not channels_last and ins.shape.elements * w.size / w.shape[0] < SMALL_CONV:
+        return _small(ins, w, bias, activations)
 
     def make(standard: bool, post: bool):
         src = Operand(ins.inputs[0].shape, channels_last, standard=standard)
@@ -104,8 +108,8 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
         if post and "gemm" in prim.impl and activations and not n_res:
             src, prim, post = *make(standard, False), False
         break
-    if prim is None:  # numpy's im2col + BLAS (the op's reference) where oneDNN has only its reference
-        return reference_kernel(ins, ctx)
+    if prim is None:  # numpy's im2col + BLAS where oneDNN has only its reference kernel
+        return _small(ins, w, bias, activations) if conv and not channels_last else reference_kernel(ins, ctx)
     after = () if post else activations
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
 
@@ -118,6 +122,17 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
         if after:
             np.copyto(out, apply_chain(out, after, (), dtype))
         return out
+
+    return run
+
+
+def _small(ins: Instruction, w: np.ndarray, bias: np.ndarray | None, activations) -> Kernel:
+    fn = small_conv(ins.inputs[0].shape.lens, w, bias, ins.op, activations, ins.shape.lens)
+    k = 2 + (bias is not None)
+    lens, dtype = ins.shape.lens, ins.shape.dtype.np
+
+    def run(args, out):
+        return fn(np.ascontiguousarray(args[0]), np.empty(lens, dtype) if out is None else out, args[k:])
 
     return run
 

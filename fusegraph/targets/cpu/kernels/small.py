@@ -1,0 +1,91 @@
+"""Tiny convolutions in numpy: im2col as one gather through indices worked out at compile time,
+then one BLAS product. Below a few hundred thousand multiply-adds oneDNN's cost per call (25-50 us
+on the 2-core VM, and its reference kernel for shapes like silero-vad's 128 -> 1 head: 130 us with
+the op's reference) is most of the time; this way silero-vad's 1-D convs take a few microseconds.
+
+Also the numpy form of an epilogue chain for kernels that apply it after the product: each step
+compiled once into numpy calls (the same functions the reference evaluates), in place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ....ops.conv import window_attrs
+from ....ops.scalar import SCALAR_FUNCS, Call, Const, Expr, Var
+from ..ops import RESIDUAL, Activation, activation_expr
+
+SMALL_CONV = 1e6  # multiply-adds under which a convolution with constant weights runs here
+
+
+def _compile(e: Expr) -> Callable[[np.ndarray], np.ndarray]:
+    """`e` over x0 as nested numpy calls (no tree walk per call)."""
+    if isinstance(e, Var):
+        return lambda x: x
+    if isinstance(e, Const):
+        v = e.value
+        return lambda x: v
+    assert isinstance(e, Call)
+    fn = SCALAR_FUNCS[e.fn].numpy
+    args = [_compile(a) for a in e.args]
+    if len(args) == 1:
+        (a,) = args
+        return lambda x: fn(a(x))
+    if len(args) == 2:
+        a, b = args
+        return lambda x: fn(a(x), b(x))
+    return lambda x: fn(*[f(x) for f in args])
+
+
+def numpy_chain(activations: Sequence[Activation]) -> Callable[[np.ndarray, Sequence[np.ndarray]], None]:
+    """chain(y, residuals): the epilogue's steps applied to `y` in place (ops.apply_chain's math)."""
+    steps = [None if name == RESIDUAL else _compile(activation_expr(name, a, b)) for name, a, b in activations]
+
+    def chain(y: np.ndarray, residuals: Sequence[np.ndarray]) -> None:
+        pending = iter(residuals)
+        with np.errstate(all="ignore"):
+            for step in steps:
+                if step is None:
+                    y += next(pending)
+                else:
+                    y[...] = step(y)
+
+    return chain
+
+
+def small_conv(x_lens: Sequence[int], w: np.ndarray, bias: np.ndarray | None, op, activations: Sequence[Activation],
+               out_lens: Sequence[int]) -> Callable:
+    """fn(x, out, residuals) for a convolution of N, C, *spatial input `x_lens` with weights `w`."""
+    n, c, *sp = x_lens
+    m, cg, *ks = w.shape
+    g = op.group
+    pb, _, strides, dils = window_attrs(op, len(sp))
+    out_sp = list(out_lens[2:])
+    s_in, taps, s_out = math.prod(sp), math.prod(ks), math.prod(out_sp)
+    # idx[tap, o]: the flat input position tap `tap` of output `o` reads, or s_in (a zero) when padding
+    idx = np.full((taps, s_out), s_in, np.intp)
+    for t, offs in enumerate(np.ndindex(*ks)):
+        for o, pos in enumerate(np.ndindex(*out_sp)):
+            src = [p * s - b + k * d for p, s, b, k, d in zip(pos, strides, pb, offs, dils)]
+            if all(0 <= v < e for v, e in zip(src, sp)):
+                idx[t, o] = np.ravel_multi_index(src, sp)
+    wg = np.ascontiguousarray(w.reshape(g, m // g, cg * taps))
+    b = None if bias is None else bias.reshape(1, g, m // g, 1).astype(w.dtype)
+    chain = numpy_chain(activations)
+
+    def run(x: np.ndarray, out: np.ndarray, residuals: Sequence[np.ndarray]) -> np.ndarray:
+        padded = np.empty((n, c, s_in + 1), w.dtype)
+        padded[:, :, s_in] = 0  # the column padding reads
+        padded[:, :, :s_in] = x.reshape(n, c, s_in)
+        cols = padded[:, :, idx].reshape(n, g, cg * taps, s_out)
+        y = out.reshape(n, g, m // g, s_out)
+        np.matmul(wg, cols, out=y)
+        if b is not None:
+            y += b
+        chain(out, residuals)
+        return out
+
+    return run
