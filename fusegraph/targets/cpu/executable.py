@@ -129,7 +129,8 @@ def _as_described(value: Any, shape: Any) -> Any:
     if value.shape != shape.lens or value.strides == strides:
         return value
     if any(a != b for a, b, n in zip(value.strides, strides, value.shape) if n > 1):
-        return value  # another layout altogether: kernels handle (or copy) it
+        # another layout altogether (numpy's reshape of a transposed constant keeps it a view)
+        return np.ascontiguousarray(value) if shape.standard else value
     return np.lib.stride_tricks.as_strided(value, value.shape, strides, writeable=False)
 
 
