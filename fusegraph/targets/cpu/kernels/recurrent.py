@@ -27,7 +27,10 @@ def lstm(ins: Instruction, ctx: LowerContext) -> Kernel:
     dirs = []
     for k in range(op.num_directions):
         peep = p[k] if np.any(p[k]) else None
-        dirs.append((np.ascontiguousarray(w[k].T), np.ascontiguousarray(r[k].T), b[k][:4 * h] + b[k][4 * h:], peep,
+        wt, rt = np.ascontiguousarray(w[k].T), np.ascontiguousarray(r[k].T)
+        # one step: [x_t, h] @ [W^T; R^T] is one product (what a single-step cell, like a streaming
+        # VAD's, runs per call); longer sequences project every x_t at once first
+        dirs.append((wt, rt, np.concatenate([wt, rt]), b[k][:4 * h] + b[k][4 * h:], peep,
                      op.direction == "reverse" or k == 1))
     t_len, batch, _ = ins.inputs[0].shape.lens
     first_state = 5 + op.has_sequence_lens
@@ -41,12 +44,17 @@ def lstm(ins: Instruction, ctx: LowerContext) -> Kernel:
         zeros = np.zeros((batch, h), dtype)
         y = np.empty((t_len, len(dirs), batch, h), dtype)
         hs, cs = [], []
-        for k, (wt, rt, bias, peep, reverse) in enumerate(dirs):
+        for k, (wt, rt, wrt, bias, peep, reverse) in enumerate(dirs):
             state = args[first_state][k] if op.has_initial_h else zeros
             cell = args[first_state + op.has_initial_h][k] if op.has_initial_c else zeros
-            xw = (x.reshape(t_len * batch, -1) @ wt + bias).reshape(t_len, batch, 4 * h)
+            if t_len > 1:
+                xw = (x.reshape(t_len * batch, -1) @ wt + bias).reshape(t_len, batch, 4 * h)
             for t in range(t_len - 1, -1, -1) if reverse else range(t_len):
-                g = xw[t] + state @ rt  # gates i, o, f, c
+                if t_len > 1:
+                    g = xw[t] + state @ rt  # gates i, o, f, c
+                else:
+                    g = np.concatenate((x[0], state), axis=1) @ wrt
+                    g += bias
                 if peep is None:
                     s = 1 / (1 + np.exp(-g[:, :3 * h]))
                     i, o, f = s[:, :h], s[:, h:2 * h], s[:, 2 * h:]
