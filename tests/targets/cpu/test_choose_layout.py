@@ -35,7 +35,7 @@ def test_conv_chain_with_pointwise_concat_slice_resize_runs_channels_last():
         n("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1], strides=[2, 2]), n("Sigmoid", ["a"], ["sa"]),
         n("Mul", ["a", "sa"], ["b"]),                                       # silu: fused into the conv
         n("Conv", ["b", "w2"], ["c"], pads=[1, 1, 1, 1]), n("Mul", ["c", "half"], ["c2"]), n("Exp", ["c2"], ["d"]),
-        n("Concat", ["b", "d"], ["e"], axis=1), n("Conv", ["e", "w3"], ["f"]),
+        n("Concat", ["b", "d"], ["e"], axis=1), n("Conv", ["e", "w3"], ["f0"]), n("Sin", ["f0"], ["f"]),
         n("Split", ["f"], ["f1", "f2"], axis=1, num_outputs=2),               # channel slices
         n("MaxPool", ["f1"], ["g"], kernel_shape=[2, 2], strides=[2, 2]),
         n("Resize", ["g", "", "scales"], ["h"], mode="nearest"), n("Add", ["h", "f2"], ["i"]),
@@ -80,3 +80,17 @@ def test_batch_and_residual_blocks():
     p, got = _compile(model, {"x": x})
     assert_close(got, run_ort(model, {"x": x}))
     assert [op.n_residual for op in (i.op for i in p.main.instructions) if op.name == "conv_epilogue"] == [0, 1]
+
+
+def test_conv_read_in_channel_slices_becomes_one_conv_per_slice():
+    # YOLOv8's C2f: conv + SiLU, split in halves, one half through another conv, concat
+    x = rng.standard_normal((1, 8, 10, 10)).astype(np.float32)
+    init = {"w1": _w(32, 8, 1, 1), "b1": rng.standard_normal(32).astype(np.float32), "w2": _w(16, 16, 3, 3)}
+    nodes = [n("Conv", ["x", "w1", "b1"], ["a"]), n("Sigmoid", ["a"], ["s"]), n("Mul", ["a", "s"], ["b"]),
+             n("Split", ["b"], ["h1", "h2"], axis=1, num_outputs=2), n("Conv", ["h2", "w2"], ["c"], pads=[1, 1, 1, 1]),
+             n("Concat", ["h1", "h2", "c"], ["out"], axis=1)]
+    model = make_model(nodes, {"x": x}, ["out"], init, opset=18)
+    p, got = _compile(model, {"x": x})
+    assert_close(got, run_ort(model, {"x": x}))
+    names = _names(p)
+    assert "slice" not in names and names.count("conv_epilogue") == 3
