@@ -1,5 +1,6 @@
-"""Convolution, pooling and matrix products: oneDNN primitives built once at compile time
-(weights packed, epilogues as post-ops), numpy's BLAS for products with run-time operands."""
+"""Convolution, deconvolution, pooling and matrix products: oneDNN primitives built once at compile
+time (weights packed, epilogues as post-ops, operands read where the IR says they lie); tiny
+convolutions in numpy (small.py); numpy's matmul for the dtypes oneDNN lacks."""
 
 from __future__ import annotations
 
@@ -17,11 +18,6 @@ from .small import SMALL_CONV, small_conv
 
 def _f32(ins: Instruction) -> bool:
     return ins.shape.dtype == DType.float32
-
-
-def plain(a: np.ndarray) -> np.ndarray:
-    """oneDNN reads plain row-major buffers: strided views are copied first."""
-    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
 def _accumulate_onto(out: np.ndarray, residual: np.ndarray) -> None:
@@ -233,10 +229,9 @@ def dot(ins: Instruction, ctx: LowerContext) -> Kernel:
 
 @lowering("dot_epilogue")
 def dot_epilogue(ins: Instruction, ctx: LowerContext) -> Kernel:
-
     op, w = ins.op, ctx.const(ins.inputs[1])
-    if not _f32(ins) or w is None or ins.shape.is_dynamic:
-        return reference_kernel(ins, ctx)
+    if not _f32(ins) or w is None or ins.shape.is_dynamic or op.n_residual > 1:
+        return reference_kernel(ins, ctx)  # oneDNN sums one residual in place
     bias = ctx.const(ins.inputs[2]) if op.has_bias else None
     post = eltwise_post_ops(op.activations)
     prim, av, _ = _matmul(ins, ctx, w, bias=bias, post_ops=post)

@@ -65,7 +65,7 @@ def _redirect(module: Module, old: Instruction, new: Instruction) -> None:
     control flow) take their inputs' layout as part of their type: they read a standard copy."""
     picky = [u for u in old.users if u.module_args]
     if picky:
-        copy = module.insert(picky[0], Contiguous(), new)
+        copy = module.insert_after(new, Contiguous(), new)  # before every reader of `old`
         for u in picky:
             module.replace_inputs(u, [copy if i is old else i for i in u.inputs])
     module.replace(old, new)
