@@ -135,3 +135,12 @@ def test_pad_modes_and_lstm_kernels():
     model = make_model([n("LSTM", ["x", "W", "R", "B"], ["y", "yh", "yc"], hidden_size=h, direction="bidirectional")],
                        {"x": seq}, ["y", "yh", "yc"], init)
     assert_close(_compile(model, {"x": seq})[1], run_ort(model, {"x": seq}), rtol=1e-5, atol=1e-6)
+
+
+def test_nearest_resize_kernels():
+    # integer upsampling (one broadcasting copy) and other nearest resizes (a gather per axis)
+    x = rng.standard_normal((1, 3, 5, 4)).astype(np.float32)
+    for scales, mode in (([1, 1, 2, 3], "asymmetric"), ([1, 1, 1.5, 0.5], "half_pixel"), ([1, 1, 2, 2], "align_corners")):
+        model = make_model([n("Resize", ["x", "", "scales"], ["out"], mode="nearest", coordinate_transformation_mode=mode)],
+                           {"x": x}, ["out"], {"scales": np.array(scales, np.float32)}, opset=19)
+        assert_close(_compile(model, {"x": x})[1], run_ort(model, {"x": x}))

@@ -91,3 +91,52 @@ def pad(ins: Instruction, ctx: LowerContext) -> Kernel:
         return np.take(y, last_index, axis=last_axis, out=out)
 
     return run_gather
+
+
+@lowering("resize")
+def resize(ins: Instruction, ctx: LowerContext) -> Kernel:
+    """Nearest-neighbour resizes as one gather per resized axis, the source indices found once by
+    running the op's own reference on an index ramp (YOLO's and PP-OCR's upsampling); integer
+    upsampling as one broadcasting copy."""
+    x, op = ins.inputs[0].shape, ins.op
+    if (op.mode != "nearest" or op.coordinate_transformation_mode == "tf_crop_and_resize"
+            or not isinstance(x, Shape) or x.is_dynamic or x.elements == 0 or ins.shape.elements == 0):
+        return reference_kernel(ins, ctx)
+    ramp = np.arange(x.elements, dtype=np.int64).reshape(x.lens)
+    sources = np.unravel_index(op.compute([ramp]), x.lens)  # per output element, its source coordinates
+    gathers = []
+    for axis, (n_in, n_out) in enumerate(zip(x.lens, ins.shape.lens)):
+        index = sources[axis][(0,) * axis + (slice(None),) + (0,) * (x.ndim - axis - 1)]
+        if n_in != n_out or not np.array_equal(index, np.arange(n_in)):
+            gathers.append((axis, np.ascontiguousarray(index, dtype=np.intp)))
+    if not gathers:
+        return reference_kernel(ins, ctx)
+    if all(len(i) % x.lens[a] == 0 and np.array_equal(i, np.repeat(np.arange(x.lens[a]), len(i) // x.lens[a]))
+           for a, i in gathers):
+        return _repeat(x.lens, ins.shape.lens, [a for a, _ in gathers], ins.shape.dtype.np)
+    *first, (last_axis, last_index) = gathers
+
+    def run(args, out):
+        y = args[0]
+        for axis, index in first:
+            y = np.take(y, index, axis=axis)
+        return np.take(y, last_index, axis=last_axis, out=out)
+
+    return run
+
+
+def _repeat(in_lens, out_lens, axes, dtype) -> Kernel:
+    """Every source element repeated k times along each resized axis (integer upsampling): one
+    broadcasting copy, the output seen with a (n, k) pair of axes for each resized one."""
+    out_view, in_view = [], []
+    for a, (n_in, n_out) in enumerate(zip(in_lens, out_lens)):
+        out_view += [n_in, n_out // n_in] if a in axes else [n_out]
+        in_view += [n_in, 1] if a in axes else [n_in]
+
+    def run(args, out):
+        if out is None:
+            out = np.empty(out_lens, dtype)
+        np.copyto(out.reshape(out_view), args[0].reshape(in_view))
+        return out
+
+    return run
