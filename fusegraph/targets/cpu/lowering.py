@@ -92,11 +92,16 @@ def reference_kernel(ins: Instruction, ctx: LowerContext) -> Kernel:
         control.needs_env = True  # type: ignore[attr-defined]
         return control
     compute = op.compute
+    # numpy may answer with a view of an input (a slice, a squeeze); unless the plan knows the op
+    # for a view, the input's buffer may be reused while the result is still read: it is copied
+    own = not is_view(ins)
 
     def run(args, out):
         r = compute(args)
         if out is None:  # numpy reductions of 0-d values give numpy scalars; kernels take arrays
-            return np.asarray(r) if isinstance(r, np.generic) else r
+            if isinstance(r, np.generic):
+                return np.asarray(r)
+            return r.copy() if own and isinstance(r, np.ndarray) and r.base is not None else r
         # A planned buffer is the result's home: numpy's result may be a view of an input (a slice,
         # a squeeze) whose buffer the plan frees after this step, so it is copied in.
         np.copyto(out, r)

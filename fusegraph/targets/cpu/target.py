@@ -13,7 +13,14 @@ from . import kernels  # noqa: F401  (fills the lowering table)
 from .artifacts import building, export, providing
 from .executable import CpuExecutable
 from .lowering import LowerContext, lower_module
-from .passes import choose_layout, fuse_conv_epilogue, fuse_dot_epilogue, plan_memory, split_sliced_conv
+from .passes import (
+    choose_layout,
+    fuse_conv_epilogue,
+    fuse_dot_epilogue,
+    merge_parallel_dots,
+    plan_memory,
+    split_sliced_conv,
+)
 
 
 class CpuTarget(Target):
@@ -24,8 +31,8 @@ class CpuTarget(Target):
         assert generic[-1] is memory_coloring
         # epilogues fuse in N, C, H, W, then layouts change; the plan must come last: both change
         # which buffers exist (and it is the cpu's: epilogues write over their dying residuals)
-        return generic[:-1] + [fuse_conv_epilogue, fuse_dot_epilogue, split_sliced_conv, choose_layout,
-                               eliminate_dead_code, plan_memory]
+        return generic[:-1] + [fuse_conv_epilogue, fuse_dot_epilogue, merge_parallel_dots, split_sliced_conv,
+                               choose_layout, eliminate_dead_code, plan_memory]
 
     def lower(self, program: Program, options: CompileOptions) -> Executable:
         main = program.main

@@ -176,3 +176,19 @@ def test_small_conv_with_a_residual():
     assert_close(got, run_ort(model, {"x": x}))
     (op,) = _ops(p, ConvEpilogue)
     assert op.activations == (("relu", 0.0, 0.0), ("residual", 0.0, 0.0))
+
+
+def test_products_of_one_input_merge_into_one():
+    # a transformer's Q, K, V projections (bias on two, none on the third) and an unrelated product
+    x = rng.standard_normal((1, 16, 32)).astype(np.float32)
+    init = {f"w{k}": (rng.standard_normal((32, 24)) * 0.2).astype(np.float32) for k in "qkv"}
+    init["wo"] = (rng.standard_normal((24, 24)) * 0.2).astype(np.float32)
+    init |= {"bq": rng.standard_normal(24).astype(np.float32), "bk": rng.standard_normal(24).astype(np.float32)}
+    nodes = [n("MatMul", ["x", "wq"], ["q0"]), n("Add", ["q0", "bq"], ["q"]),
+             n("MatMul", ["x", "wk"], ["k0"]), n("Add", ["k0", "bk"], ["k"]), n("MatMul", ["x", "wv"], ["v"]),
+             n("Relu", ["q"], ["rq"]), n("MatMul", ["rq", "wo"], ["o"])]
+    model = make_model(nodes, {"x": x}, ["q", "k", "v", "o"], init)
+    p, got = _compile(model, {"x": x})
+    assert_close(got, run_ort(model, {"x": x}), rtol=1e-5, atol=1e-5)
+    merged = [i.op for i in p.main.instructions if i.op.name == "dot_epilogue" and i.shape.lens == (16, 72)]
+    assert len(merged) == 1 and merged[0].has_bias
