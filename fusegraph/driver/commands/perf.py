@@ -83,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
             cells.append(_ratio(results["fusegraph"][key], results["onnxruntime"][key]))
         body.append((label, *cells))
     caption = f"{args.iterations} runs after {args.warmup} warm-up, {threads} thread(s)"
+    if "onnxruntime" in results:
+        caption += f", alternating; ORT workers {'spinning' if args.ort_spin else 'not spinning (--ort-spin)'}"
     show(table(f"{args.model} on {target}", ["", *columns], body, right=columns, caption=caption))
     if "onnxruntime" in results:
         show("compile: fusegraph parse + compile; ONNX Runtime session creation.",
