@@ -144,3 +144,20 @@ def test_nearest_resize_kernels():
         model = make_model([n("Resize", ["x", "", "scales"], ["out"], mode="nearest", coordinate_transformation_mode=mode)],
                            {"x": x}, ["out"], {"scales": np.array(scales, np.float32)}, opset=19)
         assert_close(_compile(model, {"x": x})[1], run_ort(model, {"x": x}))
+
+
+def test_runs_from_several_threads_at_once():
+    # each thread has its own arenas (main and bodies): concurrent runs never share a buffer
+    from concurrent.futures import ThreadPoolExecutor
+
+    model, x = _if_model()
+    p = fusegraph.parse_onnx(model)
+    p.compile(fusegraph.get_target("cpu"))
+    feeds = [{"x": (x * (k + 1)).astype(np.float32), "sr": np.array(16000 if k % 2 else 8000, np.int64)}
+             for k in range(8)]
+    want = [p.run(f) for f in feeds]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(5):
+            got = list(pool.map(p.run, feeds))
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(g[0], w[0])
