@@ -161,3 +161,19 @@ def test_runs_from_several_threads_at_once():
             got = list(pool.map(p.run, feeds))
             for g, w in zip(got, want):
                 np.testing.assert_array_equal(g[0], w[0])
+
+
+def test_one_step_lstm_with_and_without_initial_states():
+    h = 16
+    x = rng.standard_normal((1, 2, 8)).astype(np.float32)
+    init = {"W": (rng.standard_normal((1, 4 * h, 8)) * 0.5).astype(np.float32),
+            "R": (rng.standard_normal((1, 4 * h, h)) * 0.5).astype(np.float32),
+            "B": (rng.standard_normal((1, 8 * h)) * 0.5).astype(np.float32)}
+    feeds = {"x": x, "h0": rng.standard_normal((1, 2, h)).astype(np.float32),
+             "c0": rng.standard_normal((1, 2, h)).astype(np.float32)}
+    with_states = make_model([n("LSTM", ["x", "W", "R", "B", "", "h0", "c0"], ["y", "yh", "yc"], hidden_size=h)],
+                             feeds, ["y", "yh", "yc"], init)
+    assert_close(_compile(with_states, feeds)[1], run_ort(with_states, feeds), rtol=1e-5, atol=1e-6)
+    bare = make_model([n("LSTM", ["x", "W", "R", "B"], ["y", "yh", "yc"], hidden_size=h)], {"x": x},
+                      ["y", "yh", "yc"], init)
+    assert_close(_compile(bare, {"x": x})[1], run_ort(bare, {"x": x}), rtol=1e-5, atol=1e-6)

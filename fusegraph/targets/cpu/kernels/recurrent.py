@@ -36,8 +36,36 @@ def lstm(ins: Instruction, ctx: LowerContext) -> Kernel:
     first_state = 5 + op.has_sequence_lens
 
     def run(args, out):
+        if t_len == 1 and len(dirs) == 1 and dirs[0][4] is None:
+            return _one_step(args)
         with np.errstate(over="ignore"):  # exp(-g) overflows to inf for very negative g: sigmoid 0
             return _run(args)
+
+    def _one_step(args):
+        """One time step, one direction, no peepholes (a streaming model's cell): in place, the
+        sigmoids as 0.5 * (1 + tanh(x / 2)) (no overflow to guard)."""
+        _, _, wrt, bias, _, _ = dirs[0]
+        xh = np.empty((batch, wrt.shape[0]), dtype)
+        n_in = wrt.shape[0] - h
+        xh[:, :n_in] = args[0][0]
+        if op.has_initial_h:
+            xh[:, n_in:] = args[first_state][0]
+        else:
+            xh[:, n_in:] = 0
+        g = np.matmul(xh, wrt)
+        g += bias
+        s = g[:, :3 * h]  # gates i, o, f
+        np.multiply(s, 0.5, out=s)
+        np.tanh(s, out=s)
+        s += 1
+        s *= 0.5
+        cell = np.tanh(g[:, 3 * h:])
+        cell *= s[:, :h]
+        if op.has_initial_c:
+            cell += s[:, 2 * h:] * args[first_state + op.has_initial_h][0]
+        state = np.tanh(cell)
+        state *= s[:, h:2 * h]
+        return state.reshape(1, 1, batch, h), state[None], cell[None]
 
     def _run(args):
         x = args[0]
