@@ -140,3 +140,19 @@ def _repeat(in_lens, out_lens, axes, dtype) -> Kernel:
         return out
 
     return run
+
+
+@lowering("gather")
+def gather(ins: Instruction, ctx: LowerContext) -> Kernel:
+    """numpy's take straight into the planned buffer: its negative indices count from the end, as
+    ONNX's do, and out-of-range ones raise (the reference first normalizes them: a copy more)."""
+    if not isinstance(ins.shape, Shape) or ins.shape.is_dynamic:
+        return reference_kernel(ins, ctx)
+    axis = ins.op.axis
+
+    def run(args, out):
+        if out is None:
+            return np.take(args[0], args[1], axis=axis)
+        return np.take(args[0], args[1], axis=axis, out=out)
+
+    return run
