@@ -156,3 +156,19 @@ def gather(ins: Instruction, ctx: LowerContext) -> Kernel:
         return np.take(args[0], args[1], axis=axis, out=out)
 
     return run
+
+
+@lowering("reshape", "flatten", "squeeze", "unsqueeze")
+def reshape(ins: Instruction, ctx: LowerContext) -> Kernel:
+    """A reshape the plan gave a buffer (its input is laid out otherwise than standard): one copy
+    into that buffer seen with the input's lens, not numpy's copy and then a copy in. A view (no
+    buffer) is numpy's reshape."""
+    view = reference_kernel(ins, ctx)
+
+    def run(args, out):
+        if out is None:
+            return view(args, out)
+        np.copyto(out.reshape(np.shape(args[0])), args[0])
+        return out
+
+    return run
