@@ -1,5 +1,6 @@
-"""The cpu target: generic passes + conv epilogue fusion, lowered to oneDNN and numpy kernels over
-one planned arena."""
+"""The cpu target: the generic passes, then its own (epilogues fused into convolutions and products,
+parallel products merged, channels-last layouts, a memory plan where epilogues write over their
+residuals), lowered to oneDNN, generated and numpy kernels over one planned arena per thread."""
 
 from __future__ import annotations
 
