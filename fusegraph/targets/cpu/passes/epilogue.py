@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -155,3 +156,44 @@ def read_epilogue(body: Expr, is_term=lambda e: True) -> Epilogue | None:
     if ep is not None:
         ep.activations = _merge(ep.activations)
     return ep
+
+
+@dataclasses.dataclass
+class Operands:
+    """What surrounds the fused product in an epilogue: summed constants, residual tensors, steps."""
+
+    bias: np.ndarray         # float32, one value per output channel (zeros when has_bias is False)
+    has_bias: bool
+    residuals: list[Instruction]
+    chain: list[Activation]
+
+
+def split_terms(ins: Instruction, ep: Epilogue, product: Expr, channels: int,
+                constant_of: Callable[[Instruction, int], np.ndarray | None], lens: tuple[int, ...],
+                exclude: tuple[Instruction | None, ...]) -> Operands | None:
+    """Sort the terms of `ep` other than `product` into a per-channel bias (`constant_of` reads one)
+    and at most one residual tensor of `lens` (oneDNN sums one in place); None for anything else.
+    `exclude` are the product's own instructions, which cannot be its residual."""
+    bias = np.zeros(channels, np.float32)
+    has_bias, residuals = False, []
+    for t in ep.terms:
+        if t is product:
+            continue
+        if isinstance(t, Const):
+            bias, has_bias = bias + np.float32(t.value), True
+            continue
+        x = ins.inputs[t.index] if isinstance(t, Var) else None
+        c = constant_of(x, channels) if x is not None else None
+        if c is not None:
+            bias, has_bias = bias + c, True
+        elif x is not None and x.shape.lens == lens and not residuals and not any(x is e for e in exclude):
+            residuals.append(x)
+        else:
+            return None  # a product with something else, or a second residual
+    chain = [(RESIDUAL, 0.0, 0.0)] * len(residuals) + ep.activations
+    for t in ep.residuals:  # added after some activations: their RESIDUAL steps are in the chain
+        x = ins.inputs[t.index] if isinstance(t, Var) else None
+        if x is None or x.shape.lens != lens or residuals or any(x is e for e in exclude):
+            return None
+        residuals.append(x)
+    return Operands(bias, has_bias, residuals, chain)

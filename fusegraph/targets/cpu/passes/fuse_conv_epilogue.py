@@ -16,8 +16,8 @@ from ....ir.module import Instruction, Module
 from ....ir.op import OpKind
 from ....ops.scalar import Call, Const, Expr, Var
 from ....passes.constants import small_constant
-from ..ops import RESIDUAL, ConvEpilogue, DeconvEpilogue
-from .epilogue import constant_inputs, read_epilogue
+from ..ops import ConvEpilogue, DeconvEpilogue
+from .epilogue import constant_inputs, read_epilogue, split_terms
 
 # the window op -> its epilogue form
 _FUSED = {"convolution": ConvEpilogue, "deconvolution": DeconvEpilogue}
@@ -79,38 +79,19 @@ def _rewrite(module: Module, ins: Instruction) -> bool:
     channels = conv.shape.lens[1]
     if sum(1 for t in ep.terms + ep.residuals if conv in _inputs_of(ins, t)) != 1:
         return False  # the convolution is read twice: it is not a plain term
-    bias = np.zeros(channels, np.float32)
-    has_bias, residuals = False, []
-    for t in ep.terms:
-        if t is conv_term:
-            continue
-        if isinstance(t, Const):
-            bias, has_bias = bias + np.float32(t.value), True
-            continue
-        x = ins.inputs[t.index] if isinstance(t, Var) else None
-        c = _channel_constant(x, channels) if x is not None else None
-        if c is not None:
-            bias, has_bias = bias + c, True
-        elif x is not None and x.shape.lens == conv.shape.lens and not residuals:
-            residuals.append(x)
-        else:
-            return False  # a product with something else, or a second residual (oneDNN sums one in place)
-    chain = [(RESIDUAL, 0.0, 0.0)] * len(residuals) + ep.activations
-    for t in ep.residuals:  # added after some activations: their RESIDUAL steps are in the chain
-        x = ins.inputs[t.index] if isinstance(t, Var) else None
-        if x is None or x.shape.lens != conv.shape.lens or residuals or x is conv:
-            return False
-        residuals.append(x)
+    ops = split_terms(ins, ep, conv_term, channels, _channel_constant, conv.shape.lens, (conv,))
+    if ops is None:
+        return False
     weights = conv.inputs[1]
     if not (isinstance(factor, float) and factor == 1.0):
         w = weights.literal
         axis = 1 if conv.op.name == "deconvolution" else 0
         scale = np.broadcast_to(np.asarray(factor, np.float32), (channels,))
         weights = module.add_literal((w * scale.reshape([-1 if k == axis else 1 for k in range(w.ndim)])).astype(w.dtype))
-    op = _FUSED[conv.op.name](**conv.op.attributes(), has_bias=has_bias, n_residual=len(residuals),
-                              activations=tuple(chain))
-    extra = [module.add_literal(bias)] if has_bias else []
-    new = module.insert(ins, op, conv.inputs[0], weights, *extra, *residuals)
+    op = _FUSED[conv.op.name](**conv.op.attributes(), has_bias=ops.has_bias, n_residual=len(ops.residuals),
+                              activations=tuple(ops.chain))
+    extra = [module.add_literal(ops.bias)] if ops.has_bias else []
+    new = module.insert(ins, op, conv.inputs[0], weights, *extra, *ops.residuals)
     module.replace(ins, new)
     return True
 

@@ -17,8 +17,8 @@ from ....ir.module import Instruction, Module
 from ....ir.op import OpKind
 from ....ops.scalar import Const, Expr, Var
 from ....passes.constants import small_constant
-from ..ops import RESIDUAL, DotEpilogue
-from .epilogue import constant_inputs, read_epilogue
+from ..ops import DotEpilogue
+from .epilogue import constant_inputs, read_epilogue, split_terms
 
 
 def _product(ins: Instruction, t: Expr) -> tuple[Instruction, Instruction | None] | None:
@@ -55,32 +55,13 @@ def _rewrite(module: Module, ins: Instruction) -> bool:
         return False
     term, (dot, reshape) = products[0]
     columns = dot.shape.lens[-1]
-    bias = np.zeros(columns, np.float32)
-    has_bias, residuals = False, []
-    for t in ep.terms:
-        if t is term:
-            continue
-        if isinstance(t, Const):
-            bias, has_bias = bias + np.float32(t.value), True
-            continue
-        x = ins.inputs[t.index]
-        c = _column_constant(x, columns)
-        if c is not None:
-            bias, has_bias = bias + c, True
-        elif x.shape.lens == ins.shape.lens and not residuals and x not in (dot, reshape):
-            residuals.append(x)
-        else:
-            return False
-    chain = [(RESIDUAL, 0.0, 0.0)] * len(residuals) + ep.activations
-    for t in ep.residuals:  # added after some activations: their RESIDUAL steps are in the chain
-        x = ins.inputs[t.index] if isinstance(t, Var) else None
-        if x is None or x.shape.lens != ins.shape.lens or residuals or x in (dot, reshape):
-            return False
-        residuals.append(x)
-    op = DotEpilogue(out_lens=reshape.shape.lens if reshape is not None else (), has_bias=has_bias,
-                     n_residual=len(residuals), activations=tuple(chain))
-    extra = [module.add_literal(bias)] if has_bias else []
-    module.replace(ins, module.insert(ins, op, *dot.inputs, *extra, *residuals))
+    ops = split_terms(ins, ep, term, columns, _column_constant, ins.shape.lens, (dot, reshape))
+    if ops is None:
+        return False
+    op = DotEpilogue(out_lens=reshape.shape.lens if reshape is not None else (), has_bias=ops.has_bias,
+                     n_residual=len(ops.residuals), activations=tuple(ops.chain))
+    extra = [module.add_literal(ops.bias)] if ops.has_bias else []
+    module.replace(ins, module.insert(ins, op, *dot.inputs, *extra, *ops.residuals))
     return True
 
 
