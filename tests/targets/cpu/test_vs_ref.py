@@ -84,3 +84,22 @@ def test_half_reductions_round_as_the_reference(dtype, op):
     attrs = {"axis": -1} if op == "LogSoftmax" else {"axes": [1], "keepdims": 1}
     nodes = [n("Mul", ["x", "x"], ["s"]), n(op, ["s"], ["y"], **attrs)]
     assert_same(*both(make_model(nodes, {"x": x}, ["y"], opset=17), {"x": x}))
+
+
+def test_pointwise_input_whose_size_1_dim_has_another_stride():
+    """A size-1 dim's stride is never read, so such inputs take the generated kernel's fast path."""
+    from fusegraph.ir import DType, Shape, make_op
+
+    p = Program()
+    m = p.main
+    x = m.add_parameter("x", Shape.of(DType.float32, [4, 1, 8]))
+    m.add_return(m.add(make_op("exp"), m.add(make_op("relu"), x)))
+    p.compile(fusegraph.get_target("cpu"))
+    a = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)[:, None, :]  # numpy: stride 0
+    assert a.strides[1] != 8 * 4  # not the standard stride the IR promises
+    standard = np.empty((4, 1, 8), np.float32)
+    standard[...] = a
+    assert standard.strides == (32, 32, 4)
+    got = p.run({"x": a})[0]
+    np.testing.assert_array_equal(got, p.run({"x": standard})[0])  # the same kernel, the same bits
+    np.testing.assert_allclose(got, np.exp(np.maximum(a, 0)), rtol=1e-6)

@@ -28,6 +28,10 @@ def compiled_kernel(ins: Instruction, ctx: LowerContext, source, dims) -> Kernel
     ctx.kernel_sources.append(source)
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
     expected = [(i.shape.lens, _byte_strides(i.shape), i.shape.dtype.np) for i in ins.inputs]
+    # the fast path's check: shape, dtype and the strides of the dims longer than 1 (a size-1 dim's
+    # stride is never used, and numpy gives such dims strides of its own)
+    checks = [(lens_, dt, tuple((k, st) for k, (m, st) in enumerate(zip(lens_, strides)) if m != 1))
+              for lens_, strides, dt in expected]
     n = 1 + len(ins.inputs)
     dims_arr = (_DIM * max(len(dims), 1))(*dims)
     cell: dict = {}
@@ -37,7 +41,8 @@ def compiled_kernel(ins: Instruction, ctx: LowerContext, source, dims) -> Kernel
         if out is None:
             out = np.empty(lens, dtype)
         kernel = cell["kernel"]
-        if all(a.shape == e[0] and a.strides == e[1] and a.dtype == e[2] for a, e in zip(args, expected)):
+        if all(a.shape == lens_ and a.dtype == dt and all(a.strides[k] == st for k, st in used)
+               for a, (lens_, dt, used) in zip(args, checks)):
             kernel._fn((_PTR * n)(out.ctypes.data, *[a.ctypes.data for a in args]), dims_arr, kernel.threads)
         else:
             args = [np.asarray(a) for a in args]
