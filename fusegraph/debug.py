@@ -5,6 +5,8 @@ FUSEGRAPH_DISABLE_PASSES=a,b   skip these passes by name
 FUSEGRAPH_DUMP_DIR=DIR         write the IR text after every pass that changed something
 FUSEGRAPH_VERIFY=full|cheap|off  how thoroughly to verify the IR after a change (default cheap;
                                the test suite sets full)
+FUSEGRAPH_CACHE_DIR=DIR        where the cpu target keeps compiled kernels (default ~/.cache/fusegraph/kernels)
+FUSEGRAPH_SIGN_KEY=KEY         the HMAC key compiled files are signed and checked with when none is given
 """
 
 from __future__ import annotations
@@ -27,3 +29,11 @@ def dump_dir() -> str | None:
 def verify_level() -> str:
     level = os.environ.get("FUSEGRAPH_VERIFY", "cheap")
     return level if level in ("full", "cheap", "off") else "cheap"
+
+
+def kernel_cache_dir() -> str | None:
+    return os.environ.get("FUSEGRAPH_CACHE_DIR") or None
+
+
+def sign_key() -> str | None:
+    return os.environ.get("FUSEGRAPH_SIGN_KEY") or None

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 from collections.abc import Iterable
 
+from .. import debug
 from ..errors import CompiledFileError
 
-ENV_KEY = "FUSEGRAPH_SIGN_KEY"
 SIGNATURE_BYTES = 32
 
 Key = bytes | bytearray | str
@@ -23,7 +22,7 @@ Key = bytes | bytearray | str
 def resolve_key(key: Key | None) -> bytes | None:
     """The key to sign or verify with: `key`, else the environment's, else None (no signing)."""
     if key is None:
-        key = os.environ.get(ENV_KEY) or None
+        key = debug.sign_key()
         if key is None:
             return None
     if isinstance(key, str):

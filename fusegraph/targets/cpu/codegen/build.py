@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .... import debug
 from ....errors import CompileError, InputError
 from .cmath import PRELUDE
 from .kernels import KernelSource, coalesce
@@ -59,7 +60,7 @@ def compiler_identity(cc: str) -> str:
 
 def cache_dir(path: str | os.PathLike | None = None) -> Path:
     """The kernel cache directory, created private; refuses one that others could write into."""
-    d = Path(path or os.environ.get("FUSEGRAPH_CACHE_DIR") or Path.home() / ".cache" / "fusegraph" / "kernels")
+    d = Path(path or debug.kernel_cache_dir() or Path.home() / ".cache" / "fusegraph" / "kernels")
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = d.stat()
     if st.st_uid != os.getuid() or st.st_mode & 0o022:
