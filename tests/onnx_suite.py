@@ -2,6 +2,7 @@
 
     python -m tests.onnx_suite -k conv            # node cases whose name matches the regex
     python -m tests.onnx_suite --kind all --summary
+    python -m tests.onnx_suite -k cumsum --target gpu   # the gpu target (Triton's interpreter without CUDA)
 """
 
 from __future__ import annotations
@@ -16,6 +17,20 @@ import warnings
 from tests.onnx.suite import KINDS, cases, run_case
 
 
+def resolve_target(name: str | None):
+    """The target to run: a name, except 'gpu' on a machine without CUDA, which becomes the same
+    target on the CPU through Triton's interpreter (slow: use -k filters)."""
+    if name != "gpu":
+        return name
+    import torch
+
+    if torch.cuda.is_available():
+        return name
+    from fusegraph.targets.gpu.interpreter import interpreted_target
+
+    return interpreted_target()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("-k", default="", help="regex on case names")
@@ -25,6 +40,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tb", action="store_true", help="print tracebacks")
     a = ap.parse_args(argv)
     pat = re.compile(a.k)
+    target = resolve_target(a.target)
     passed = failed = 0
     t0 = time.time()
     for kind in KINDS if a.kind == "all" else (a.kind,):
@@ -34,7 +50,7 @@ def main(argv=None) -> int:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    run_case(case, a.target)
+                    run_case(case, target)
                 passed += 1
                 if not a.summary:
                     print(f"PASS {case.name}")

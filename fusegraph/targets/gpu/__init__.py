@@ -4,10 +4,19 @@ cuBLAS and cuDNN) and Triton for the kernels it generates from the IR's scalar b
     exe = program.compile(fusegraph.get_target("gpu"))     # numpy in / out
     outs = program.executable.run_device({"x": tensor})    # torch tensors (or DLPack) in / out
 
-Pipeline: (fp16/bf16 quantization when asked) + the generic pipeline. Lowering: plan.py decides
-steps, patterns and memory; lowering.py's table builds each step; executable.py runs them, captured
-as one CUDA graph per compiled shape. torch and triton are imported when the target is used, never
-by `import fusegraph`.
+Pipeline: (fp16/bf16 quantization when asked) + the generic pipeline. Lowering, two modes:
+
+* static (the fast path): every shape static, every step lowered to the device. plan.py decides
+  steps, patterns and memory; lowering.py's table builds each step; executable.py runs them over
+  one arena, captured as one CUDA graph per compiled shape.
+* dynamic (dynamic.py): everything else, i.e. run-time shapes (dynamic dims, data-dependent outputs)
+  and steps that run on the host (host.py: ops without a gpu lowering, lowerings that reject an
+  instance, dtypes torch has no tensor type for). Values are allocated per run; no graph capture.
+
+`GpuTarget(host_fallback=False)` refuses host steps with a CompileError naming the op; with the
+default, a program with host steps compiles with one HostFallbackWarning naming those ops, and
+`executable.describe()` / `executable.host_ops` show which steps run where. torch and triton are
+imported when the target is used, never by `import fusegraph`.
 """
 
 from __future__ import annotations
@@ -21,9 +30,10 @@ from ..base import CompileOptions, Executable, Target
 class GpuTarget(Target):
     name = "gpu"
 
-    def __init__(self, device: str | None = None, graph_mode: bool = True):
+    def __init__(self, device: str | None = None, graph_mode: bool = True, host_fallback: bool = True):
         self.device = device          # None: the current CUDA device ("cpu" runs Triton's interpreter)
-        self.graph_mode = graph_mode  # capture the whole program as one CUDA graph
+        self.graph_mode = graph_mode  # capture the whole program as one CUDA graph (static mode)
+        self.host_fallback = host_fallback  # run steps the device cannot run on the host
 
     def passes(self, options: CompileOptions) -> list:
         from ...passes import generic_pipeline
@@ -36,13 +46,26 @@ class GpuTarget(Target):
         return pipeline
 
     def lower(self, program: Program, options: CompileOptions) -> Executable:
-        from .build import BuildContext, allocate, build_steps
+        from ...errors import CompileError
         from .device import resolve_device
+        from .dynamic import lower_dynamic
+
+        device = resolve_device(self.device)
+        if _fits_static(program):
+            try:
+                return self._lower_static(program, options, device)
+            except CompileError:
+                if not self.host_fallback:
+                    raise
+                # some lowering rejects its instruction: the dynamic mode finds which and hosts it
+        return lower_dynamic(program, options, device, self.host_fallback)
+
+    def _lower_static(self, program: Program, options: CompileOptions, device) -> Executable:
+        from .build import BuildContext, allocate, build_steps
         from .executable import GpuExecutable
         from .lowering import storage_mode
         from .plan import make_plan
 
-        device = resolve_device(self.device)
         main = program.main
         plan = make_plan(main, storage_mode)
         ctx = BuildContext(device)
@@ -66,6 +89,19 @@ class GpuTarget(Target):
         # Kernels are regenerated from the IR (the saved sources document what ran; Triton's on-disk
         # cache makes recompiling them cheap).
         return self.lower(program, options)
+
+
+def _fits_static(program: Program) -> bool:
+    """Whether the static mode may take `program`: static shapes, device types and a lowering for
+    every step (a lowering may still reject its instruction when built)."""
+    from .host import device_type_ok, why_host
+    from .plan import is_dynamic, list_steps
+
+    main = program.main
+    for ins in main.instructions:
+        if ins.op.name != "@return" and (not device_type_ok(ins.shape) or is_dynamic(ins.shape)):
+            return False
+    return all(why_host(step) is None for step in list_steps(main))
 
 
 TARGET = GpuTarget()

@@ -48,9 +48,7 @@ class GpuExecutable(Executable):
         """The library settings every step runs (and is captured) under: fp32 math in true fp32
         (cuDNN and cuBLAS would otherwise use TF32), cuDNN's algorithm search on (it runs during the
         warm-up, before capture, and its choices are reused)."""
-        if self.device.type != "cuda":
-            return contextlib.nullcontext()
-        return _LibraryFlags(torch(), self._fp32_exact)
+        return library_flags(self.device, self._fp32_exact)
 
     def _run_steps(self) -> None:
         for step in self.steps:
@@ -129,11 +127,32 @@ class GpuExecutable(Executable):
             return [o.clone() for o in outs] if copy_outputs else outs
 
     def _check_names(self, inputs: Mapping[str, Any]) -> None:
-        missing = [n for n in self._inputs if n not in inputs]
-        extra = [n for n in inputs if n not in self._inputs]
-        if missing or extra:
-            raise InputError(f"missing input(s) {missing}, unknown input(s) {extra} (the program takes "
-                             f"{list(self._inputs)})")
+        check_input_names(inputs, self._inputs)
+
+    # -- description --------------------------------------------------------------------------------
+    host_ops: list[str] = []  # the static mode runs every step on the device
+
+    def describe(self) -> list[str]:
+        """One line per step: the lowering that runs it (all on the device, captured as one graph)."""
+        from .lowering import describe_lowering
+
+        plan = getattr(self, "plan", None)
+        return [f"%{s.ins.uid} = {describe_lowering(s)}" for s in plan.steps] if plan is not None else []
+
+
+def check_input_names(inputs: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
+    missing = [n for n in expected if n not in inputs]
+    extra = [n for n in inputs if n not in expected]
+    if missing or extra:
+        raise InputError(f"missing input(s) {missing}, unknown input(s) {extra} (the program takes "
+                         f"{list(expected)})")
+
+
+def library_flags(device: Any, exact: bool):
+    """The library settings steps run (and are captured) under on CUDA; nothing elsewhere."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    return _LibraryFlags(torch(), exact)
 
 
 class _LibraryFlags:

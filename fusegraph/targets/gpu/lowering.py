@@ -6,7 +6,8 @@ An entry has a storage mode and a builder:
               SDPA): a transient, released after its last use;
   "view"      a function of the input tensor that usually aliases it (reshape, transpose, slice...):
               computed once at build time when it does alias a fixed tensor, else re-run every time.
-Ops missing from the table are a CompileError naming the op: nothing ever falls back to the host.
+Ops missing from the table run on the host (host.py) when the target allows it (GpuTarget's
+host_fallback, the default), and are a CompileError naming the op when it does not.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def storage_mode(step: Step) -> str:
 
 
 def find_lowering(step: Step) -> Lowering:
-    _load_tables()
+    load_tables()
     entry = LOWERINGS.get(step.kind)
     if entry is None:
         raise CompileError(f"target 'gpu' has no lowering for op {step.ins.op.name!r} ({step.ins.op}); "
@@ -79,7 +80,8 @@ def describe_lowering(step: Step) -> str:
 _loaded = False
 
 
-def _load_tables() -> None:
+def load_tables() -> None:
+    """Import the lower_* modules, which fill LOWERINGS."""
     global _loaded
     if not _loaded:
         from . import lower_math, lower_movement, lower_nn, lower_tensor  # noqa: F401  (register entries)

@@ -32,6 +32,7 @@ class Step:
     ins: Instruction                # the instruction whose value the step produces
     inputs: list[Instruction]       # values the step reads (a pattern's external inputs)
     data: dict = dataclasses.field(default_factory=dict)  # pattern details
+    members: list[Instruction] = dataclasses.field(default_factory=list)  # a pattern's instructions
 
     def __repr__(self) -> str:
         return f"<step {self.kind} -> %{self.ins.uid}>"
@@ -58,30 +59,35 @@ def _align(n: int) -> int:
     return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
 
+def list_steps(module: Module, patterns: bool = True) -> list[Step]:
+    """The steps of `module` in order: one per computing instruction, or one per pattern group
+    (`patterns`) in place of the instructions it covers."""
+    groups = match_groups(module) if patterns else {}
+    covered = {m.uid for g in groups.values() for m in g.members}
+    steps: list[Step] = []
+    for ins in module.instructions:
+        if ins.op.name in ("@param", "@literal", "@return"):
+            continue
+        if ins.uid in groups:
+            g = groups[ins.uid]
+            steps.append(Step(g.kind, ins, list(g.inputs), dict(g.data), list(g.members)))
+        elif ins.uid not in covered:  # else computed inside a fused group
+            steps.append(Step(ins.op.name, ins, list(ins.inputs)))
+    return steps
+
+
 def make_plan(module: Module, mode_of: Callable[[Step], str]) -> Plan:
     """Steps, storage, arena offsets and layouts for `module` (static shapes only)."""
-    groups = match_groups(module)
-    covered = {m.uid for g in groups.values() for m in g.members}
     steps: list[Step] = []
     storage: dict[int, str] = {}
     owner: dict[int, int] = {}
     for ins in module.instructions:
-        name = ins.op.name
-        if name == "@param":
+        if ins.is_param:
             storage[ins.uid], owner[ins.uid] = PARAM, ins.uid
-            continue
-        if name == "@literal":
+        elif ins.is_literal:
             storage[ins.uid], owner[ins.uid] = LITERAL, ins.uid
-            continue
-        if name == "@return":
-            continue
-        if ins.uid in groups:
-            g = groups[ins.uid]
-            step = Step(g.kind, ins, list(g.inputs), dict(g.data))
-        elif ins.uid in covered:
-            continue  # computed inside a fused group
-        else:
-            step = Step(name, ins, list(ins.inputs))
+    for step in list_steps(module):
+        ins = step.ins
         mode = mode_of(step)  # a CompileError for ops without a lowering
         if any(s.is_dynamic for s in _shapes(ins.shape)):
             raise CompileError(f"target 'gpu' compiles static shapes only: {ins.op} has shape {ins.shape} "
@@ -144,6 +150,11 @@ def _concat_slices(steps: list[Step], storage: dict[int, str], owner: dict[int, 
 
 def _shapes(shape) -> tuple:
     return shape.elements if isinstance(shape, TupleShape) else (shape,)
+
+
+def is_dynamic(shape) -> bool:
+    """Whether any tensor of `shape` (a Shape or a TupleShape) has a dynamic dim."""
+    return any(s.is_dynamic for s in _shapes(shape))
 
 
 def _channels_last(steps: list[Step], storage: dict[int, str], owner: dict[int, int]) -> set[int]:
