@@ -1,7 +1,10 @@
 """Run the ONNX backend suite's node and simple cases on the gpu target, in parallel processes, and
-write a JSON report (the summary per kind and every case's outcome). Needs a CUDA GPU.
+write a JSON report (the summary per kind and every case's outcome). Without CUDA the same target
+runs on the CPU through Triton's interpreter (slow: pick cases with -k or --cases).
 
-    python tests/targets/gpu/run_onnx_suite.py [--jobs 16] [--out DIR]
+    python tests/targets/gpu/run_onnx_suite.py [--jobs 16] [--out DIR] [-k REGEX] [--cases FILE]
+
+(--cases: a file of KIND/NAME lines, e.g. the `failed_cases` of an earlier report, one per line.)
 
 (tests/onnx/test_backend_suite.py parametrizes its targets as ref and cpu; this runs the same cases,
 with the same exclusions and comparison rules, through tests.onnx.suite.run_case(case, "gpu").)
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import re
 import sys
 import warnings
 from collections import Counter
@@ -27,13 +31,14 @@ KINDS = ("node", "simple")
 
 def run_one(job: tuple[str, int]) -> tuple[str, str, str, str]:
     from tests.onnx.suite import run_case
+    from tests.onnx_suite import resolve_target
 
     kind, index = job
     case = cases(kind)[index]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            run_case(case, "gpu")
+            run_case(case, resolve_target("gpu"))
         return kind, case.name, "passed", ""
     except Exception as e:  # every failure is recorded with its reason
         return kind, case.name, "failed", f"{type(e).__name__}: {e}"[-300:]
@@ -43,12 +48,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--out", default=".cache/reports")
+    ap.add_argument("-k", default="", help="regex on case names")
+    ap.add_argument("--cases", default=None, help="file of KIND/NAME lines to run (others are not run)")
     args = ap.parse_args()
+    pattern = re.compile(args.k)
+    wanted = set(Path(args.cases).read_text().split()) if args.cases else None
     exclusions = load_exclusions()
     results: dict[str, dict[str, str]] = {}
     jobs = []
     for kind in KINDS:
         for index, case in enumerate(cases(kind)):
+            if not pattern.search(case.name) or (wanted is not None and f"{kind}/{case.name}" not in wanted):
+                continue
             ex = exclusion_for(case, exclusions, "gpu")
             if ex is not None and not ex.xfail:
                 results[f"{kind}/{case.name}"] = {"outcome": "excluded", "message": ex.reason}
