@@ -229,7 +229,7 @@ class DynamicExecutable(Executable):
             return hosted[u]
 
         args = [get(x.uid) for x in run.step.inputs]
-        value = run.host([*args], {u: get(u) for u in run.outer})  # type: ignore[misc]
+        value = run.host(args, {u: get(u) for u in run.outer})  # type: ignore[misc]
         hosted[run.step.ins.uid] = value
         return device_value(value, run.step.ins.shape, self.device) if run.to_device else value
 

@@ -130,7 +130,10 @@ class GpuExecutable(Executable):
         check_input_names(inputs, self._inputs)
 
     # -- description --------------------------------------------------------------------------------
-    host_ops: list[str] = []  # the static mode runs every step on the device
+    @property
+    def host_ops(self) -> list[str]:
+        """Ops of the steps that run on the host: none, the static mode runs all on the device."""
+        return []
 
     def describe(self) -> list[str]:
         """One line per step: the lowering that runs it (all on the device, captured as one graph)."""
