@@ -12,6 +12,7 @@ from ...errors import CompileError
 from ...ops.conv import window_attrs
 from .device import torch
 from .lowering import lowering
+from .patterns import FLOATS
 
 
 # -- matmul -----------------------------------------------------------------------------------------
@@ -128,12 +129,40 @@ def deconvolution(ctx, step):
     return run
 
 
-@lowering("pooling", mode="value", note="cuDNN / torch pooling kernels")
+@lowering("pooling", mode="into", note="Triton window kernels (max / average), else torch pooling")
 def pooling(ctx, step):
     op = step.ins.op
+    x_shape = step.inputs[0].shape
+    if op.mode != "lpnorm" and x_shape.dtype.value in FLOATS and x_shape.elements < 2**31 and x_shape.ndim in (3, 4, 5):
+        return _triton_pooling(ctx, op, x_shape)
+    fn = _torch_pooling(ctx, op, x_shape)
+
+    def run(out, x):
+        out.copy_(fn(x))
+    return run
+
+
+def _triton_pooling(ctx, op, x_shape):
+    from .triton_pool import PoolLauncher
+
+    sp = x_shape.lens[2:]
+    if op.global_pool:  # one window over the whole plane
+        nsp = len(sp)
+        window = (sp, (1,) * nsp, (0,) * nsp, (1,) * nsp)
+        counts = np.asarray([math.prod(sp)], dtype=np.float32)
+    else:
+        g = op.geometry(sp)
+        window = (g.lengths, g.strides, g.begins, g.dilations)
+        counts = np.asarray(op._counts(sp, g), dtype=np.float32).reshape(-1)
+    launcher = PoolLauncher(op.mode, x_shape.dtype, *window, ctx.constant(counts))
+    ctx.kernels.append(launcher)
+    return launcher
+
+
+def _torch_pooling(ctx, op, x_shape):
+    """torch's pooling (integer types, Lp norms): a function of the input returning a new tensor."""
     t = torch()
     F = t.nn.functional
-    x_shape = step.inputs[0].shape
     nd = x_shape.ndim
     axes = tuple(range(2, nd))
     if op.global_pool:

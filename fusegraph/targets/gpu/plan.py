@@ -127,25 +127,68 @@ def make_plan(module: Module, mode_of: Callable[[Step], str]) -> Plan:
 
 def _concat_slices(steps: list[Step], storage: dict[int, str], owner: dict[int, int],
                    module: Module) -> dict[int, tuple[int, int, int]]:
-    """Concat inputs computed into the arena only for the concat: their steps write into the concat's
-    buffer directly and the concat copies only the rest (no extra pass over those elements)."""
+    """Concat inputs computed into the arena: their steps write into the concat's buffer directly and
+    the concat copies only the rest (no extra pass over those elements). Their other readers read the
+    same elements through a view of the concat's buffer. A run of inputs that are consecutive slices
+    covering one arena value along the concat axis (YOLO's split-then-concat) places that value
+    itself in the concat."""
     producer = {s.ins.uid: s for s in steps}
     outputs = {o.uid for o in module.outputs}
     slices: dict[int, tuple[int, int, int]] = {}
+
+    def movable(x: Instruction) -> bool:
+        p = producer.get(x.uid)
+        return (p is not None and storage.get(x.uid) == ARENA and owner[x.uid] == x.uid and p.kind != "concat"
+                and x.uid not in outputs)
+
+    def place(x: Instruction, concat: int, axis: int, start: int) -> None:
+        slices[x.uid] = (concat, axis, start)
+        storage[x.uid] = SLICE
+        for uid, o in owner.items():  # x and the views of it now live in the concat's buffer
+            if o == x.uid:
+                owner[uid] = concat
+
     for step in steps:
         if step.kind != "concat" or storage.get(step.ins.uid) not in (ARENA, OUTPUT):
             continue
         axis, start, aliased = step.ins.op.axis, 0, set()
-        for k, x in enumerate(step.inputs):
-            p = producer.get(x.uid)
-            if (p is not None and storage.get(x.uid) == ARENA and owner[x.uid] == x.uid and p.kind != "concat"
-                    and len(x.users) == 1 and x.uid not in outputs and step.inputs.count(x) == 1):
-                slices[x.uid] = (step.ins.uid, axis, start)
-                storage[x.uid], owner[x.uid] = SLICE, step.ins.uid
+        inputs = step.inputs
+        k = 0
+        while k < len(inputs):
+            x = inputs[k]
+            run = _covering_slices(inputs, k, axis)
+            if run and movable(run[0]) and not any(inputs.count(v) > 1 for v in inputs[k:k + run[1]]):
+                place(run[0], step.ins.uid, axis, start)
+                aliased.update(range(k, k + run[1]))
+                start += run[0].shape.lens[axis]
+                k += run[1]
+                continue
+            if movable(x) and inputs.count(x) == 1:
+                place(x, step.ins.uid, axis, start)
                 aliased.add(k)
             start += x.shape.lens[axis]
+            k += 1
         step.data["aliased"] = aliased
     return slices
+
+
+def _covering_slices(inputs: list[Instruction], k: int, axis: int) -> tuple[Instruction, int] | None:
+    """(base, n) when inputs[k:k+n] are unit-step slices of one value along `axis` alone that are
+    consecutive and together cover it exactly."""
+    base, pos, n = None, 0, 0
+    for x in inputs[k:]:
+        op = x.op
+        if op.name != "slice" or op.axes != (axis,) or op.steps != (1,):
+            break
+        src = x.inputs[0]
+        if base is None:
+            base = src
+        if src is not base or op.starts[0] != pos:
+            break
+        pos, n = op.starts[0] + x.shape.lens[axis], n + 1
+    if base is None or n < 2 or pos != base.shape.lens[axis]:
+        return None
+    return base, n
 
 
 def _shapes(shape) -> tuple:
