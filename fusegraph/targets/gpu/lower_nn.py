@@ -72,6 +72,30 @@ def einsum(ctx, step):
     return run
 
 
+@lowering("conv_gemm", mode="into", note="1x1 convolution as a cuBLASLt matmul over channels-last rows (bias / ReLU epilogue)")
+def conv_gemm(ctx, step):
+    t = torch()
+    m = step.ins.shape.lens[1]
+    relu = step.data["relu"]
+
+    def rows(v):  # [N, C, H, W] -> [N*H*W, C]: a view of channels-last memory (a slice of one too)
+        return v.permute(0, 2, 3, 1).reshape(-1, v.shape[1])
+
+    def run(out, x, w, bias=None):
+        a, wm = rows(x), w.reshape(m, -1).t()
+        dst = out.permute(0, 2, 3, 1)
+        flat = dst.view(-1, m) if dst.is_contiguous() else t.empty((a.shape[0], m), dtype=out.dtype, device=out.device)
+        if bias is None:
+            t.mm(a, wm, out=flat)
+        elif relu:
+            t._addmm_activation(bias.reshape(m), a, wm, use_gelu=False, out=flat)
+        else:
+            t.addmm(bias.reshape(m), a, wm, out=flat)
+        if flat.data_ptr() != dst.data_ptr():
+            dst.copy_(flat.view(dst.shape))
+    return run
+
+
 # -- convolution ------------------------------------------------------------------------------------
 def _conv_setup(step, transposed: bool):
     """The torch (transposed) convolution of `step`'s spatial rank, that rank, and the op's window:

@@ -4,7 +4,10 @@
   softmax alone or fused with its prologue (fused_reduce), becomes one
   torch.nn.functional.scaled_dot_product_attention call (flash / memory-efficient kernels);
 * gemm_bias: dot(A, W) [-> reshape that splits rows] -> add(., broadcast(bias over the last axis))
-  becomes one torch.addmm (cuBLASLt's bias epilogue).
+  becomes one torch.addmm (cuBLASLt's bias epilogue);
+* conv_gemm: a 1x1 convolution (stride 1, unpadded, ungrouped, 2-D) is a matmul over the rows of its
+  channels-last input, [N*H*W, C] x [C, M]; with its only reader's per-channel bias add (and a ReLU
+  after it) it becomes one cuBLASLt call with the bias (ReLU) epilogue, as torch.compile does.
 
 Each match is a `Group` keyed by the uid of the instruction whose value it produces; its members are
 the instructions it replaces, its inputs the values it reads.
@@ -18,7 +21,8 @@ import numpy as np
 
 from ...ir.module import Instruction, Module
 from ...ir.shape import Shape
-from ...ops.scalar import Call, Expr, Var
+from ...ops.conv import window_attrs
+from ...ops.scalar import Call, Const, Expr, Var
 
 FLOATS = ("float16", "bfloat16", "float32")
 VIEW_CHAIN = ("broadcast", "reshape", "squeeze", "unsqueeze", "flatten", "contiguous")
@@ -44,9 +48,9 @@ def match_groups(module: Module) -> dict[int, Group]:
     for ins in module.instructions:
         if ins.uid in taken or ins.uid in groups:
             continue
-        g = match_gemm_bias(ins)
+        g = match_gemm_bias(ins) or match_conv_gemm(ins)
         if g is not None and not any(m.uid in taken for m in g.members):
-            groups[ins.uid] = g
+            groups[g.root.uid] = g
             taken |= {m.uid for m in g.members}
     return groups
 
@@ -229,3 +233,54 @@ def _row_vector(b: Instruction, n: int) -> Instruction | None:
     if not isinstance(src.shape, Shape) or src.shape.lens[-1:] != (n,) or any(d != 1 for d in src.shape.lens[:-1]):
         return None
     return src
+
+
+# -- 1x1 convolution as a matmul ----------------------------------------------------------------------
+def match_conv_gemm(conv: Instruction) -> Group | None:
+    """A pointwise 2-D convolution in a float type, with the bias epilogue of its only reader."""
+    if conv.op.name != "convolution" or not isinstance(conv.shape, Shape) or conv.shape.dtype.value not in FLOATS:
+        return None
+    x, w = conv.inputs
+    if x.shape.ndim != 4 or w.shape.lens[2:] != (1, 1) or conv.op.group != 1:
+        return None
+    pb, pe, strides, dils = window_attrs(conv.op, 2)
+    if any(pb) or any(pe) or strides != (1, 1) or dils != (1, 1):
+        return None
+    user = conv.users[0] if len(conv.users) == 1 and not _is_output(conv) else None
+    epilogue = _bias_epilogue(user, conv) if user is not None else None
+    if epilogue is None:
+        return Group("conv_gemm", conv, [conv], [x, w], {"relu": False})
+    bias, relu = epilogue
+    return Group("conv_gemm", user, [user, conv], [x, w, bias], {"relu": relu})
+
+
+def _bias_epilogue(add: Instruction, conv: Instruction) -> tuple[Instruction, bool] | None:
+    """(bias [M] value, relu?) when `add` is conv + broadcast(bias over the channels) [then max(., 0)]."""
+    if add.op.kind.value != "pointwise" or not hasattr(add.op, "expr") or len(add.inputs) != 2:
+        return None
+    if add.shape != conv.shape:
+        return None
+    e = _strip_convert(add.op.expr)
+    relu = isinstance(e, Call) and e.fn == "max" and len(e.args) == 2 and e.args[1] == Const(0)
+    if relu:
+        e = _strip_convert(e.args[0])
+    if not (isinstance(e, Call) and e.fn == "add" and all(isinstance(a, Var) for a in e.args)):
+        return None
+    k = add.inputs.index(conv)
+    if {a.index for a in e.args} != {0, 1}:
+        return None
+    bias = _channel_vector(add.inputs[1 - k], conv.shape.lens[1])
+    return None if bias is None else (bias, relu)
+
+
+def _channel_vector(b: Instruction, m: int) -> Instruction | None:
+    """The value of m elements that `b` broadcasts along axis 1 of an N-C-H-W tensor, else None."""
+    if b.op.name != "broadcast":
+        return None
+    src = b.inputs[0]
+    if not isinstance(src.shape, Shape) or src.shape.elements != m:
+        return None
+    lens = src.shape.lens
+    if lens in ((m,), (m, 1, 1), (1, m, 1, 1)):
+        return src
+    return None
