@@ -17,6 +17,7 @@ import json
 import multiprocessing as mp
 import re
 import sys
+import traceback
 import warnings
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -41,7 +42,16 @@ def run_one(job: tuple[str, int]) -> tuple[str, str, str, str]:
             run_case(case, resolve_target("gpu"))
         return kind, case.name, "passed", ""
     except Exception as e:  # every failure is recorded with its reason
-        return kind, case.name, "failed", f"{type(e).__name__}: {e}"[-300:]
+        return kind, case.name, "failed", f"{type(e).__name__}: {e}"[-300:] + _where(e)
+
+
+def _where(e: BaseException) -> str:
+    """' (at file:line in function)' for the innermost fusegraph frame of `e`'s traceback."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if "/fusegraph/" in f.filename]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" (at {f.filename.rsplit('/fusegraph/', 1)[1]}:{f.lineno} in {f.name})"
 
 
 def main() -> None:
