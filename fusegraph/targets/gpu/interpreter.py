@@ -14,7 +14,7 @@ import numpy as np
 
 # libdevice functions the interpreter lacks, as numpy ufuncs of the same meaning
 _NUMPY_LIBDEVICE = {
-    "rint": np.rint, "pow": np.power, "fmod": np.fmod, "tan": np.tan, "asin": np.arcsin,
+    "rint": np.rint, "div_rn": np.divide, "pow": np.power, "fmod": np.fmod, "tan": np.tan, "asin": np.arcsin,
     "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh,
     "acosh": np.arccosh, "atanh": np.arctanh, "tanh": np.tanh, "sin": np.sin, "cos": np.cos,
 }
@@ -32,7 +32,8 @@ def interpreter_libdevice(module: Any) -> None:
 
             def call(*args):
                 data = [a.handle.data if isinstance(a, tl.core.tensor) else a for a in args]
-                first = next(a for a in args if isinstance(a, tl.core.tensor))
+                tensors = [a for a in args if isinstance(a, tl.core.tensor)]
+                first = max(tensors, key=lambda a: a.handle.data.size)  # the broadcast result's type
                 with np.errstate(all="ignore"):
                     out = np.asarray(fn(*data)).astype(first.handle.data.dtype)
                 return tl.core.tensor(TensorHandle(out, first.handle.dtype), first.type)

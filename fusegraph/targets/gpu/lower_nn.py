@@ -157,7 +157,8 @@ def deconvolution(ctx, step):
 def pooling(ctx, step):
     op = step.ins.op
     x_shape = step.inputs[0].shape
-    if op.mode != "lpnorm" and x_shape.dtype.value in FLOATS and x_shape.elements < 2**31 and x_shape.ndim in (3, 4, 5):
+    kernel_type = x_shape.dtype.value in FLOATS or (op.mode == "max" and x_shape.dtype.is_int)
+    if op.mode != "lpnorm" and kernel_type and x_shape.elements < 2**31 and x_shape.ndim in (3, 4, 5):
         return _triton_pooling(ctx, op, x_shape)
     fn = _torch_pooling(ctx, op, x_shape)
 
@@ -184,7 +185,7 @@ def _triton_pooling(ctx, op, x_shape):
 
 
 def _torch_pooling(ctx, op, x_shape):
-    """torch's pooling (integer types, Lp norms): a function of the input returning a new tensor."""
+    """torch's pooling (Lp norms, average of integers): a function of the input returning a new tensor."""
     t = torch()
     F = t.nn.functional
     nd = x_shape.ndim

@@ -115,6 +115,8 @@ def match_attention(dot2: Instruction) -> Group | None:
     if dot1.op.name != "dot" or not only_user(dot1, members[0]):
         return None
     q, kt = dot1.inputs
+    if not q.shape.dtype == kt.shape.dtype == v.shape.dtype:  # SDPA takes one dtype
+        return None
     if mask is not None and (mask.shape.dtype != q.shape.dtype or not isinstance(mask.shape, Shape)):
         return None
     inputs = [q, kt, v] + ([mask] if mask is not None else [])

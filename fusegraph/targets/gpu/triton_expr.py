@@ -141,7 +141,9 @@ def render_call(fn: str, a: list[str], types: list[DType | None], dt: DType | No
               "and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>"}
     if fn in binary:
         return f"(({a[0]}) {binary[fn]} ({a[1]}))"
-    if fn == "div":
+    if fn == "div":  # float32 division correctly rounded (Triton's `/` may be approximate), as numpy's
+        if dt is DType.float32 or dt in HALF:
+            return f"{LIB}.div_rn(({a[0]}), ({a[1]}))"
         return f"(({a[0]}) / ({a[1]}))" if _is_float(dt) else f"(({a[0]}) // ({a[1]}))"
     if fn == "fmod":
         return f"{LIB}.fmod({a[0]}, {a[1]})" if _is_float(dt) else f"(({a[0]}) % ({a[1]}))"
@@ -150,7 +152,10 @@ def render_call(fn: str, a: list[str], types: list[DType | None], dt: DType | No
         return f"tl.where((({r}) != 0) & ((({r}) < 0) != (({a[1]}) < 0)), ({r}) + ({a[1]}), {r})"
     if fn == "pow":
         if _is_float(dt):
-            return f"{LIB}.pow(({a[0]}), ({a[1]}))"
+            exponent = a[1]
+            if dt is not None and types[1] is not None and not types[1].is_float:  # libdevice wants one type
+                exponent = f"({a[1]}).to({tl_type(compute_type(dt))})"
+            return f"{LIB}.pow(({a[0]}), ({exponent}))"
         return f"{LIB}.pow(({a[0]}).to(tl.float64), ({a[1]}).to(tl.float64)).to({tl_type(dt)})"
     if fn in ("max", "min"):
         op = "maximum" if fn == "max" else "minimum"

@@ -5,7 +5,7 @@ Each program computes BLOCK outputs. The flat output index is split in the outpu
 (channels fastest for channels-last buffers), so loads and stores are coalesced in the layout cuDNN
 uses; every operand is addressed through its own strides, so the kernel also writes straight into a
 concat's slice. Taps out of range are skipped (max) or count zero (average: divided by the
-reference's per-window counts). Window shape, strides, pads and dilations are baked into the source;
+reference's per-window counts). Integer max pooling runs in its own type. Window shape, strides, pads and dilations are baked into the source;
 sizes and strides are run-time arguments. Accumulation is in float32 (float64 for float64).
 """
 
@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from typing import Any
+
+import numpy as np
 
 from ...ir.dtypes import DType
 from .kernels import load_kernel, source_hash
@@ -53,7 +55,10 @@ def pool_source(spec: PoolSpec, name: str) -> str:
         lines += [f"{ind}i{d} = rem % o{d}", f"{ind}rem = rem // o{d}"]
     lines.append(f"{ind}i{spec.order[0]} = rem")
     is_max = spec.mode == "max"
-    init = "float('-inf')" if is_max else "0.0"
+    if not spec.dtype.is_float:  # integer max pooling: exact in the type itself
+        init = str(int(np.iinfo(spec.dtype.np).min))
+    else:
+        init = "float('-inf')" if is_max else "0.0"
     lines += [f"{ind}acc = tl.full([BLOCK], {init}, {acc_t})", f"{ind}base = i0 * xs0 + i1 * xs1"]
     loop = "tl.static_range" if math.prod(spec.lengths) <= UNROLL_TAPS else "range"
     cond = "mask"
@@ -67,8 +72,10 @@ def pool_source(spec: PoolSpec, name: str) -> str:
     inner = ind * (nsp + 1)
     addr = " + ".join(["base"] + [f"p{k} * xs{k + 2}" for k in range(nsp)])
     lines.append(f"{inner}v = tl.load(x_ptr + {addr}, mask={cond}, other={init}).to({acc_t})")
-    if is_max:  # NaN propagates, as numpy's maximum does
+    if is_max and spec.dtype.is_float:  # NaN propagates, as numpy's maximum does
         lines.append(f"{inner}acc = tl.maximum(acc, v, propagate_nan=tl.PropagateNan.ALL)")
+    elif is_max:
+        lines.append(f"{inner}acc = tl.maximum(acc, v)")
     else:
         lines.append(f"{inner}acc += v")
     if not is_max:

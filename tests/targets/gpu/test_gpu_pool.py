@@ -42,6 +42,14 @@ def test_pooling_matches_onnxruntime(gpu_target, op, attrs, shape):
     assert_close(p.run(x), run_ort(model, x), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_integer_maxpool(gpu_target, dtype):
+    x = {"x": rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, (1, 3, 6, 6), endpoint=True).astype(dtype)}
+    model = make_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])], x, ["y"])
+    got = compiled(gpu_target, model).run(x)[0]
+    np.testing.assert_array_equal(got, run_ort(model, x)[0])
+
+
 def test_maxpool_propagates_nan(gpu_target):
     x = {"x": rng.standard_normal((1, 2, 4, 4)).astype(np.float32)}
     x["x"][0, 1, 2, 2] = np.nan
