@@ -7,6 +7,8 @@ FUSEGRAPH_VERIFY=full|cheap|off  how thoroughly to verify the IR after a change 
                                the test suite sets full)
 FUSEGRAPH_CACHE_DIR=DIR        where the cpu target keeps compiled kernels (default ~/.cache/fusegraph/kernels)
 FUSEGRAPH_SIGN_KEY=KEY         the HMAC key compiled files are signed and checked with when none is given
+FUSEGRAPH_GPU_GEMM=MODE        the gpu target's GEMM epilogue choice when GpuTarget(gemm=...) is not given:
+                               auto (timed), triton (the Triton template only) or library (cuBLAS only)
 """
 
 from __future__ import annotations
@@ -37,3 +39,7 @@ def kernel_cache_dir() -> str | None:
 
 def sign_key() -> str | None:
     return os.environ.get("FUSEGRAPH_SIGN_KEY") or None
+
+
+def gpu_gemm() -> str | None:
+    return os.environ.get("FUSEGRAPH_GPU_GEMM") or None

@@ -17,10 +17,18 @@ Pipeline: (fp16/bf16 quantization when asked) + the generic pipeline. Lowering, 
 default, a program with host steps compiles with one HostFallbackWarning naming those ops, and
 `executable.describe()` / `executable.host_ops` show which steps run where. torch and triton are
 imported when the target is used, never by `import fusegraph`.
+
+GEMM epilogues (autotune.py): `GpuTarget(gemm="auto")` times the Triton template's configs against
+cuBLAS + the pointwise kernel for each matmul with a fused reader, once per machine (an on-disk
+cache); on a CPU device nothing is timed and "auto" takes the library. "triton" / "library" force
+one side (tests; FUSEGRAPH_GPU_GEMM sets the default for debugging). `CompileOptions.exhaustive_tune`
+widens the config search. The choices are on `executable.tuning`, saved as autotune.json in a .fgx
+and reused, untimed, when it is loaded.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from ...ir.program import Program
@@ -30,10 +38,18 @@ from ..base import CompileOptions, Executable, Target
 class GpuTarget(Target):
     name = "gpu"
 
-    def __init__(self, device: str | None = None, graph_mode: bool = True, host_fallback: bool = True):
+    def __init__(self, device: str | None = None, graph_mode: bool = True, host_fallback: bool = True,
+                 gemm: str | None = None):
+        from ... import debug
+        from ...errors import CompileError
+        from .autotune import MODES
+
         self.device = device          # None: the current CUDA device ("cpu" runs Triton's interpreter)
         self.graph_mode = graph_mode  # capture the whole program as one CUDA graph (static mode)
         self.host_fallback = host_fallback  # run steps the device cannot run on the host
+        self.gemm = gemm or debug.gpu_gemm() or "auto"  # GEMM epilogues: "auto" | "triton" | "library"
+        if self.gemm not in MODES:
+            raise CompileError(f"target 'gpu': gemm={self.gemm!r}, expected one of {MODES}")
 
     def passes(self, options: CompileOptions) -> list:
         from ...passes import generic_pipeline
@@ -46,21 +62,26 @@ class GpuTarget(Target):
         return pipeline
 
     def lower(self, program: Program, options: CompileOptions) -> Executable:
+        return self._lower(program, options, {})
+
+    def _lower(self, program: Program, options: CompileOptions, recorded: Mapping[str, dict]) -> Executable:
         from ...errors import CompileError
+        from .autotune import Tuner
         from .device import resolve_device
         from .dynamic import lower_dynamic
 
         device = resolve_device(self.device)
         if _fits_static(program):
             try:
-                return self._lower_static(program, options, device)
+                tuner = Tuner.for_device(device, self.gemm, options.exhaustive_tune, recorded)
+                return self._lower_static(program, options, device, tuner)
             except CompileError:
                 if not self.host_fallback:
                     raise
                 # some lowering rejects its instruction: the dynamic mode finds which and hosts it
         return lower_dynamic(program, options, device, self.host_fallback)
 
-    def _lower_static(self, program: Program, options: CompileOptions, device) -> Executable:
+    def _lower_static(self, program: Program, options: CompileOptions, device, tuner) -> Executable:
         from .build import BuildContext, allocate, build_steps
         from .executable import GpuExecutable
         from .lowering import storage_mode
@@ -69,6 +90,7 @@ class GpuTarget(Target):
         main = program.main
         plan = make_plan(main, storage_mode)
         ctx = BuildContext(device)
+        ctx.tuner = tuner
         slots, activations, weights = allocate(plan, main, device)
         activations.zero_()  # inputs start as zeros: the warm-up run reads valid indices
         outputs = {plan.owner[o.uid] for o in main.outputs if o.uid in plan.owner}
@@ -76,19 +98,26 @@ class GpuTarget(Target):
         exe = GpuExecutable(program, options, device, steps, slots, (activations, weights),
                             self.graph_mode, {}, fp32_exact=True)
         exe.plan = plan
-        exe.warm_up()
+        exe.warm_up()  # GEMM epilogues are autotuned here, at their first run
+        exe.tuning = {}
         for k in ctx.kernels:
             exe.sources.update(k.sources)
+            exe.tuning.update(getattr(k, "tuning", {}))
         return exe
 
     def export_artifacts(self, executable: Executable) -> dict[str, bytes]:
         sources: dict[str, str] = getattr(executable, "sources", {})
-        return {f"triton/{name}.py": src.encode() for name, src in sorted(sources.items())}
+        out = {f"triton/{name}.py": src.encode() for name, src in sorted(sources.items())}
+        tuning: dict[str, dict] = getattr(executable, "tuning", {})
+        if tuning:
+            out["autotune.json"] = json.dumps(tuning, indent=1, sort_keys=True).encode()
+        return out
 
     def load(self, program: Program, options: CompileOptions, artifacts: Mapping[str, memoryview]) -> Executable:
         # Kernels are regenerated from the IR (the saved sources document what ran; Triton's on-disk
-        # cache makes recompiling them cheap).
-        return self.lower(program, options)
+        # cache makes recompiling them cheap); recorded GEMM choices are reused, not timed again.
+        recorded = artifacts.get("autotune.json")
+        return self._lower(program, options, json.loads(bytes(recorded)) if recorded is not None else {})
 
 
 def _fits_static(program: Program) -> bool:

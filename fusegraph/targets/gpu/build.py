@@ -31,6 +31,7 @@ class BuildContext:
         self.torch = torch()
         self.device = device
         self.kernels: list[Any] = []  # Triton launchers (their sources are saved with the program)
+        self.tuner: Any = None  # autotune.Tuner choosing GEMM templates (None: a default for the device)
 
     def constant(self, value: np.ndarray) -> Any:
         """A small build-time array (index maps, divisors) on the device."""

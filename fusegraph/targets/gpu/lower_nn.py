@@ -234,3 +234,103 @@ def _torch_pooling(ctx, op, x_shape):
         y = s / counts if op.mode == "average" else s ** (1.0 / p)
         return y.to(x.dtype)
     return run_avg
+
+
+# -- matmul with a fused epilogue (autotuned) --------------------------------------------------------
+@lowering("gemm_epilogue", "conv_gemm_epilogue", mode="into",
+          note="Triton GEMM template with the fused epilogue, or cuBLAS then the pointwise kernel: autotuned")
+def gemm_epilogue(ctx, step):
+    if ctx.tuner is None:
+        from .autotune import Tuner
+
+        ctx.tuner = Tuner.for_device(ctx.device)
+    runner = EpilogueGemm(ctx.tuner, step)
+    ctx.kernels.append(runner)
+    return runner
+
+
+class EpilogueGemm:
+    """C = epilogue(A @ B) for one gemm_epilogue / conv_gemm_epilogue step. The first call (made
+    while compiling, before graph capture) asks the tuner for the fastest candidate on these very
+    tensors; later calls run the chosen one."""
+
+    def __init__(self, tuner, step):
+        self.tuner, self.conv = tuner, step.kind == "conv_gemm_epilogue"
+        d = step.data
+        self.body, self.acc, self.roles, self.split = d["body"], d["acc"], d["roles"], d["split"]
+        mm = step.members[-1]  # the matmul (members: reader [, reshape], matmul)
+        self.in_type, self.mm_shape = mm.inputs[0].shape.dtype, mm.shape.lens
+        user = step.ins
+        self.var_types = [mm.shape.dtype if r == "acc" else x.shape.dtype for r, x in zip(self.roles, user.inputs)]
+        self.out_type = user.shape.dtype
+        self.sources: dict[str, str] = {}
+        self.tuning: dict[str, dict] = {}
+        self.run = None
+
+    def rows(self, out, a, w, ops):
+        """The template's row form: a [*rows, K], b [K, N], out and operands [*rows, N] (views)."""
+        if self.conv:
+            nhwc = lambda v: v.permute(0, 2, 3, 1)  # noqa: E731  channels-last memory: a view
+            return nhwc(out), nhwc(a), w.reshape(w.shape[0], -1).t(), [nhwc(x) for x in ops]
+        if self.split:  # dot [M, N] read as [d0, .., N]: A's rows split the same way
+            a = a.reshape(*out.shape[:-1], a.shape[-1])
+        return out, a, w, list(ops)
+
+    def __call__(self, out, a, w, *ops):
+        if self.run is None:
+            self._choose(out, a, w, ops)
+        self.run(out, a, w, *ops)
+
+    def _choose(self, out, a, w, ops) -> None:
+        from .autotune import LIBRARY, Candidate
+
+        ro, ra, rb, rops = self.rows(out, a, w, ops)
+        m, (k, n) = math.prod(ro.shape[:-1]), rb.shape
+        layout = (ra.stride()[-1] == 1, rb.stride()[-1] == 1, ro.stride()[-1] == 1, ro.dim() > 2)
+        key = (f"{'conv' if self.conv else 'dot'} {m}x{n}x{k} {self.in_type.value}->{self.out_type.value} "
+               f"{self.body} {','.join(self.roles)} {layout}")
+        launchers = {}
+        candidates = [Candidate(LIBRARY, lambda: self._library(launchers))]
+        for cfg in self.tuner.configs(m, n, k, ro.element_size()):
+            candidates.append(Candidate(cfg.name(), lambda cfg=cfg: self._triton(cfg, launchers)))
+        name, self.run = self.tuner.choose(key, candidates, (out, a, w, *ops))
+        self.sources.update(launchers[name].sources)
+        self.tuning[key] = {"name": name}
+
+    def _triton(self, cfg, launchers):
+        from .triton_gemm import GemmLauncher
+
+        launcher = GemmLauncher(self.body, self.var_types, self.acc, self.in_type, self.out_type, cfg)
+        launchers[cfg.name()] = launcher
+
+        def run(out, a, w, *ops):
+            ro, ra, rb, rops = self.rows(out, a, w, ops)
+            launcher(ro, ra, rb, *rops)
+        return run
+
+    def _library(self, launchers):
+        """cuBLAS into a scratch matrix, then the epilogue's pointwise kernel."""
+        from .autotune import LIBRARY
+        from .device import torch_dtype
+        from .launch import PointwiseLauncher
+
+        t = torch()
+        pw = PointwiseLauncher(self.body, self.var_types, self.out_type)
+        launchers[LIBRARY] = pw
+        scratch = []
+
+        def run(out, a, w, *ops):
+            if not scratch:
+                lens = (self.mm_shape[0], *self.mm_shape[2:], self.mm_shape[1]) if self.conv else self.mm_shape
+                scratch.append(t.empty(lens, dtype=torch_dtype(self.var_types[self.acc[0]]), device=out.device))
+            s = scratch[0]
+            if self.conv:
+                _, ra, rb, _ = self.rows(out, a, w, ())
+                t.mm(ra.reshape(-1, ra.shape[-1]), rb, out=s.view(-1, s.shape[-1]))
+                y = s.permute(0, 3, 1, 2)
+            else:
+                t.matmul(a, w, out=s)
+                y = s.reshape(out.shape)
+            it = iter(ops)
+            pw(out, *[y if r == "acc" else next(it) for r in self.roles])
+        return run

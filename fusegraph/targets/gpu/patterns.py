@@ -7,7 +7,12 @@
   becomes one torch.addmm (cuBLASLt's bias epilogue);
 * conv_gemm: a 1x1 convolution (stride 1, unpadded, ungrouped, 2-D) is a matmul over the rows of its
   channels-last input, [N*H*W, C] x [C, M]; with its only reader's per-channel bias add (and a ReLU
-  after it) it becomes one cuBLASLt call with the bias (ReLU) epilogue, as torch.compile does.
+  after it) it becomes one cuBLASLt call with the bias (ReLU) epilogue, as torch.compile does;
+* gemm_epilogue / conv_gemm_epilogue: a matmul (dot, 2-D or batched over a 2-D weight, [+ row-split
+  reshape]; or a 1x1 convolution as above) whose only reader is a pointwise instruction of the same
+  lens that neither of the above takes (SiLU, GELU, residual adds...) absorbs that reader: one
+  autotuned step, a Triton GEMM template with the reader's body as its epilogue or the library
+  matmul followed by the pointwise kernel (lower_nn.py, autotune.py).
 
 Each match is a `Group` keyed by the uid of the instruction whose value it produces; its members are
 the instructions it replaces, its inputs the values it reads.
@@ -22,7 +27,7 @@ import numpy as np
 from ...ir.module import Instruction, Module
 from ...ir.shape import Shape
 from ...ops.conv import window_attrs
-from ...ops.scalar import Call, Const, Expr, Var
+from ...ops.scalar import Call, Const, Expr, Var, variables
 
 FLOATS = ("float16", "bfloat16", "float32")
 VIEW_CHAIN = ("broadcast", "reshape", "squeeze", "unsqueeze", "flatten", "contiguous")
@@ -50,6 +55,15 @@ def match_groups(module: Module) -> dict[int, Group]:
             continue
         g = match_gemm_bias(ins) or match_conv_gemm(ins)
         if g is not None and not any(m.uid in taken for m in g.members):
+            groups[g.root.uid] = g
+            taken |= {m.uid for m in g.members}
+    for ins in module.instructions:  # matmuls the library epilogues left alone take their reader
+        plain = groups.get(ins.uid)
+        if ins.uid in taken and not (plain is not None and plain.kind == "conv_gemm" and plain.root is ins):
+            continue
+        g = match_gemm_epilogue(ins)
+        if g is not None and not any(m.uid in taken for m in g.members if m is not ins):
+            groups.pop(ins.uid, None)
             groups[g.root.uid] = g
             taken |= {m.uid for m in g.members}
     return groups
@@ -286,3 +300,56 @@ def _channel_vector(b: Instruction, m: int) -> Instruction | None:
     if lens in ((m,), (m, 1, 1), (1, m, 1, 1)):
         return src
     return None
+
+
+# -- a matmul with its reader as the epilogue ----------------------------------------------------------
+def match_gemm_epilogue(mm: Instruction) -> Group | None:
+    """A float matmul whose only reader (through a row-split reshape, for a 2-D dot) is a pointwise
+    instruction of the same lens, with an expression body Triton can render."""
+    from .triton_expr import expr_types, triton_types_ok
+
+    kind = _epilogue_source(mm)
+    if kind is None or len(mm.users) != 1 or _is_output(mm):
+        return None
+    y, members, split = mm, [mm], False
+    user = mm.users[0]
+    if kind == "gemm_epilogue" and user.op.name == "reshape" and mm.shape.ndim == 2 and only_user(mm, user):
+        if user.shape.lens[-1] != mm.shape.lens[-1] or len(user.users) != 1 or _is_output(user):
+            return None
+        y, split = user, True
+        members.append(user)
+        user = user.users[0]
+    if user.op.kind.value != "pointwise" or not hasattr(user.op, "expr") or user.shape.lens != y.shape.lens:
+        return None
+    expr = user.op.expr
+    acc = tuple(k for k, x in enumerate(user.inputs) if x is y)
+    var_types = [x.shape.dtype for x in user.inputs]
+    if not set(acc) & variables(expr) or not triton_types_ok([*var_types, user.shape.dtype,
+                                                                *expr_types(expr, var_types)]):
+        return None
+    others = [x for x in user.inputs if x is not y]
+    roles = tuple("acc" if x is y else "col" if _last_axis_vector(x, kind) else "full" for x in user.inputs)
+    data = {"body": expr, "acc": acc, "roles": roles, "split": split}
+    return Group(kind, user, [user, *reversed(members)], [*mm.inputs, *others], data)
+
+
+def _epilogue_source(mm: Instruction) -> str | None:
+    """The step kind of a matmul the epilogue template takes, else None."""
+    if not isinstance(mm.shape, Shape) or mm.shape.dtype.value not in FLOATS:
+        return None
+    if mm.op.name == "dot":
+        a, w = mm.inputs
+        if a.shape.dtype != w.shape.dtype or w.shape.ndim != 2 or a.shape.ndim < 2:
+            return None
+        return "gemm_epilogue"
+    g = match_conv_gemm(mm) if mm.op.name == "convolution" else None
+    return "conv_gemm_epilogue" if g is not None and g.root is mm else None
+
+
+def _last_axis_vector(x: Instruction, kind: str) -> bool:
+    """Whether `x` broadcasts one vector along the output's columns (channels, for a convolution)."""
+    if x.op.name != "broadcast":
+        return False
+    if kind == "conv_gemm_epilogue":
+        return _channel_vector(x, x.shape.lens[1]) is not None
+    return _row_vector(x, x.shape.lens[-1]) is not None

@@ -1,0 +1,194 @@
+"""Compile-time autotuning of the gpu target's GEMM templates, with a persistent on-disk cache.
+
+For each distinct problem (shape, dtypes, epilogue, layout) the candidates are the library path
+(cuBLAS, then the epilogue's pointwise kernel) and Triton template configs. The choice is, in
+order of precedence:
+
+1. the tuner's mode: "library" takes the library path; "triton" leaves it out of the candidates;
+2. a choice recorded with the program (a loaded .fgx's autotune.json): reused, nothing is timed;
+3. the on-disk cache, CACHE_ROOT/autotune/<device+versions>.json: reused, nothing is timed;
+4. timing on the device: CUDA events, the median of a few runs after warm-up; the fastest wins
+   and is written to the cache. A candidate that fails to compile or run is dropped.
+
+On a CPU device (Triton's interpreter) nothing meaningful can be timed: the choice is deterministic
+(the library path, or the first Triton config when the mode is "triton"), and nothing is cached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import itertools
+import json
+import os
+import statistics
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ...errors import CompileError
+from . import kernels
+from .triton_gemm import GemmConfig
+
+LIBRARY = "library"
+MODES = ("auto", "triton", "library")
+
+# Hopper-friendly tiles (Inductor's mm configs and the matmul tutorial's), smallest last
+DEFAULT_CONFIGS = (
+    GemmConfig(128, 128, 32, 8, 4, 4), GemmConfig(128, 128, 64, 8, 8, 3), GemmConfig(128, 256, 64, 8, 8, 3),
+    GemmConfig(64, 128, 32, 8, 4, 4), GemmConfig(128, 64, 32, 8, 4, 4), GemmConfig(64, 128, 64, 8, 4, 3),
+    GemmConfig(64, 64, 32, 8, 4, 4), GemmConfig(64, 32, 64, 8, 4, 4), GemmConfig(32, 64, 64, 8, 4, 4),
+)
+SMEM_LIMIT = 227 * 1024  # bytes of shared memory one H100/H200 block may use
+
+
+def exhaustive_configs(item_bytes: int) -> list[GemmConfig]:
+    """The wide grid of `exhaustive_tune`, without tiles whose pipelined buffers overflow shared memory."""
+    out = []
+    for bm, bn, bk, (stages, warps) in itertools.product(
+            (32, 64, 128, 256), (32, 64, 128, 256), (32, 64, 128), ((2, 4), (3, 4), (3, 8), (4, 4), (4, 8), (5, 8))):
+        if warps == 8 and bm * bn < 128 * 64:
+            continue  # eight warps on a small tile leave most of them idle
+        if (bm + bn) * bk * item_bytes * stages <= SMEM_LIMIT:
+            out.append(GemmConfig(bm, bn, bk, 8, warps, stages))
+    return out
+
+
+def fit_configs(configs: list[GemmConfig] | tuple[GemmConfig, ...], m: int, n: int, k: int) -> list[GemmConfig]:
+    """Configs with tiles no larger than the problem needs (at least 16 each: tl.dot's minimum),
+    duplicates removed, order kept."""
+    def cap(block: int, size: int) -> int:
+        return min(block, max(16, 1 << max(0, size - 1).bit_length()))
+
+    seen: dict[GemmConfig, None] = {}
+    for c in configs:
+        seen.setdefault(dataclasses.replace(c, block_m=cap(c.block_m, m), block_n=cap(c.block_n, n),
+                                            block_k=cap(c.block_k, k)), None)
+    return list(seen)
+
+
+@dataclasses.dataclass
+class Candidate:
+    name: str                                 # LIBRARY or a GemmConfig's name
+    make: Callable[[], Callable[..., None]]   # builds the candidate's run (a function of the tensors)
+
+
+class TuningCache:
+    """Choices of one device and software stack, persisted as one JSON file."""
+
+    def __init__(self, identity: Mapping[str, str]):
+        self.identity = dict(identity)
+        digest = hashlib.sha256(json.dumps(self.identity, sort_keys=True).encode()).hexdigest()[:16]
+        self.path: Path = kernels.CACHE_ROOT / "autotune" / f"{digest}.json"
+
+    def load(self) -> dict[str, dict]:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}  # no cache yet, or a damaged one: timing rebuilds it
+        return data.get("choices", {}) if data.get("identity") == self.identity else {}
+
+    def store(self, key: str, choice: dict) -> None:
+        choices = self.load()
+        choices[key] = choice
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"identity": self.identity, "choices": choices}, indent=1, sort_keys=True))
+        os.replace(tmp, self.path)  # atomic: a concurrent compile reads the old or the new file
+
+
+def device_identity(device: Any) -> dict[str, str]:
+    from .device import torch, triton
+
+    t = torch()
+    name = t.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return {"device": name, "torch": t.__version__, "triton": triton().__version__}
+
+
+class Tuner:
+    """Chooses among a problem's candidates (see the module docstring). `measure(run)` times one
+    candidate in seconds; None means this device cannot be timed (the deterministic choice)."""
+
+    def __init__(self, identity: Mapping[str, str], mode: str = "auto", exhaustive: bool = False,
+                 recorded: Mapping[str, dict] | None = None, measure: Callable[[Callable[[], None]], float] | None = None):
+        if mode not in MODES:
+            raise CompileError(f"target 'gpu': gemm={mode!r}, expected one of {MODES}")
+        self.mode, self.exhaustive, self.measure = mode, exhaustive, measure
+        self.recorded = dict(recorded or {})
+        self.cache = TuningCache(identity)
+        self.timed = 0  # problems timed by this tuner (0 when every choice came from a record or the cache)
+
+    @classmethod
+    def for_device(cls, device: Any, mode: str = "auto", exhaustive: bool = False,
+                   recorded: Mapping[str, dict] | None = None) -> Tuner:
+        measure = cuda_measure if device.type == "cuda" else None
+        return cls(device_identity(device), mode, exhaustive, recorded, measure)
+
+    def configs(self, m: int, n: int, k: int, item_bytes: int) -> list[GemmConfig]:
+        base = exhaustive_configs(item_bytes) if self.exhaustive else DEFAULT_CONFIGS
+        return fit_configs(base, m, n, k)
+
+    def choose(self, key: str, candidates: list[Candidate], args: tuple = ()) -> tuple[str, Callable[..., None]]:
+        """(name, run) of the chosen candidate, timed (when it is) on `args`. The library candidate,
+        when present, comes first."""
+        if self.mode == LIBRARY:
+            candidates = [c for c in candidates if c.name == LIBRARY]
+        elif self.mode == "triton":
+            candidates = [c for c in candidates if c.name != LIBRARY] or candidates
+        if not candidates:
+            raise CompileError(f"target 'gpu': no candidate for {key}")
+        names = {c.name: c for c in candidates}
+        known = self.recorded.get(key) or (self.cache.load().get(key) if self.measure is not None else None)
+        if known is not None and known.get("name") in names:
+            return known["name"], names[known["name"]].make()
+        if self.measure is None or len(candidates) == 1:
+            return candidates[0].name, candidates[0].make()
+        best: tuple[float, str, Callable[..., None]] | None = None
+        for c in candidates:
+            try:
+                run = c.make()
+                seconds = self.measure(lambda: run(*args))  # noqa: B023  (timed before `run` changes)
+            except candidate_errors():
+                continue  # this config does not compile or run here (shared memory, ...): dropped
+            if best is None or seconds < best[0]:
+                best = (seconds, c.name, run)
+        if best is None:
+            raise CompileError(f"target 'gpu': every candidate of {key} failed")
+        self.timed += 1
+        self.cache.store(key, {"name": best[1], "seconds": best[0]})
+        return best[1], best[2]
+
+
+@functools.cache
+def candidate_errors() -> tuple[type[BaseException], ...]:
+    """What a candidate that cannot compile or run here raises."""
+    errors: list[type[BaseException]] = [RuntimeError, ValueError, CompileError]
+    try:
+        from triton.errors import TritonError  # compile failures, out of resources
+    except ImportError:
+        pass
+    else:
+        errors.append(TritonError)
+    return tuple(errors)
+
+
+
+def cuda_measure(run: Callable[[], None], warmup: int = 3, samples: int = 7, reps: int = 10) -> float:
+    """Seconds per run on the current CUDA stream: the median of `samples` timings of `reps` runs
+    each (one run of a small GEMM is shorter than an event's resolution), after `warmup` runs."""
+    from .device import torch
+
+    t = torch()
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(samples):
+        start, end = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / reps)
+    return statistics.median(times)
