@@ -55,6 +55,11 @@ class Shape:
     # Element strides; None means standard (row-major contiguous). Only static shapes carry strides.
     strides_: tuple[int, ...] | None = field(default=None, compare=False)
 
+    def __post_init__(self) -> None:
+        # lens are read everywhere (passes, lowering, loading): computed once, None when dynamic
+        fixed = all(d.is_fixed for d in self.dims)
+        object.__setattr__(self, "_lens", tuple(d.min for d in self.dims) if fixed else None)
+
     # -- construction -------------------------------------------------------------------------
     @staticmethod
     def of(dtype: DType, lens: Sequence[int], strides: Sequence[int] | None = None) -> Shape:
@@ -87,7 +92,7 @@ class Shape:
 
     @property
     def is_dynamic(self) -> bool:
-        return not all(d.is_fixed for d in self.dims)
+        return self._lens is None  # type: ignore[attr-defined]
 
     @property
     def is_tuple(self) -> bool:
@@ -95,9 +100,10 @@ class Shape:
 
     @property
     def lens(self) -> tuple[int, ...]:
-        if self.is_dynamic:
+        lens = self._lens  # type: ignore[attr-defined]
+        if lens is None:
             raise ShapeError(f"shape {self} is dynamic: it has no fixed lens")
-        return tuple(d.min for d in self.dims)
+        return lens
 
     @property
     def min_lens(self) -> tuple[int, ...]:

@@ -141,9 +141,14 @@ class Primitive:
     @property
     def impl(self) -> str:
         """oneDNN's name of the implementation it picked (e.g. brg:avx512_core_amx, jit:avx512_core)."""
+        pd = self._pd
+        cached = getattr(self, "_impl", None)
+        if cached is not None and cached[0] is pd:
+            return cached[1]
         s = ctypes.c_char_p()
-        _lib.check(self._lib.dnnl_primitive_desc_query(self._pd, _lib.Q_IMPL_INFO_STR, 0, ctypes.byref(s)), "impl")
-        return (s.value or b"").decode()
+        _lib.check(self._lib.dnnl_primitive_desc_query(pd, _lib.Q_IMPL_INFO_STR, 0, ctypes.byref(s)), "impl")
+        self._impl = (pd, (s.value or b"").decode())
+        return self._impl[1]
 
     @property
     def dst_desc(self) -> MemDesc:

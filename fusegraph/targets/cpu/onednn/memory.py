@@ -85,7 +85,15 @@ class MemDesc:
         _lib.check(lib.dnnl_memory_desc_create_with_strides(
             ctypes.byref(md), len(shape), _lib.dims(shape), _lib.DT[dtype], _lib.dims(strides)),
             f"plain memory desc {shape} strides {tuple(strides)}")
-        return cls(md)
+        return cls._known(md, lib, shape, dtype, tuple(int(s) for s in strides))
+
+    @classmethod
+    def _known(cls, handle: c_void_p, lib, shape: tuple[int, ...], dtype: str, strides: tuple[int, ...]) -> MemDesc:
+        """A plain descriptor just created from these dims and strides: nothing to ask oneDNN but its size."""
+        self = cls.__new__(cls)
+        self._lib, self.handle, self.shape, self.dtype, self.strides = lib, handle, shape, dtype, strides
+        self.nbytes = int(lib.dnnl_memory_desc_get_size(handle))
+        return self
 
     @classmethod
     def of_array(cls, a: np.ndarray) -> MemDesc:
