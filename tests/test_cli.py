@@ -116,6 +116,24 @@ def test_verify_mismatch_exits_1(tiny, monkeypatch, capsys):
     assert captured.out.count("MISMATCH") == 2 and "verify failed" in captured.err
 
 
+def test_verify_fp16_reports_half_precision_error(capsys):
+    assert cli.main(["verify", "bert_small", "--fp16", "--target", "ref"]) == 0
+    out = capsys.readouterr().out
+    assert "ref fp16 vs" in out and "relative L2 error <= 0.01" in out
+    row = next(line for line in out.splitlines() if "last_hidden_state" in line)
+    rel_l2 = float(row.split("│")[6])
+    assert 1e-5 < rel_l2 < 1e-2  # float16 differs from float32, within the documented tolerance
+    assert cli.main(["verify", "bert_small", "--fp16", "--target", "ref", "--fp16-tol", "1e-6"]) == 1
+
+
+def test_compare_outputs_by_relative_l2():
+    e = np.array([1.0, -2.0, 0.0, 4.0], dtype=np.float32)
+    (near,) = compare_outputs(["a"], [e * np.float32(1.001)], [e], rel_l2_tol=1e-2)
+    assert near.ok and abs(near.rel_l2 - 1e-3) < 1e-6
+    (far,) = compare_outputs(["a"], [e * np.float32(1.1)], [e], rel_l2_tol=1e-2)
+    assert not far.ok and far.mismatched == 1
+
+
 def test_compare_outputs():
     e = np.array([1.0, -2.0, 0.0, 4.0], dtype=np.float32)
     (same,) = compare_outputs(["a"], [e.copy()], [e])

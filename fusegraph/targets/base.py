@@ -89,7 +89,12 @@ class Target:
         if options.optimize:
             from ..passes.manager import run_pipeline
 
-            run_pipeline(program, self.passes(options), options, manager)
+            passes = self.passes(options)
+            if options.fp16:  # a generic pass: every target computes in float16 when asked
+                from ..quantize.fp16 import quantize_fp16_pass
+
+                passes = [quantize_fp16_pass, *passes] if quantize_fp16_pass not in passes else passes
+            run_pipeline(program, passes, options, manager)
         return self.lower(program, options)
 
     def __repr__(self) -> str:
