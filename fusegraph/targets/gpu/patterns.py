@@ -314,7 +314,8 @@ def match_gemm_epilogue(mm: Instruction) -> Group | None:
     y, members, split = mm, [mm], False
     user = mm.users[0]
     if kind == "gemm_epilogue" and user.op.name == "reshape" and mm.shape.ndim == 2 and only_user(mm, user):
-        if user.shape.lens[-1] != mm.shape.lens[-1] or len(user.users) != 1 or _is_output(user):
+        if user.shape.ndim < 2 or user.shape.lens[-1] != mm.shape.lens[-1] or len(user.users) != 1 \
+                or _is_output(user):
             return None
         y, split = user, True
         members.append(user)
