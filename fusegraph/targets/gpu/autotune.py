@@ -135,15 +135,32 @@ class Tuner:
         if self.mode == LIBRARY:
             candidates = [c for c in candidates if c.name == LIBRARY]
         elif self.mode == "triton":
-            candidates = [c for c in candidates if c.name != LIBRARY] or candidates
+            triton = [c for c in candidates if c.name != LIBRARY]
+            try:  # the library only when no Triton config builds and runs (rows it cannot address)
+                return self._choose(key, triton, args)
+            except CompileError:
+                candidates = [c for c in candidates if c.name == LIBRARY]
+        return self._choose(key, candidates, args)
+
+    def _choose(self, key: str, candidates: list[Candidate], args: tuple) -> tuple[str, Callable[..., None]]:
         if not candidates:
             raise CompileError(f"target 'gpu': no candidate for {key}")
         names = {c.name: c for c in candidates}
         known = self.recorded.get(key) or (self.cache.load().get(key) if self.measure is not None else None)
         if known is not None and known.get("name") in names:
-            return known["name"], names[known["name"]].make()
-        if self.measure is None or len(candidates) == 1:
-            return candidates[0].name, candidates[0].make()
+            try:
+                return known["name"], names[known["name"]].make()
+            except candidate_errors():
+                pass  # a record from another software stack that no longer builds: choose again
+        if self.measure is None or len(candidates) == 1:  # nothing to time: the first that builds and runs
+            for c in candidates:
+                try:
+                    run = c.make()
+                    run(*args)
+                except candidate_errors():
+                    continue
+                return c.name, run
+            raise CompileError(f"target 'gpu': every candidate of {key} failed")
         best: tuple[float, str, Callable[..., None]] | None = None
         for c in candidates:
             try:

@@ -141,7 +141,8 @@ class GemmLauncher:
     """One Triton config of one epilogue GEMM. Called as (out, a, b, *operands) with tensors in row
     form: a [*rows, K], b [K, N], out and the epilogue's operands (its variables other than the
     matmul, in order) [*rows, N], broadcasts included. The kernel is configured from the first
-    call's strides (and whenever they change)."""
+    call's strides (and whenever they change); rows whose strides do not merge into (batch, row)
+    raise ValueError, and the autotuner drops the template for that problem."""
 
     def __init__(self, body: Expr, var_types: list[DType], acc_vars: tuple[int, ...], in_type: DType,
                  out_type: DType, config: GemmConfig):

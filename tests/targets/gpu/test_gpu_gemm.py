@@ -1,0 +1,230 @@
+"""GEMMs with fused epilogues on the gpu target: which matmuls absorb which reader (patterns.py), the
+Triton template forced over cuBLAS (results against ONNX Runtime, on the GPU or through Triton's
+interpreter), and the autotuner's choices: timed once, cached on disk per device, failing candidates
+dropped, recorded on the executable and saved with it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import fusegraph
+from fusegraph.passes import generic_pipeline, run_pipeline
+from fusegraph.targets.gpu.patterns import match_groups
+from tests.util import assert_close, make_model, run_ort
+
+rng = np.random.default_rng(5)
+
+
+def randn(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def target_of(gpu_target):
+    """GpuTarget(gemm=...) on the GPU, or through the interpreter like `gpu_target`."""
+    from fusegraph.targets.gpu import GpuTarget
+    from fusegraph.targets.gpu.interpreter import interpreted_target
+
+    return lambda gemm: GpuTarget(device=gpu_target.device, gemm=gemm) if gpu_target.device is None \
+        else interpreted_target(gemm=gemm)
+
+
+def compile_check(target, model, x, fp16=False):
+    p = fusegraph.parse_onnx(model)
+    p.compile(target, fusegraph.CompileOptions(fp16=fp16))
+    tol = 2e-2 if fp16 else 1e-4
+    assert_close(p.run(x), run_ort(model, x), rtol=tol, atol=tol)
+    return p
+
+
+def conv_silu_model():
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Sigmoid", ["c"], ["s"]),
+             helper.make_node("Mul", ["c", "s"], ["y"])]
+    x = {"x": randn(2, 24, 5, 7)}
+    return make_model(nodes, x, ["y"], initializers={"w": randn(40, 24, 1, 1) * 0.3, "b": randn(40)}), x
+
+
+def gelu_residual_model():
+    # BERT's FFN output: MatMul + bias, GELU, residual add (the dot's rows split back into [B, S])
+    nodes = [helper.make_node("MatMul", ["h", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["mb"]),
+             helper.make_node("Gelu", ["mb"], ["g"]), helper.make_node("Add", ["g", "h"], ["y"])]
+    x = {"h": randn(2, 9, 48)}
+    return make_model(nodes, x, ["y"], initializers={"w": randn(48, 48) * 0.2, "b": randn(48)}, opset=20), x
+
+
+def optimized(model):
+    p = fusegraph.parse_onnx(model)
+    run_pipeline(p, generic_pipeline())
+    return p
+
+
+# -- pattern decisions ---------------------------------------------------------------------------------
+def test_matmuls_absorb_the_readers_the_library_epilogues_leave():
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"]), helper.make_node("Sigmoid", ["c2"], ["s2"]),
+             helper.make_node("Mul", ["c2", "s2"], ["y2"]),
+             helper.make_node("Conv", ["y2", "w3", "b3"], ["c3"]), helper.make_node("Add", ["c3", "y2"], ["s3"]),
+             helper.make_node("Relu", ["s3"], ["y"])]
+    inits = {"w1": randn(16, 8, 1, 1), "b1": randn(16), "w2": randn(16, 16, 1, 1), "b2": randn(16),
+             "w3": randn(16, 16, 1, 1), "b3": randn(16)}
+    p = optimized(make_model(nodes, {"x": randn(1, 8, 4, 4)}, ["y"], initializers=inits))
+    groups = sorted(match_groups(p.main).values(), key=lambda g: p.main.index(g.root))
+    assert [g.kind for g in groups] == ["conv_gemm", "conv_gemm_epilogue", "conv_gemm_epilogue"]
+    assert groups[0].data["relu"]  # bias + ReLU stays with cuBLASLt's epilogue
+    assert groups[1].data["roles"] == ("acc", "col")  # SiLU over the biased conv
+    assert groups[2].data["roles"] == ("acc", "col", "full")  # bias, then the residual
+    assert [m.op.name for m in groups[2].members] == ["fused_pointwise", "convolution"]
+
+
+def test_dot_epilogue_through_a_row_split_reshape():
+    p = optimized(gelu_residual_model()[0])
+    (g,) = match_groups(p.main).values()
+    assert g.kind == "gemm_epilogue" and g.data["split"] and g.data["roles"] == ("acc", "col", "full")
+    assert [m.op.name for m in g.members] == ["fused_pointwise", "reshape", "dot"]
+    assert g.inputs[1].is_literal and g.inputs[2].op.name == "broadcast"
+
+
+def test_no_epilogue_for_a_matmul_with_two_readers_or_a_plain_bias():
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["m"]), helper.make_node("Tanh", ["m"], ["t"]),
+             helper.make_node("Add", ["m", "t"], ["y"]),
+             helper.make_node("MatMul", ["a", "w"], ["m2"]), helper.make_node("Add", ["m2", "b"], ["z"])]
+    x = {"a": randn(6, 8), "w": randn(8, 4)}
+    p = optimized(make_model(nodes, x, ["y", "z"], initializers={"b": randn(4)}))
+    kinds = sorted(g.kind for g in match_groups(p.main).values())
+    assert "gemm_epilogue" not in kinds
+
+
+# -- the Triton template, forced ----------------------------------------------------------------------
+@pytest.mark.parametrize("fp16", [False, True])
+def test_triton_conv_silu_epilogue(target_of, fp16):
+    model, x = conv_silu_model()
+    p = compile_check(target_of("triton"), model, x, fp16)
+    (step,) = [s for s in p.executable.plan.steps if s.kind == "conv_gemm_epilogue"]
+    (choice,) = p.executable.tuning.values()
+    assert choice["name"] != "library"
+    assert any(name.startswith("mm_") for name in p.executable.sources)
+    if not fp16:
+        assert 'input_precision="ieee"' in next(s for n, s in p.executable.sources.items() if n.startswith("mm_"))
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_triton_gelu_and_residual_epilogue(target_of, fp16):
+    model, x = gelu_residual_model()
+    p = compile_check(target_of("triton"), model, x, fp16)
+    assert [s.kind for s in p.executable.plan.steps if "gemm" in s.kind] == ["gemm_epilogue"]
+
+
+def test_triton_reads_a_channel_slice_and_writes_into_a_concat(target_of):
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]), helper.make_node("Sigmoid", ["c0"], ["a"]),
+             helper.make_node("Split", ["a", "sizes"], ["a0", "a1"], axis=1),
+             helper.make_node("Conv", ["a1", "w1", "b1"], ["c1"]), helper.make_node("Sigmoid", ["c1"], ["s1"]),
+             helper.make_node("Mul", ["c1", "s1"], ["y1"]),
+             helper.make_node("Concat", ["a0", "a1", "y1"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    inits = {"w0": randn(16, 3, 3, 3) * 0.3, "w1": randn(24, 8, 1, 1) * 0.3, "b1": randn(24),
+             "w2": randn(4, 40, 3, 3) * 0.1, "sizes": np.array([8, 8], np.int64)}
+    x = {"x": randn(2, 3, 5, 6)}
+    p = compile_check(target_of("triton"), make_model(nodes, x, ["y"], initializers=inits, opset=13), x)
+    plan = p.executable.plan
+    (step,) = [s for s in plan.steps if s.kind == "conv_gemm_epilogue"]
+    assert plan.slices[step.ins.uid][1:] == (1, 16)  # written into the concat's channels 16..40
+    src = step.inputs[0]  # channels 8..16 of the same channels-last buffer, read in place
+    assert src.op.name == "slice" and plan.owner[src.uid] == plan.owner[step.ins.uid] in plan.channels_last
+
+
+# -- autotuning ---------------------------------------------------------------------------------------
+@pytest.fixture()
+def cache_root(tmp_path, monkeypatch):
+    from fusegraph.targets.gpu import kernels
+
+    monkeypatch.setattr(kernels, "CACHE_ROOT", tmp_path)
+    return tmp_path
+
+
+H200 = {"device": "NVIDIA H200", "torch": "2.x", "triton": "3.x"}
+
+
+def candidates(log: list[str]):
+    from fusegraph.targets.gpu.autotune import Candidate
+
+    def ok(name):
+        def make():
+            log.append(name)
+            return lambda *args: None
+        return Candidate(name, make)
+
+    def broken_compile():
+        raise RuntimeError("out of shared memory")
+
+    def broken_run(*args):
+        raise ValueError("bad launch")
+
+    return [ok("library"), Candidate("fast_but_broken", broken_compile),
+            Candidate("fails_when_run", lambda: broken_run), ok("64x64x32"), ok("128x128x32")]
+
+
+def test_tuner_drops_failing_candidates_and_caches_the_fastest_per_device(cache_root):
+    from fusegraph.targets.gpu.autotune import Tuner
+
+    times = {"library": 3.0, "64x64x32": 1.0, "128x128x32": 2.0}
+    log: list[str] = []
+
+    def measure(run):
+        run()
+        return times[log[-1]]
+
+    tuner = Tuner(H200, measure=measure)
+    assert tuner.choose("dot 64x64x64", candidates(log))[0] == "64x64x32"
+    assert tuner.timed == 1
+    (path,) = (cache_root / "autotune").glob("*.json")
+    saved = json.loads(path.read_text())
+    assert saved["identity"] == H200 and saved["choices"]["dot 64x64x64"]["name"] == "64x64x32"
+
+    def no_timing(run):
+        raise AssertionError("a cached choice is not timed again")
+
+    again = Tuner(H200, measure=no_timing)
+    assert again.choose("dot 64x64x64", candidates([]))[0] == "64x64x32" and again.timed == 0
+    other = Tuner({**H200, "device": "NVIDIA A100"}, measure=measure)  # another device times afresh
+    times["64x64x32"] = 5.0
+    assert other.choose("dot 64x64x64", candidates(log))[0] == "128x128x32" and other.timed == 1
+
+
+def test_recorded_choices_and_modes_decide_without_timing(cache_root):
+    from fusegraph.targets.gpu.autotune import Tuner
+
+    def no_timing(run):
+        raise AssertionError("not timed")
+
+    recorded = {"k": {"name": "128x128x32"}}
+    assert Tuner(H200, recorded=recorded, measure=no_timing).choose("k", candidates([]))[0] == "128x128x32"
+    assert Tuner(H200, mode="library", measure=no_timing).choose("k", candidates([]))[0] == "library"
+    assert Tuner(H200, measure=None).choose("k", candidates([]))[0] == "library"  # a CPU device
+    # untimed, the first candidate that builds and runs: the broken ones are dropped
+    assert Tuner(H200, mode="triton", measure=None).choose("k", candidates([]))[0] == "64x64x32"
+    assert not (cache_root / "autotune").exists()
+
+
+def test_exhaustive_grid_is_wider_and_fits_the_problem():
+    from fusegraph.targets.gpu.autotune import DEFAULT_CONFIGS, Tuner
+
+    small = Tuner(H200).configs(20, 40, 24, 2)
+    assert all(c.block_m <= 32 and c.block_n <= 64 and c.block_k <= 32 and c.block_m >= 16 for c in small)
+    wide = Tuner(H200, exhaustive=True).configs(4096, 4096, 4096, 2)
+    assert len(wide) > 3 * len(DEFAULT_CONFIGS) and len(set(wide)) == len(wide)
+
+
+def test_choices_are_exported_and_reused_when_loaded(target_of):
+    model, x = conv_silu_model()
+    p = compile_check(target_of("triton"), model, x)
+    target = target_of("auto")
+    artifacts = target.export_artifacts(p.executable)
+    recorded = json.loads(artifacts["autotune.json"])
+    assert recorded == p.executable.tuning and any(k.startswith("triton/mm_") for k in artifacts)
+    loaded = target.load(p, p.executable.options, {k: memoryview(v) for k, v in artifacts.items()})
+    assert loaded.tuning == recorded  # "auto" alone would take the library on a CPU device
+    assert_close(loaded.run(x), run_ort(model, x), rtol=1e-4, atol=1e-4)
