@@ -1,6 +1,7 @@
 """Lowerings of the heavy ops to the vendor libraries through torch: matmuls to cuBLAS(Lt) (with the
 bias epilogue for gemm_bias), attention to scaled_dot_product_attention (flash / memory-efficient),
-convolutions and pooling to cuDNN in channels-last."""
+convolutions and pooling to cuDNN in channels-last; matmuls with any other fused epilogue to the
+faster (autotuned) of the Triton GEMM template and cuBLAS + the epilogue's pointwise kernel."""
 
 from __future__ import annotations
 

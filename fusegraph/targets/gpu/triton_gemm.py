@@ -7,7 +7,7 @@ channels-last rows (a channel slice of a concat buffer included) and outputs wri
 strides of arena buffers or concat slices, without copies.
 
 The main loop follows Triton's matmul tutorial and Inductor's mm template: grouped tile order for
-L2 reuse, row/column indices wrapped modulo M/N so A and B loads need no masks, the K tail masked
+L2 reuse, row/column indices wrapped modulo M/N so A and B loads need no masks, K a constant, the K tail masked
 only when K is not a multiple of BLOCK_K, fp32 accumulation (float32 inputs with
 input_precision="ieee": exact fp32, never TF32). The epilogue is the reader's scalar body rendered
 by TritonExprRenderer; the matmul value is first rounded to its own dtype, exactly as the unfused
@@ -83,9 +83,11 @@ def gemm_source(spec: GemmSpec, name: str) -> str:
         "rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
         "rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
         "rk = tl.arange(0, BLOCK_K)",
-        # wrapped indices read valid (repeated) rows and columns: no load masks in the main loop
-        "ram = tl.max_contiguous(tl.multiple_of(rm % M, BLOCK_M), BLOCK_M)",
-        "rbn = tl.max_contiguous(tl.multiple_of(rn % N, BLOCK_N), BLOCK_N)",
+        # wrapped indices read valid (repeated) rows and columns: no load masks in the main loop. No
+        # contiguity hints: Triton derives 16-element runs itself when N (M) is a multiple of 16, and
+        # a hint across the wrap point would make vector loads read past the tensor.
+        "ram = rm % M",
+        "rbn = rn % N",
         f"a_ptrs = a_ptr + ({_row('ram', 's_ab', 's_ar', spec.split_rows)})[:, None] + rk[None, :] * s_ak",
         "b_ptrs = b_ptr + rk[:, None] * s_bk + rbn[None, :] * s_bn",
         "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
