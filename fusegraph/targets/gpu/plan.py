@@ -205,7 +205,7 @@ def _channels_last(steps: list[Step], storage: dict[int, str], owner: dict[int, 
     a pointwise step from one. Convolutions then run without layout conversions."""
     wanted: set[int] = set()
     for step in steps:
-        if step.kind in CONV_KINDS or step.kind.startswith("conv"):
+        if step.kind in CONV_KINDS or step.kind.startswith("conv_gemm"):
             x = step.inputs[0]
             if _rank(x) in (4, 5):
                 wanted.add(owner[x.uid])
