@@ -71,15 +71,15 @@ class GpuTarget(Target):
         from .dynamic import lower_dynamic
 
         device = resolve_device(self.device)
+        tuner = Tuner.for_device(device, self.gemm, options.exhaustive_tune, recorded)
         if _fits_static(program):
             try:
-                tuner = Tuner.for_device(device, self.gemm, options.exhaustive_tune, recorded)
                 return self._lower_static(program, options, device, tuner)
             except CompileError:
                 if not self.host_fallback:
                     raise
                 # some lowering rejects its instruction: the dynamic mode finds which and hosts it
-        return lower_dynamic(program, options, device, self.host_fallback)
+        return lower_dynamic(program, options, device, self.host_fallback, tuner)
 
     def _lower_static(self, program: Program, options: CompileOptions, device, tuner) -> Executable:
         from .build import BuildContext, allocate, build_steps

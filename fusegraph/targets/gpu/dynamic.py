@@ -92,10 +92,13 @@ def _concrete_step(step: Step, shapes: list[AnyShape]) -> Step:
     return Step(step.kind, Instruction(ins.op, inputs, out, ins.module_args), inputs, dict(step.data))
 
 
-def lower_dynamic(program: Program, options: CompileOptions, device: Any, host_fallback: bool) -> DynamicExecutable:
+def lower_dynamic(program: Program, options: CompileOptions, device: Any, host_fallback: bool,
+                  tuner: Any = None) -> DynamicExecutable:
+    """`tuner` (autotune.Tuner): how GEMM epilogues are chosen (None: the device's default)."""
     main = program.main
     static = not any(is_dynamic(i.shape) for i in main.instructions if i.op.name != "@return")
     ctx = BuildContext(device)
+    ctx.tuner = tuner
     runs = []
     for step in list_steps(main, patterns=static):  # the patterns read static shapes
         reason = why_host(step)
