@@ -4,7 +4,7 @@ cuBLAS and cuDNN) and Triton for the kernels it generates from the IR's scalar b
     exe = program.compile(fusegraph.get_target("gpu"))     # numpy in / out
     outs = program.executable.run_device({"x": tensor})    # torch tensors (or DLPack) in / out
 
-Pipeline: (fp16/bf16 quantization when asked) + the generic pipeline. Lowering, two modes:
+Pipeline: the generic pipeline (after quantize_fp16 when options.fp16, as on every target). Lowering, two modes:
 
 * static (the fast path): every shape static, every step lowered to the device. plan.py decides
   steps, patterns and memory; lowering.py's table builds each step; executable.py runs them over
@@ -54,12 +54,7 @@ class GpuTarget(Target):
     def passes(self, options: CompileOptions) -> list:
         from ...passes import generic_pipeline
 
-        pipeline = generic_pipeline()
-        if options.fp16:
-            from ...quantize.fp16 import quantize_fp16_pass
-
-            pipeline = [quantize_fp16_pass, *pipeline]
-        return pipeline
+        return generic_pipeline()  # (Target.compile puts quantize_fp16 first when options.fp16)
 
     def lower(self, program: Program, options: CompileOptions) -> Executable:
         return self._lower(program, options, {})
