@@ -8,8 +8,9 @@ import platform
 import socket
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

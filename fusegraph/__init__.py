@@ -9,7 +9,7 @@
 
 from . import ops as _ops  # noqa: F401  (registers every op)
 from .errors import FusegraphError
-from .ir import DType, Dim, Program, Shape
+from .ir import Dim, DType, Program, Shape
 from .onnx import parse_onnx
 from .targets import CompileOptions, get_target
 
