@@ -98,7 +98,7 @@ def parse_shape(text: str) -> AnyShape:
     text = text.strip()
     if text.startswith("("):
         inner = text[1:-1].strip()
-        return TupleShape(tuple(parse_shape(p) for p in _split_top(inner, ",") if p.strip()))
+        return TupleShape(tuple(parse_shape(p) for p in _split_top(inner) if p.strip()))
     if text.startswith("opt<") and text.endswith(">"):
         return OptionalShape(parse_shape(text[4:-1]))  # type: ignore[arg-type]
     if text.startswith("seq") and text.endswith(">"):
@@ -111,7 +111,7 @@ def parse_shape(text: str) -> AnyShape:
     except ValueError:
         raise IRError(f"bad dtype in shape {text!r}") from None
     dims = []
-    for part in _split_top(m.group(2), ","):
+    for part in _split_top(m.group(2)):
         part = part.strip()
         if not part:
             continue
@@ -160,13 +160,16 @@ def _dim_of(d: re.Match) -> Dim:
     return Dim(int(d.group(1)), hi, opts)
 
 
-def _split_top(text: str, sep: str) -> list[str]:
-    """Split on `sep` outside brackets and quotes."""
+# the characters the bracket scanners act on; the rest of a line is skipped over by the regex engine
+_STRUCTURE = re.compile(r"""[][(){}<>"',]""")
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside brackets and quotes."""
     parts, depth, start, quote = [], 0, 0, None
-    for k, c in enumerate(text):
+    for m in _STRUCTURE.finditer(text):
+        c, k = m.group(), m.start()
         if quote:
-            if c == "\\":
-                continue
             if c == quote and text[k - 1] != "\\":
                 quote = None
         elif c in "\"'":
@@ -175,7 +178,7 @@ def _split_top(text: str, sep: str) -> list[str]:
             depth += 1
         elif c in ")]}>":
             depth -= 1
-        elif c == sep and depth == 0:
+        elif depth == 0:  # a separator
             parts.append(text[start:k])
             start = k + 1
     parts.append(text[start:])
@@ -329,7 +332,7 @@ def _parse_ins(line: str, mod: Module, program: Program, values: dict[str, Instr
                memo: dict[str, Any] | None = None) -> None:
     if line.startswith("@return"):
         inner = line[len("@return("):-1]
-        mod.add_return(*[_lookup(values, a) for a in _split_top(inner, ",") if a.strip()])
+        mod.add_return(*[_lookup(values, a) for a in _split_top(inner) if a.strip()])
         return
     m = _PLAIN_LINE.fullmatch(line)
     if m:  # most lines: the regex alone splits them
@@ -349,7 +352,7 @@ def _parse_ins(line: str, mod: Module, program: Program, values: dict[str, Instr
     inputs: list[Instruction] = []
     if rest.startswith("("):
         end = _matching(rest, 0)
-        inputs = [_lookup(values, a) for a in _split_top(rest[1:end], ",") if a.strip()]
+        inputs = [_lookup(values, a) for a in _split_top(rest[1:end]) if a.strip()]
         rest = rest[end + 1:]
     rest = rest.strip()
     module_args = []
@@ -392,7 +395,7 @@ def parse_op(text: str) -> Op:
     opname, _, attrs_text = text.partition("[")
     cls = get_op_class(opname)
     kwargs = {}
-    for item in _split_top(attrs_text[:-1], ","):
+    for item in _split_top(attrs_text[:-1]):
         if item.strip():
             key, _, val = item.partition("=")
             kwargs[key.strip()] = parse_value(val)
@@ -423,8 +426,8 @@ def _matching(text: str, start: int) -> int:
     pairs = {"[": "]", "(": ")", "<": ">", "{": "}"}
     open_c, close_c = text[start], pairs[text[start]]
     depth, quote = 0, None
-    for k in range(start, len(text)):
-        c = text[k]
+    for m in _STRUCTURE.finditer(text, start):
+        c, k = m.group(), m.start()
         if quote:
             if c == quote and text[k - 1] != "\\":
                 quote = None

@@ -126,13 +126,21 @@ class Primitive:
         self.scratchpad_bytes = int(lib.dnnl_memory_desc_get_size(lib.dnnl_primitive_desc_query_md(
             pd, _lib.Q_SCRATCHPAD_MD, 0)))
         # the descriptors the primitive settled on: what was passed as `any` is concrete now
-        slots = [(arg, self.query_md(_lib.Q_EXEC_ARG_MD, arg), *rest) for arg, _, *rest in slots]
+        slots = [(arg, self._settled(arg, given), *rest) for arg, given, *rest in slots]
         if self.scratchpad_bytes:
             slots.append((_lib.ARG_SCRATCHPAD, self.query_md(_lib.Q_SCRATCHPAD_MD), "scratchpad"))
         self._slots = [_Slot(*s) for s in slots]
         self._constants = list(constants)
         self._n_call = len(self._slots) - (1 if self.scratchpad_bytes else 0)
         self._owner = f"oneDNN {type(self).__name__}"
+
+    def _settled(self, arg: int, given: MemDesc | None) -> MemDesc:
+        """The descriptor the primitive takes argument `arg` in: `given` itself when it is that (most
+        plain activations; one comparison instead of a copy and its queries), else a copy of it."""
+        handle = self._lib.dnnl_primitive_desc_query_md(self._pd, _lib.Q_EXEC_ARG_MD, arg)
+        if given is not None and self._lib.dnnl_memory_desc_equal(handle, given.handle):
+            return given
+        return MemDesc.borrowed(handle)
 
     # -- queries ----------------------------------------------------------------------------------
     def query_md(self, what: int, index: int = 0) -> MemDesc:

@@ -98,7 +98,7 @@ class _WindowPrimitive(Primitive):
         if bias_md is not None:
             consts.append((_lib.ARG_BIAS, bias_md, bias_arr))
         # _finish asks the primitive for each argument's descriptor (what was `any` is concrete there)
-        slots = [(_lib.ARG_SRC, None, "src"), *binary_slots(src1), (_lib.ARG_DST, None, "dst")]
+        slots = [(_lib.ARG_SRC, src_md, "src"), *binary_slots(src1), (_lib.ARG_DST, dst_md, "dst")]
         self._finish(pd, slots, consts)
         self.src_desc, self.out_shape = self._slots[0].desc, tuple(dst_shape)
         self._needs_out = any(isinstance(p, Sum) for p in post_ops)
