@@ -126,6 +126,12 @@ def test_verify_fp16_reports_half_precision_error(capsys):
     assert cli.main(["verify", "bert_small", "--fp16", "--target", "ref", "--fp16-tol", "1e-6"]) == 1
 
 
+@pytest.mark.parametrize("flag, value", [("--fp16-tol", "-1"), ("--atol", "nan"), ("--rtol", "x")])
+def test_verify_refuses_bad_tolerances(flag, value):
+    r = fusegraph_cli("verify", "bert_small", flag, value)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and flag in r.stderr
+
+
 def test_compare_outputs_by_relative_l2():
     e = np.array([1.0, -2.0, 0.0, 4.0], dtype=np.float32)
     (near,) = compare_outputs(["a"], [e * np.float32(1.001)], [e], rel_l2_tol=1e-2)

@@ -27,17 +27,27 @@ DEFAULT_RTOL = 1e-3
 DEFAULT_FP16_TOL = 1e-2
 
 
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"a tolerance is a number >= 0, not {text}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_options(p)
     add_target_option(p)
     add_input_options(p)
     p.add_argument("--reference", choices=("auto", "ort", "ref"), default="auto",
                    help="what to compare against (default auto: ONNX Runtime if installed, else ref)")
-    p.add_argument("--atol", type=float, default=DEFAULT_ATOL, help=f"absolute tolerance (default {DEFAULT_ATOL})")
-    p.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help=f"relative tolerance (default {DEFAULT_RTOL})")
+    p.add_argument("--atol", type=_tolerance, default=DEFAULT_ATOL, help=f"absolute tolerance (default {DEFAULT_ATOL})")
+    p.add_argument("--rtol", type=_tolerance, default=DEFAULT_RTOL, help=f"relative tolerance (default {DEFAULT_RTOL})")
     p.add_argument("--fp16", action="store_true",
                    help="run the target in float16 (quantize_fp16) and compare with the float32 reference")
-    p.add_argument("--fp16-tol", type=float, default=DEFAULT_FP16_TOL,
+    p.add_argument("--fp16-tol", type=_tolerance, default=DEFAULT_FP16_TOL,
                    help=f"with --fp16: largest relative L2 error of an output (default {DEFAULT_FP16_TOL})")
 
 
