@@ -74,7 +74,29 @@ class GpuTarget(Target):
                 if not self.host_fallback:
                     raise
                 # some lowering rejects its instruction: the dynamic mode finds which and hosts it
+        else:
+            segmented = self._lower_segmented(program, options, device, tuner)
+            if segmented is not None:
+                return segmented
         return lower_dynamic(program, options, device, self.host_fallback, tuner)
+
+    def _lower_segmented(self, program: Program, options: CompileOptions, device, tuner) -> Executable | None:
+        """The static prefix in the static mode and the rest in the dynamic mode (segmented.py), or
+        None when the prefix is not worth it or one of its lowerings rejects its instruction."""
+        from ...errors import CompileError
+        from .dynamic import lower_dynamic
+        from .segmented import SegmentedExecutable, split_program
+
+        split = split_program(program.main)
+        if split is None:
+            return None
+        try:
+            prefix = self._lower_static(split.prefix, options, device, tuner)
+        except CompileError:
+            return None  # as for a whole program: the dynamic mode finds the step and hosts it
+        shared = split.shared_literals(prefix.literal_tensors)
+        rest = lower_dynamic(split.rest, options, device, self.host_fallback, tuner, literals=shared)
+        return SegmentedExecutable(program, options, split, prefix, rest)
 
     def _lower_static(self, program: Program, options: CompileOptions, device, tuner) -> Executable:
         from .build import BuildContext, allocate, build_steps
@@ -93,6 +115,7 @@ class GpuTarget(Target):
         exe = GpuExecutable(program, options, device, steps, slots, (activations, weights),
                             self.graph_mode, {}, fp32_exact=True)
         exe.plan = plan
+        exe.literal_tensors = {i.uid: slots[i.uid].t for i in main.instructions if i.is_literal}
         exe.warm_up()  # GEMM epilogues are autotuned here, at their first run
         exe.tuning = {}
         for k in ctx.kernels:

@@ -93,8 +93,10 @@ def _concrete_step(step: Step, shapes: list[AnyShape]) -> Step:
 
 
 def lower_dynamic(program: Program, options: CompileOptions, device: Any, host_fallback: bool,
-                  tuner: Any = None) -> DynamicExecutable:
-    """`tuner` (autotune.Tuner): how GEMM epilogues are chosen (None: the device's default)."""
+                  tuner: Any = None, literals: Mapping[int, Any] | None = None) -> DynamicExecutable:
+    """`tuner` (autotune.Tuner): how GEMM epilogues are chosen (None: the device's default).
+    `literals`: device tensors already holding some literals (uid -> tensor), used instead of
+    uploading them again (a segmented program's weights shared with its static prefix)."""
     main = program.main
     static = not any(is_dynamic(i.shape) for i in main.instructions if i.op.name != "@return")
     ctx = BuildContext(device)
@@ -117,7 +119,7 @@ def lower_dynamic(program: Program, options: CompileOptions, device: Any, host_f
             run.host = host_runner(step)
         runs.append(run)
     _plan_values(main, runs)
-    return DynamicExecutable(program, options, device, ctx, runs, host_fallback)
+    return DynamicExecutable(program, options, device, ctx, runs, host_fallback, literals)
 
 
 def _plan_values(main: Module, runs: list[Run]) -> None:
@@ -145,7 +147,7 @@ class DynamicExecutable(Executable):
     """Runs a program step by step with fresh tensors per value (see the module docstring)."""
 
     def __init__(self, program: Program, options: CompileOptions, device: Any, ctx: BuildContext,
-                 runs: list[Run], host_fallback: bool):
+                 runs: list[Run], host_fallback: bool, literals: Mapping[int, Any] | None = None):
         super().__init__(program, options)
         main = program.main
         self.device, self.ctx, self.runs = device, ctx, runs
@@ -158,7 +160,8 @@ class DynamicExecutable(Executable):
         self._outputs = list(main.outputs)
         read_on_device = {x.uid for r in runs if r.place == DEVICE for x in r.step.inputs}
         self._literals = {i.uid: i.literal for i in main.instructions if i.is_literal}
-        self._device_literals = {u: device_value(v, self._shapes[u], device)
+        uploaded = literals or {}
+        self._device_literals = {u: uploaded[u] if u in uploaded else device_value(v, self._shapes[u], device)
                                  for u, v in self._literals.items() if u in read_on_device}
         self._warned: set[str] = set()
         self._collect_sources()
