@@ -4,7 +4,7 @@ cuBLAS and cuDNN) and Triton for the kernels it generates from the IR's scalar b
     exe = program.compile(fusegraph.get_target("gpu"))     # numpy in / out
     outs = program.executable.run_device({"x": tensor})    # torch tensors (or DLPack) in / out
 
-Pipeline: the generic pipeline (after quantize_fp16 when options.fp16, as on every target). Lowering, two modes:
+Pipeline: the generic pipeline (after quantize_fp16 when options.fp16, as on every target). Lowering, three modes:
 
 * static (the fast path): every shape static, every step lowered to the device. plan.py decides
   steps, patterns and memory; lowering.py's table builds each step; executable.py runs them over
@@ -12,6 +12,9 @@ Pipeline: the generic pipeline (after quantize_fp16 when options.fp16, as on eve
 * dynamic (dynamic.py): everything else, i.e. run-time shapes (dynamic dims, data-dependent outputs)
   and steps that run on the host (host.py: ops without a gpu lowering, lowerings that reject an
   instance, dtypes torch has no tensor type for). Values are allocated per run; no graph capture.
+* segmented (segmented.py): a program the static mode cannot take whole whose static prefix holds
+  the work (a detector ending in NonMaxSuppression): the prefix in the static mode, the rest in the
+  dynamic mode on the prefix's device outputs. A small prefix leaves the whole program dynamic.
 
 `GpuTarget(host_fallback=False)` refuses host steps with a CompileError naming the op; with the
 default, a program with host steps compiles with one HostFallbackWarning naming those ops, and

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import CompileError, InputError
+from ...errors import InputError
 from ...ir.builtin import Return
 from ...ir.module import Instruction, Module
 from ...ir.op import OpKind
@@ -60,8 +60,8 @@ class Split:
     origin: dict[int, int]                # uid in a part -> uid of the main instruction it copies
 
     def shared_literals(self, tensors: Mapping[int, Any]) -> dict[int, Any]:
-        """The rest's literals the prefix already holds on the device (prefix uid -> tensor), in the
-        standard layout the rest's steps expect."""
+        """rest literal uid -> the prefix's device tensor of it (`tensors`: prefix literal uid ->
+        tensor), for those in the standard layout the rest's steps expect."""
         out = {}
         for rest_uid, prefix_uid in self.literal_pairs.items():
             t = tensors.get(prefix_uid)
@@ -122,7 +122,6 @@ def split_program(main: Module) -> Split | None:
 def _build(main: Module, taken: set[int]) -> Split:
     crossing = _read_outside(main, taken, by_return=False)
     boundary = [i for i in main.instructions if i.uid in crossing]
-    boundary_uids = {b.uid for b in boundary}
     names = {p.op.param_name for p in main.parameters}
     main_uids = {i.uid for i in main.instructions}
     origin: dict[int, int] = {}
@@ -155,16 +154,15 @@ def _build(main: Module, taken: set[int]) -> Split:
     boundary_names = []
     for b in boundary:
         name = f"boundary%{b.uid}"
-        if name in names:
-            raise CompileError(f"target 'gpu': program input {name!r} collides with a segment boundary name")
+        while name in names:  # a program input of that name: another one
+            name += "'"
         boundary_names.append((name, b))
     rest_outputs = _unique([o for o in main.outputs if o.uid not in taken])
     rest, in_rest = part([i for i in computing if i.uid not in taken], boundary_names, rest_outputs)
     prefix_index = {o.uid: k for k, o in enumerate(prefix_outputs)}
     rest_index = {o.uid: k for k, o in enumerate(rest_outputs)}
     outputs = [(PREFIX, prefix_index[o.uid]) if o.uid in taken else (REST, rest_index[o.uid]) for o in main.outputs]
-    pairs = {in_rest[u].uid: in_prefix[u].uid for u in in_rest
-             if u in in_prefix and in_rest[u].is_literal and u not in boundary_uids}
+    pairs = {in_rest[u].uid: in_prefix[u].uid for u in in_rest if u in in_prefix and in_rest[u].is_literal}
     return Split(prefix, rest, [(prefix_index[b.uid], name) for name, b in boundary_names], outputs, pairs, origin)
 
 
