@@ -103,6 +103,26 @@ def test_nonzero_after_a_matmul(gpu_target):
     assert len(counts) > 1
 
 
+def test_weights_both_parts_read_are_uploaded_once(gpu_target):
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("ReduceSum", ["r", "axes"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "thr"], ["m"]), helper.make_node("NonZero", ["m"], ["nz"]),
+             helper.make_node("Squeeze", ["nz", "axes0"], ["idx"]),
+             helper.make_node("Gather", ["r", "idx"], ["rows"], axis=0), helper.make_node("MatMul", ["rows", "w"], ["y"])]
+    inits = {"w": randn(6, 6), "axes": np.array([1], np.int64), "thr": np.array(1.0, np.float32),
+             "axes0": np.array([0], np.int64)}
+    model = make_model(nodes, {"x": randn(5, 6)}, ["y"], initializers=inits, opset=13)
+    p = compile_quiet(gpu_target, model)
+    exe = p.executable
+    assert isinstance(exe, SegmentedExecutable)
+    shared = exe.split.shared_literals(exe.prefix.literal_tensors)
+    (w,) = shared  # the matmul weights, read by a step of each part
+    assert tuple(shared[w].shape) == (6, 6)
+    assert exe.rest._device_literals[w] is exe.prefix.literal_tensors[exe.split.literal_pairs[w]]  # not a copy
+    for _ in range(2):
+        check(p, model, {"x": randn(5, 6)})
+
+
 @pytest.mark.filterwarnings("ignore::fusegraph.targets.gpu.dynamic.HostFallbackWarning")
 def test_top_k_with_a_run_time_k(gpu_target):
     nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["h"]), helper.make_node("Softmax", ["h"], ["s"], axis=-1),
