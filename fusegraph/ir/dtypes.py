@@ -39,11 +39,11 @@ class DType(enum.Enum):
 
     @property
     def np(self) -> np.dtype:
-        return _NUMPY[self]
+        return self._np  # type: ignore[attr-defined]  # set on every member below (read everywhere: no lookup)
 
     @property
     def itemsize(self) -> int:
-        return self.np.itemsize
+        return self._itemsize  # type: ignore[attr-defined]
 
     @property
     def is_float(self) -> bool:
@@ -112,6 +112,8 @@ _NUMPY = {
     DType.string: np.dtype(object),
 }
 _FROM_NUMPY = {v: k for k, v in _NUMPY.items()}
+for _member, _dt in _NUMPY.items():
+    _member._np, _member._itemsize = _dt, _dt.itemsize
 
 _TO_ONNX = {
     DType.bool: TensorProto.BOOL,
