@@ -58,6 +58,15 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 
 def add_target_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", metavar="T", help="ref, cpu or gpu (default: cpu where available, else ref)")
+    p.add_argument("--fp16", action="store_true",
+                   help="compute in float16 (quantize_fp16; inputs, outputs and reductions stay float32)")
+
+
+def compile_options(args: argparse.Namespace, **fields: Any) -> Any:
+    """The CompileOptions the command line asks for (--fp16), with `fields` set."""
+    from ..targets import CompileOptions
+
+    return CompileOptions(fp16=bool(getattr(args, "fp16", False)), **fields)
 
 
 def add_input_options(p: argparse.ArgumentParser) -> None:
@@ -146,6 +155,9 @@ def _load_compiled(args: argparse.Namespace, source: Any, files: dict[str, np.nd
     if fixed:
         raise InputError(f"{args.model} is compiled, with its input shapes fixed: {', '.join(fixed)} cannot "
                          f"change them (compile the ONNX model again instead)")
+    if getattr(args, "fp16", False) and not program.executable.options.fp16:
+        raise InputError(f"{args.model} is compiled in float32: --fp16 cannot change it (compile the ONNX "
+                         f"model again with --fp16 instead)")
     # a target the user did not ask for (the default) yields to the file's; any other must match it
     asked = target is not None and (getattr(args, "target", None) is not None or target != default_target())
     if asked and target != program.target_name:

@@ -42,6 +42,25 @@ def test_compile_then_every_command_takes_the_file(model, tmp_path, capsys):
         assert a.tobytes() == b.tobytes()
 
 
+def test_fp16_files_record_their_precision(model, tmp_path, capsys):
+    fgx, fgx32 = tmp_path / "h.fgx", tmp_path / "f.fgx"
+    assert _cli(capsys, "compile", model, "-o", fgx, "--fp16", "--target", "cpu")[0] == 0
+    assert Container.open(fgx).manifest["options"]["fp16"] is True
+    assert fusegraph.load(fgx).get_output_shapes()[0].dtype.value == "float32"  # float32 in and out
+    code, out, err = _cli(capsys, "verify", fgx, "--fp16")  # its kernels against its own program on ref
+    assert code == 0 and "the file's program" in " ".join(out.split()), err  # (the table title may wrap)
+    assert _cli(capsys, "compile", model, "-o", fgx32, "--target", "cpu")[0] == 0
+    code, _, err = _cli(capsys, "run", fgx32, "--fp16")
+    assert code == 2 and "compiled in float32" in err
+
+
+def test_verify_a_cpu_file_against_its_program_on_ref(model, tmp_path, capsys):
+    fgx = tmp_path / "c.fgx"
+    assert _cli(capsys, "compile", model, "-o", fgx, "--target", "cpu")[0] == 0
+    code, out, err = _cli(capsys, "verify", fgx)
+    assert code == 0 and "cpu vs ref (the file's program)" in " ".join(out.split()), err
+
+
 def test_compile_signs_and_the_environment_key_verifies(model, tmp_path, capsys, monkeypatch):
     fgx = tmp_path / "m.fgx"
     assert _cli(capsys, "compile", model, "-o", fgx, "--sign-key", "k")[0] == 0

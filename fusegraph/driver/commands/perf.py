@@ -20,6 +20,7 @@ from ..common import (
     add_input_options,
     add_model_options,
     add_target_option,
+    compile_options,
     default_target,
     load,
     positive_int,
@@ -46,14 +47,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...targets import CompileOptions
     from ..common import usable_cores
     from ..ort import OrtSession
     from ..report import num, progress, show, status, table
 
     target = args.target or default_target()
     threads = args.threads or usable_cores()
-    loaded = load(args, target=target, options=CompileOptions(threads=threads))
+    loaded = load(args, target=target, options=compile_options(args, threads=threads))
     target = loaded.target or target  # a compiled .fgx file runs on the target it was compiled for
     feeds = loaded.inputs(args.fill, args.seed)
     program = loaded.program

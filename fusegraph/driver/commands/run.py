@@ -6,7 +6,7 @@ import argparse
 import re
 from pathlib import Path
 
-from ..common import add_input_options, add_model_options, add_target_option, load_on_target
+from ..common import add_input_options, add_model_options, add_target_option, compile_options, load_on_target
 
 HELP = "run a model once and print each output's shape, dtype and statistics"
 
@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..report import dims_str, fmt, note, show, summary, table
 
-    loaded = load_on_target(args)
+    loaded = load_on_target(args, compile_options(args))
     outputs = loaded.run(loaded.inputs(args.fill, args.seed))
     names = loaded.program.output_names
     rows = []

@@ -19,7 +19,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..common import add_input_options, add_model_options, add_target_option, load, load_on_target
+from ..common import (
+    add_input_options,
+    add_model_options,
+    add_target_option,
+    compile_options,
+    load,
+    load_on_target,
+)
 
 HELP = "compare a target's outputs with ONNX Runtime's (or the ref target's); exit 1 on mismatch"
 DEFAULT_ATOL = 1e-4
@@ -45,8 +52,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="what to compare against (default auto: ONNX Runtime if installed, else ref)")
     p.add_argument("--atol", type=_tolerance, default=DEFAULT_ATOL, help=f"absolute tolerance (default {DEFAULT_ATOL})")
     p.add_argument("--rtol", type=_tolerance, default=DEFAULT_RTOL, help=f"relative tolerance (default {DEFAULT_RTOL})")
-    p.add_argument("--fp16", action="store_true",
-                   help="run the target in float16 (quantize_fp16) and compare with the float32 reference")
     p.add_argument("--fp16-tol", type=_tolerance, default=DEFAULT_FP16_TOL,
                    help=f"with --fp16: largest relative L2 error of an output (default {DEFAULT_FP16_TOL})")
 
@@ -109,12 +114,7 @@ def run(args: argparse.Namespace) -> int:
     from .. import ort
     from ..report import fmt, note, show, status, table
 
-    options = None
-    if args.fp16:
-        from ...targets import CompileOptions
-
-        options = CompileOptions(fp16=True)
-    loaded = load_on_target(args, options)
+    loaded = load_on_target(args, compile_options(args))  # --fp16: against the float32 reference
     target = loaded.target
     feeds = loaded.inputs(args.fill, args.seed)
     actual = loaded.run(feeds)
@@ -125,6 +125,12 @@ def run(args: argparse.Namespace) -> int:
         with status("running ONNX Runtime"):
             expected = ort.OrtSession(loaded.source).run(feeds)
         ref_label = "onnxruntime"
+    elif loaded.source.compiled is not None and target != "ref":
+        # a compiled file holds no ONNX model: its own program, evaluated op by op by the ref target,
+        # checks the kernels it runs (with --fp16, both sides compute in float16)
+        with status("running the file's program on the ref target"):
+            expected = _on_ref(args.model).run(feeds)
+        ref_label = "ref (the file's program)"
     else:
         if target == "ref":
             note("note: comparing the ref target with itself (install onnxruntime for an independent reference)")
@@ -136,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
              fmt(d.rel_l2, 3), d.mismatched, d.note) for d in diffs]
     numeric = ("max abs err", "max rel err", "RMS err", "rel L2 err", "mismatched")
     if args.fp16:
-        caption = f"float16 against float32: ok when the relative L2 error <= {args.fp16_tol:g}"
+        against = "float16" if loaded.source.compiled is not None else "float32"
+        caption = f"float16 against {against}: ok when the relative L2 error <= {args.fp16_tol:g}"
     else:
         caption = f"atol {args.atol:g}, rtol {args.rtol:g}: ok when |a - r| <= atol + rtol * |r| everywhere"
     label = f"{target} fp16" if args.fp16 else target
@@ -147,3 +154,14 @@ def run(args: argparse.Namespace) -> int:
         note(f"verify failed: {len(failed)} of {len(diffs)} output(s) differ from {ref_label}")
         return 1
     return 0
+
+
+def _on_ref(path: str):
+    """The compiled program in file `path`, loaded again and lowered by the ref target as it is."""
+    from ... import get_target
+    from ... import load as load_file
+    from ...targets import CompileOptions
+
+    program = load_file(path)
+    program.compile(get_target("ref"), CompileOptions(optimize=False))
+    return program
