@@ -39,9 +39,8 @@ class LowerContext:
         return ins.literal if ins.is_literal else None
 
     def threads_for(self, flops: float) -> int:
-        """Threads for a library kernel of `flops`: one below SMALL_WORK, where waking the other
-        workers (passive OpenMP threads: 10-100 us on a busy machine) and splitting the work cost
-        more than they save."""
+        """Threads for a library kernel of `flops`: one below SMALL_WORK, where handing work to the
+        other workers costs more than splitting it saves."""
         return 1 if flops < SMALL_WORK else self.threads
 
     def finish(self) -> None:
@@ -55,10 +54,11 @@ class LowerContext:
 
 
 LOWERINGS: dict[str, Callable[[Instruction, LowerContext], Kernel]] = {}
-# FLOPs under which a kernel runs on one thread. Measured on the 2-core VM (oneDNN, channels-last,
-# 1 vs 2 threads): a 1x1 conv of 13 MFLOP 0.092 vs 0.150 ms, 3x3 convs of 29.5 MFLOP even (0.19 ms),
-# 103 MFLOP 0.69 vs 0.48 ms; matmuls alike (1600x64x64: 0.097 vs 0.136 ms)
-SMALL_WORK = 30e6
+# FLOPs under which a kernel runs on one thread. With workers asleep between kernels (OMP_WAIT_POLICY
+# passive) waking them cost more than splitting saved up to ~30 MFLOP; now that they spin between
+# kernels (cpu/__init__.py) splitting pays from about 1 MFLOP: on the 2-core VM (benchmarks/cpu_vs_ort.py)
+# YOLOv8n 16.3 -> 10.9 ms, ResNet-50 31.5 -> 28.3 ms, MiniLM 14.7 -> 13.2 ms going from 30e6 to 1e6.
+SMALL_WORK = 1e6
 
 # Ops whose numpy reference is the right cpu kernel: numpy's own copies, gathers and views, and
 # control flow, which runs its submodules through the interpreter.
