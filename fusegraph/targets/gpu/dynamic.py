@@ -14,7 +14,6 @@ benchmarks' static fast path, which stays arena + one CUDA graph.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import threading
 import warnings
@@ -28,7 +27,7 @@ from ...ir.shape import AnyShape, Shape, TupleShape
 from ..base import CompileOptions, Executable
 from .build import BuildContext
 from .device import torch, torch_dtype
-from .executable import check_input_names, library_flags
+from .executable import DeviceDoor, as_tensor, check_input_names, library_flags, on_stream
 from .host import device_value, host_runner, host_value, outer_reads, why_host
 from .lowering import describe_lowering, find_lowering
 from .plan import Step, is_dynamic, list_steps
@@ -143,7 +142,7 @@ def _plan_values(main: Module, runs: list[Run]) -> None:
         run.to_device = run.place == HOST and run.step.ins.uid in device_readers
 
 
-class DynamicExecutable(Executable):
+class DynamicExecutable(DeviceDoor, Executable):
     """Runs a program step by step with fresh tensors per value (see the module docstring)."""
 
     def __init__(self, program: Program, options: CompileOptions, device: Any, ctx: BuildContext,
@@ -192,22 +191,14 @@ class DynamicExecutable(Executable):
         outs = self._run(inputs)
         return [host_value(v, o.shape) for v, o in zip(outs, self._outputs)]
 
-    def run(self, inputs: Mapping[str, Any]) -> list[Any]:
-        t = torch()
-        if inputs and any(isinstance(v, t.Tensor) for v in inputs.values()):
-            return self.run_device(inputs)
-        return super().run(inputs)
-
     def run_device(self, inputs: Mapping[str, Any], stream: Any = None, copy_outputs: bool = False) -> list[Any]:
         """Torch tensors (or numpy arrays) in, device tensors out (values torch cannot hold stay
         numpy). Outputs are fresh tensors: `copy_outputs` changes nothing."""
-        t = torch()
         if self._pending_checks:
             self._run_pending_checks()
         check_input_names(inputs, self._params)
-        ctx = t.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
-        with ctx:
-            outs = self._run(dict(inputs))
+        with on_stream(stream):
+            outs = self._run({name: as_tensor(v) for name, v in inputs.items()})
         return [device_value(v, o.shape, self.device) for v, o in zip(outs, self._outputs)]
 
     def _run(self, inputs: dict[str, Any]) -> list[Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,18 @@ from .device import to_host, torch
 from .lowering import Slot
 
 
-class GpuExecutable(Executable):
+class DeviceDoor:
+    """The run surface the gpu executables share (static, dynamic, segmented): numpy arrays in ->
+    numpy arrays out through Executable.run (checked like every target); device tensors (torch, or
+    any DLPack producer) in -> device tensors out through the subclass's `run_device`."""
+
+    def run(self, inputs: Mapping[str, Any]) -> list[Any]:
+        if inputs and any(is_device_tensor(v) for v in inputs.values()):
+            return self.run_device(inputs)  # type: ignore[attr-defined]
+        return super().run(inputs)  # type: ignore[misc]
+
+
+class GpuExecutable(DeviceDoor, Executable):
     def __init__(self, program: Program, options: CompileOptions, device: Any, steps: list[Callable[[], None]],
                  slots: dict[int, Slot], memory: tuple[Any, Any], graph_mode: bool, sources: dict[str, str],
                  fp32_exact: bool):
@@ -98,36 +109,24 @@ class GpuExecutable(Executable):
             self._launch()
             return [to_host(slot.t, dt) for slot, dt in self._outputs]
 
-    def run(self, inputs: Mapping[str, Any]) -> list[Any]:
-        """numpy arrays in: numpy arrays out (checked like every target). Device tensors (torch, or
-        any DLPack producer) in: device tensors out, without host copies."""
-        if inputs and any(_is_device_tensor(v) for v in inputs.values()):
-            return self.run_device(inputs)
-        return super().run(inputs)
-
     def run_device(self, inputs: Mapping[str, Any] | None = None, stream: Any = None,
                    copy_outputs: bool = False) -> list[Any]:
         """Run on device tensors. `inputs` may be torch tensors, DLPack producers or numpy arrays;
         None uses what `input_buffers()` hold. Runs on `stream` (a torch.cuda.Stream) if given, else
         on the current stream. Outputs alias the executable's buffers unless `copy_outputs`."""
-        t = torch()
         if self._pending_checks:
             self._run_pending_checks()
-        ctx = t.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
-        with self._lock, ctx:
+        with self._lock, on_stream(stream):
             if inputs is not None:
-                self._check_names(inputs)
+                check_input_names(inputs, self._inputs)
                 for name, value in inputs.items():
                     buf, dt = self._inputs[name]
-                    _copy_in(buf, _as_tensor(value) if not isinstance(value, np.ndarray) else value, dt, name)
+                    _copy_in(buf, as_tensor(value), dt, name)
             if not self._warm:
                 self.warm_up()
             self._launch()
             outs = [slot.t for slot, _ in self._outputs]
             return [o.clone() for o in outs] if copy_outputs else outs
-
-    def _check_names(self, inputs: Mapping[str, Any]) -> None:
-        check_input_names(inputs, self._inputs)
 
     # -- description --------------------------------------------------------------------------------
     @property
@@ -143,7 +142,9 @@ class GpuExecutable(Executable):
         return [f"%{s.ins.uid} = {describe_lowering(s)}" for s in plan.steps] if plan is not None else []
 
 
-def check_input_names(inputs: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
+def check_input_names(inputs: Mapping[str, Any], expected: Iterable[str]) -> None:
+    """InputError unless `inputs` names exactly the inputs `expected` names."""
+    expected = list(expected)
     missing = [n for n in expected if n not in inputs]
     extra = [n for n in inputs if n not in expected]
     if missing or extra:
@@ -175,18 +176,20 @@ class _LibraryFlags:
         return self.cudnn.__exit__(*exc)
 
 
-def _is_device_tensor(v: Any) -> bool:
-    if isinstance(v, np.ndarray):
-        return False
-    t = torch()
-    return isinstance(v, t.Tensor) or hasattr(v, "__dlpack__")
+def is_device_tensor(v: Any) -> bool:
+    """A torch tensor or another DLPack producer (numpy arrays speak DLPack too, but are host data)."""
+    return not isinstance(v, np.ndarray) and (isinstance(v, torch().Tensor) or hasattr(v, "__dlpack__"))
 
 
-def _as_tensor(v: Any) -> Any:
-    t = torch()
-    if isinstance(v, t.Tensor):
-        return v
-    return t.from_dlpack(v)  # cupy, jax, ... share the memory
+def as_tensor(v: Any) -> Any:
+    """numpy arrays and torch tensors as they are; other DLPack producers as torch tensors sharing
+    their memory (cupy, jax, ...)."""
+    return v if isinstance(v, (np.ndarray, torch().Tensor)) else torch().from_dlpack(v)
+
+
+def on_stream(stream: Any):
+    """A context running on `stream` (a torch.cuda.Stream), or on the current stream when None."""
+    return torch().cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
 
 def _copy_in(buf: Any, value: Any, dt: DType, name: str = "") -> None:

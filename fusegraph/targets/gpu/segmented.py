@@ -24,16 +24,12 @@ The split depends on the IR alone, so loading a saved program rebuilds the same 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import re
 import threading
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from ...errors import InputError
 from ...ir.builtin import Return
 from ...ir.module import Instruction, Module
 from ...ir.op import OpKind
@@ -41,6 +37,7 @@ from ...ir.program import Program
 from ...ir.shape import Shape
 from ...passes.memory_coloring import reads
 from ..base import CompileOptions, Executable
+from .executable import DeviceDoor, as_tensor, check_input_names, on_stream
 from .host import device_type_ok, host_value, why_host
 from .plan import Step, is_dynamic, list_steps
 
@@ -191,7 +188,7 @@ def _copy_module(sub: Module, parent: Module, program: Program, new: dict[int, I
     return mod
 
 
-class SegmentedExecutable(Executable):
+class SegmentedExecutable(DeviceDoor, Executable):
     """Runs the static prefix (a GpuExecutable: arena + one CUDA graph) then the rest (a
     DynamicExecutable) on the prefix's device outputs. The same surface as those two: `run` (numpy
     or device tensors), `run_device`, `describe()`, `host_ops`, `sources`, `tuning`. One run at a
@@ -251,29 +248,15 @@ class SegmentedExecutable(Executable):
         outs = self._run(inputs, device_out=False, copy_outputs=False)
         return [host_value(v, s) for v, s in zip(outs, self.output_shapes)]
 
-    def run(self, inputs: Mapping[str, Any]) -> list[Any]:
-        """numpy arrays in: numpy arrays out. Device tensors in: device tensors out (run_device)."""
-        if inputs and any(_is_device_tensor(v) for v in inputs.values()):
-            return self.run_device(inputs)
-        return super().run(inputs)
-
     def run_device(self, inputs: Mapping[str, Any], stream: Any = None, copy_outputs: bool = False) -> list[Any]:
         """Torch tensors, DLPack producers or numpy arrays in; device tensors out. Outputs the prefix
         computes alias its output buffers (valid until the next run) unless `copy_outputs`, as in
         the static mode; the rest's are fresh tensors."""
-        from .device import torch
-
-        t = torch()
         if self._pending_checks:
             self._run_pending_checks()
-        missing = [n for n in self._names if n not in inputs]
-        extra = [n for n in inputs if n not in self._names]
-        if missing or extra:
-            raise InputError(f"missing input(s) {missing}, unknown input(s) {extra} (the program takes {self._names})")
-        tensors = {n: v if isinstance(v, (np.ndarray, t.Tensor)) else t.from_dlpack(v) for n, v in inputs.items()}
-        ctx = t.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
-        with ctx:
-            return self._run(tensors, device_out=True, copy_outputs=copy_outputs)
+        check_input_names(inputs, self._names)
+        with on_stream(stream):
+            return self._run({n: as_tensor(v) for n, v in inputs.items()}, device_out=True, copy_outputs=copy_outputs)
 
     def _run(self, inputs: Mapping[str, Any], device_out: bool, copy_outputs: bool) -> list[Any]:
         with self._lock:
@@ -284,9 +267,3 @@ class SegmentedExecutable(Executable):
             return [(first[k].clone() if copy_outputs else first[k]) if part == PREFIX else second[k]
                     for part, k in self.split.outputs]
 
-
-def _is_device_tensor(v: Any) -> bool:
-    """A torch tensor or another DLPack producer (numpy arrays also speak DLPack, but stay host data)."""
-    from .device import torch
-
-    return not isinstance(v, np.ndarray) and (isinstance(v, torch().Tensor) or hasattr(v, "__dlpack__"))
