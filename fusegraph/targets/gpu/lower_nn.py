@@ -73,19 +73,32 @@ def einsum(ctx, step):
     return run
 
 
+def nhwc(v):
+    """An N, C, H, W tensor laid out channels-last as N, H, W, C: a view."""
+    return v.permute(0, 2, 3, 1)
+
+
+def weight_matrix(w):
+    """A 1x1 convolution's weights [M, C, 1, 1] as the matmul's right operand [C, M]: a view."""
+    return w.reshape(w.shape[0], -1).t()
+
+
 @lowering("conv_gemm", mode="into", note="1x1 convolution as a cuBLASLt matmul over channels-last rows (bias / ReLU epilogue)")
 def conv_gemm(ctx, step):
     t = torch()
     m = step.ins.shape.lens[1]
     relu = step.data["relu"]
-
-    def rows(v):  # [N, C, H, W] -> [N*H*W, C]: a view of channels-last memory (a slice of one too)
-        return v.permute(0, 2, 3, 1).reshape(-1, v.shape[1])
+    scratch = []  # rows for an output that is not dense (a concat's slice), made on the first run
 
     def run(out, x, w, bias=None):
-        a, wm = rows(x), w.reshape(m, -1).t()
-        dst = out.permute(0, 2, 3, 1)
-        flat = dst.view(-1, m) if dst.is_contiguous() else t.empty((a.shape[0], m), dtype=out.dtype, device=out.device)
+        a = nhwc(x).reshape(-1, x.shape[1])  # [N*H*W, C]: a view, of a channel slice too
+        wm, dst = weight_matrix(w), nhwc(out)
+        if dst.is_contiguous():
+            flat = dst.view(-1, m)
+        else:
+            if not scratch:
+                scratch.append(t.empty((a.shape[0], m), dtype=out.dtype, device=out.device))
+            flat = scratch[0]
         if bias is None:
             t.mm(a, wm, out=flat)
         elif relu:
@@ -271,8 +284,7 @@ class EpilogueGemm:
     def rows(self, out, a, w, ops):
         """The template's row form: a [*rows, K], b [K, N], out and operands [*rows, N] (views)."""
         if self.conv:
-            nhwc = lambda v: v.permute(0, 2, 3, 1)  # noqa: E731  channels-last memory: a view
-            return nhwc(out), nhwc(a), w.reshape(w.shape[0], -1).t(), [nhwc(x) for x in ops]
+            return nhwc(out), nhwc(a), weight_matrix(w), [nhwc(x) for x in ops]
         if self.split:  # dot [M, N] read as [d0, .., N]: A's rows split the same way
             a = a.reshape(*out.shape[:-1], a.shape[-1])
         return out, a, w, list(ops)
