@@ -20,6 +20,7 @@ from .device import TRITON_TYPES
 LIB = "libdevice"  # from triton.language.extra import libdevice
 COMPARES = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 BOOL_RESULT = frozenset({*COMPARES, "and", "or", "xor", "not", "isnan", "isinf"})
+UNARY = {"neg": "(-({0}))", "abs": "tl.abs({0})", "not": "(({0}) == 0)", "bitnot": "(~({0}))"}
 HALF = (DType.float16, DType.bfloat16)
 
 
@@ -161,20 +162,14 @@ def render_call(fn: str, a: list[str], types: list[DType | None], dt: DType | No
         op = "maximum" if fn == "max" else "minimum"
         nan = ", propagate_nan=tl.PropagateNan.ALL" if _is_float(dt) else ""
         return f"tl.{op}({a[0]}, {a[1]}{nan})"
-    if fn == "neg":
-        return f"(-({a[0]}))"
-    if fn == "abs":
-        return f"tl.abs({a[0]})"
+    if fn in UNARY:
+        return UNARY[fn].format(a[0])
     if fn == "sign":
         zero = "0.0" if _is_float(dt) else "0"
         one = "1.0" if _is_float(dt) else "1"
         return f"tl.where(({a[0]}) > {zero}, {one}, tl.where(({a[0]}) < {zero}, -{one}, ({a[0]}) * {zero}))"
-    if fn == "not":
-        return f"(({a[0]}) == 0)"
-    if fn == "bitnot":
-        return f"(~({a[0]}))"
-    if fn == "isnan":
-        return f"(({a[0]}) != ({a[0]}))" if _is_float(known) else f"(({a[0]}) != ({a[0]}))"
+    if fn == "isnan":  # NaN alone differs from itself (never for integers)
+        return f"(({a[0]}) != ({a[0]}))"
     if fn == "isinf":
         return f"(tl.abs({a[0]}) == float(\"inf\"))" if _is_float(known) else f"(({a[0]}) != ({a[0]}))"
     if fn == "where":
