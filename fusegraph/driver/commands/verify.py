@@ -88,25 +88,27 @@ def compare_one(name: str, actual: np.ndarray, expected: np.ndarray, atol: float
         return OutputDiff(name, True, 0.0, 0.0, 0.0)
     a64, e64 = a.astype(np.float64).ravel(), e.astype(np.float64).ravel()
     nan_a, nan_e = np.isnan(a64), np.isnan(e64)
-    both = ~(nan_a | nan_e)
+    nan_bad, both = nan_a != nan_e, ~(nan_a | nan_e)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         same = a64 == e64  # equal infinities have no finite difference
         diff = np.where(same, 0.0, np.abs(a64 - e64))
         rel = np.where(diff == 0, 0.0, diff / np.abs(e64))
-        bad = (nan_a != nan_e) | (both & ~(diff <= atol + rtol * np.abs(e64)))
+        outside = both & ~(diff <= atol + rtol * np.abs(e64))
     d, r = diff[both], rel[both]
     norm = float(np.sqrt(np.sum(e64[both] ** 2))) if d.size else 0.0
     rel_l2 = float(np.sqrt(np.sum(d * d))) / norm if norm else (0.0 if not d.any() else float("inf"))
-    if rel_l2_tol is not None:  # half precision: one measure over the whole output
-        bad = (nan_a != nan_e) | np.full(a64.shape, not rel_l2 <= rel_l2_tol)
+    if rel_l2_tol is None:  # element by element
+        mismatched = int((nan_bad | outside).sum())
+    else:  # half precision: one measure over the whole output, which counts once when it fails
+        mismatched = int(nan_bad.sum()) + (not rel_l2 <= rel_l2_tol)
     return OutputDiff(
-        name, ok=not bad.any(),
+        name, ok=mismatched == 0,
         max_abs=float(d.max()) if d.size else 0.0,
         max_rel=float(r.max()) if r.size else 0.0,
         rms=float(np.sqrt(np.mean(d * d))) if d.size else 0.0,
         rel_l2=rel_l2,
-        mismatched=int(bad.sum()) if rel_l2_tol is None else int((nan_a != nan_e).sum()) + (not rel_l2 <= rel_l2_tol),
-        note="NaN where the reference has none (or the reverse)" if (nan_a != nan_e).any() else "",
+        mismatched=mismatched,
+        note="NaN where the reference has none (or the reverse)" if nan_bad.any() else "",
     )  # fmt: skip
 
 
