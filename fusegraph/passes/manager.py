@@ -10,9 +10,20 @@ from pathlib import Path
 from typing import Any
 
 from .. import debug
+from ..ir.module import Instruction, Module
 from ..ir.program import Program
 
 Pass = Callable[..., bool]
+
+
+def rewrite_each(module: Module, rewrite: Callable[[Module, Instruction], bool]) -> bool:
+    """A pass made of one local rewrite: `rewrite(module, ins)` on every instruction still read by
+    another, in order; True if any changed the module."""
+    changed = False
+    for ins in module:
+        if ins.users and rewrite(module, ins):
+            changed = True
+    return changed
 
 
 def pass_name(p: Any) -> str:

@@ -16,6 +16,7 @@ from ....ir.module import Instruction, Module
 from ....ir.op import OpKind
 from ....ops.scalar import Call, Const, Expr, Var
 from ....passes.constants import small_constant
+from ....passes.manager import rewrite_each
 from ..ops import ConvEpilogue, DeconvEpilogue
 from .epilogue import constant_inputs, read_epilogue, split_terms
 
@@ -103,8 +104,4 @@ def _inputs_of(ins: Instruction, t: Expr) -> list[Instruction]:
 
 
 def fuse_conv_epilogue(module: Module) -> bool:
-    changed = False
-    for ins in module:
-        if ins.users and _rewrite(module, ins):
-            changed = True
-    return changed
+    return rewrite_each(module, _rewrite)

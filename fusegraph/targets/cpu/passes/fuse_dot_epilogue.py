@@ -17,6 +17,7 @@ from ....ir.module import Instruction, Module
 from ....ir.op import OpKind
 from ....ops.scalar import Const, Expr, Var
 from ....passes.constants import small_constant
+from ....passes.manager import rewrite_each
 from ..ops import DotEpilogue
 from .epilogue import constant_inputs, read_epilogue, split_terms
 
@@ -66,8 +67,4 @@ def _rewrite(module: Module, ins: Instruction) -> bool:
 
 
 def fuse_dot_epilogue(module: Module) -> bool:
-    changed = False
-    for ins in module:
-        if ins.users and _rewrite(module, ins):
-            changed = True
-    return changed
+    return rewrite_each(module, _rewrite)

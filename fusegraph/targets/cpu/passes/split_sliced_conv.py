@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ....ir.module import Instruction, Module
 from ....ops.movement import slice_len
+from ....passes.manager import rewrite_each
 
 SPLITTABLE = frozenset({"convolution", "conv_epilogue"})
 
@@ -45,8 +46,4 @@ def _split(module: Module, conv: Instruction) -> bool:
 
 
 def split_sliced_conv(module: Module) -> bool:
-    changed = False
-    for ins in module:
-        if ins.users and _split(module, ins):
-            changed = True
-    return changed
+    return rewrite_each(module, _split)
