@@ -82,15 +82,7 @@ def pad(ins: Instruction, ctx: LowerContext) -> Kernel:
                for axis, (n, b, e) in enumerate(zip(lens, begins, ends)) if b or e]
     if not gathers:
         return reference_kernel(ins, ctx)
-    *first, (last_axis, last_index) = gathers
-
-    def run_gather(args, out):
-        y = args[0]
-        for axis, index in first:
-            y = np.take(y, index, axis=axis)
-        return np.take(y, last_index, axis=last_axis, out=out)
-
-    return run_gather
+    return _gather_axes(gathers)
 
 
 @lowering("resize")
@@ -114,6 +106,11 @@ def resize(ins: Instruction, ctx: LowerContext) -> Kernel:
     if all(len(i) % x.lens[a] == 0 and np.array_equal(i, np.repeat(np.arange(x.lens[a]), len(i) // x.lens[a]))
            for a, i in gathers):
         return _repeat(x.lens, ins.shape.lens, [a for a, _ in gathers], ins.shape.dtype.np)
+    return _gather_axes(gathers)
+
+
+def _gather_axes(gathers: list[tuple[int, np.ndarray]]) -> Kernel:
+    """One np.take per (axis, source indices) pair, the last into the planned output buffer."""
     *first, (last_axis, last_index) = gathers
 
     def run(args, out):
