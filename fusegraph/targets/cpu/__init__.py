@@ -1,18 +1,13 @@
 """The cpu target: fast inference on the host CPU — oneDNN convolutions, pooling and products with
 fused epilogues, compiled pointwise kernels, one preallocated arena. `get_target("cpu")` loads it."""
 
-import os
+# oneDNN and the generated kernels share one OpenMP pool, left at libgomp's defaults: its workers
+# spin briefly after a kernel (GOMP_SPINCOUNT 300000: ~5 ms of one core after a ResNet-50 run on the
+# 2-core VM), then sleep, so the next kernel finds them awake. Forcing them to sleep at once
+# (OMP_WAIT_POLICY=PASSIVE, this target's earlier setting) made ResNet-50 12%, MiniLM 36% and YOLOv8n
+# 57% slower there; ONNX Runtime alternating with it in the same process ran -2% to 11% faster
+# (17% on silero-vad's 0.28 ms) (benchmarks/cpu_vs_ort.py, 30 runs each way). OMP_WAIT_POLICY / GOMP_SPINCOUNT set by the user apply.
 
-# oneDNN and the generated kernels share one OpenMP pool. Between kernels its workers spin briefly,
-# then sleep: GOMP_SPINCOUNT 20000 (about a millisecond) covers the gap from one kernel to the next
-# (a wake-up costs tens of microseconds, 53 times per ResNet-50), while an idle pool stops stealing
-# the cores from the rest of the process (numpy, a peer runtime, other requests) within that
-# millisecond. libgomp's own default (300000, with no policy set) spins long enough to slow a peer
-# sharing two cores; PASSIVE (no spin) cost ResNet-50 7% and MiniLM 17% on this 2-core machine
-# (benchmarks/cpu_vs_ort.py). It must be set before libgomp loads; values the user set win.
-if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-    os.environ["GOMP_SPINCOUNT"] = "20000"
-
-from .target import TARGET, CpuTarget  # noqa: E402
+from .target import TARGET, CpuTarget
 
 __all__ = ["TARGET", "CpuTarget"]
