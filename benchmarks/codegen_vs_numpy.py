@@ -13,7 +13,7 @@ warm-up, medians reported:
                SkipLayerNormalization, ...), --threads intra-op threads, IO-bound buffers
 Outputs are checked to agree first. Writes benchmarks/results/codegen_vs_numpy-<host>.json.
 
-Both runtimes' idle workers spin after a call (fusegraph's ~1 ms GOMP_SPINCOUNT, ORT's default), so when they alternate
+Both runtimes' idle workers spin after a call (libgomp's and ORT's defaults), so when they alternate
 with as many threads as cores, each call finds the other's workers on its cores. --passive makes
 both sleep instead (OMP_WAIT_POLICY=passive, ORT's allow_spinning=0): a deployment runs one runtime.
 """

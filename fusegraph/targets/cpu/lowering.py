@@ -57,7 +57,8 @@ LOWERINGS: dict[str, Callable[[Instruction, LowerContext], Kernel]] = {}
 # FLOPs under which a kernel runs on one thread. With workers asleep between kernels (OMP_WAIT_POLICY
 # passive) waking them cost more than splitting saved up to ~30 MFLOP; now that they spin between
 # kernels (cpu/__init__.py) splitting pays from about 1 MFLOP: on the 2-core VM (benchmarks/cpu_vs_ort.py)
-# YOLOv8n 16.3 -> 10.9 ms, ResNet-50 31.5 -> 28.3 ms, MiniLM 14.7 -> 13.2 ms going from 30e6 to 1e6.
+# YOLOv8n 16.3 -> 10.9 ms, ResNet-50 31.5 -> 28.3 ms, MiniLM 14.7 -> 13.2 ms going from 30e6 to 1e6
+# (measured with GOMP_SPINCOUNT 20000).
 SMALL_WORK = 1e6
 
 # Ops whose numpy reference is the right cpu kernel: numpy's own copies, gathers and views, and
