@@ -81,8 +81,15 @@ class TuningCache:
         self.identity = dict(identity)
         digest = hashlib.sha256(json.dumps(self.identity, sort_keys=True).encode()).hexdigest()[:16]
         self.path: Path = kernels.CACHE_ROOT / "autotune" / f"{digest}.json"
+        self._seen: dict[str, dict] | None = None  # the file as read once by this compile, plus its own stores
 
     def load(self) -> dict[str, dict]:
+        """The choices on disk (read once; a compile's lookups share that read)."""
+        if self._seen is None:
+            self._seen = self._read()
+        return self._seen
+
+    def _read(self) -> dict[str, dict]:
         try:
             data = json.loads(self.path.read_text())
         except (OSError, ValueError):
@@ -90,7 +97,8 @@ class TuningCache:
         return data.get("choices", {}) if data.get("identity") == self.identity else {}
 
     def store(self, key: str, choice: dict) -> None:
-        choices = self.load()
+        self.load()[key] = choice
+        choices = self._read()  # the file again: other compiles may have stored choices since
         choices[key] = choice
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
