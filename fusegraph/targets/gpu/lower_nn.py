@@ -277,9 +277,15 @@ class EpilogueGemm:
         user = step.ins
         self.var_types = [mm.shape.dtype if r == "acc" else x.shape.dtype for r, x in zip(self.roles, user.inputs)]
         self.out_type = user.shape.dtype
-        self.sources: dict[str, str] = {}
         self.tuning: dict[str, dict] = {}
         self.run = None
+        self.chosen = None  # the chosen candidate's launcher
+
+    @property
+    def sources(self) -> dict[str, str]:
+        # read when the executable is built, after the warm-up ran the chosen kernel (a launcher
+        # generates its source at its first call; a choice taken from the cache was never timed)
+        return dict(self.chosen.sources) if self.chosen is not None else {}
 
     def rows(self, out, a, w, ops):
         """The template's row form: a [*rows, K], b [K, N], out and operands [*rows, N] (views)."""
@@ -307,7 +313,7 @@ class EpilogueGemm:
         for cfg in self.tuner.configs(m, n, k, ro.element_size()):
             candidates.append(Candidate(cfg.name(), lambda cfg=cfg: self._triton(cfg, launchers)))
         name, self.run = self.tuner.choose(key, candidates, (out, a, w, *ops))
-        self.sources.update(launchers[name].sources)
+        self.chosen = launchers[name]
         self.tuning[key] = {"name": name}
 
     def _triton(self, cfg, launchers):

@@ -45,7 +45,7 @@ class ReduceBody:
     full: tuple[int, ...]
     axes: tuple[int, ...]
     loads: list[ReduceLoad]
-    nodes: list[tuple[int, str, tuple]]   # (uid, kind, data) in body order
+    nodes: list[tuple[int, str, tuple]]   # (value, kind, data) in body order; a value is its position
     dtypes: dict[int, DType]              # compute type of each value
     reduced: dict[int, bool]              # value class
     root: int
@@ -75,6 +75,9 @@ def analyze_body(body: Module, axes: tuple[int, ...]) -> ReduceBody:
     dtypes: dict[int, DType] = {}
     cls: dict[int, bool] = {}
     pindex = {p.uid: k for k, p in enumerate(params)}
+    # values are numbered by position, not uid: equal bodies (every layer's layer norm) get equal
+    # keys, hence one kernel name and source, which Triton's on-disk cache then finds on a reload
+    local = {ins.uid: k for k, ins in enumerate(body.instructions)}
     any_f64 = False
 
     def klass(shape) -> bool:
@@ -94,12 +97,12 @@ def analyze_body(body: Module, axes: tuple[int, ...]) -> ReduceBody:
             dtypes[uid] = compute_type(x.shape.dtype)
             cls[uid] = klass(x.shape)
             return uid
-        if x.uid not in dtypes:
+        if local.get(x.uid) not in dtypes:
             raise Unsupported(f"{x.op} is used but not computed in the kernel")
-        return x.uid
+        return local[x.uid]
 
     for ins in body.instructions:
-        name = ins.op.name
+        name, uid = ins.op.name, local[ins.uid]
         if name in ("@param", "@return", "@literal"):
             if name == "@literal":
                 raise Unsupported("literal inside the body")
@@ -111,31 +114,31 @@ def analyze_body(body: Module, axes: tuple[int, ...]) -> ReduceBody:
             x = ins.inputs[0]
             if x.uid in pindex:
                 src = -1 - add_load(pindex[x.uid], tuple(ins.op.out_lens), ins.shape)
-                nodes.append((ins.uid, "alias", (src,)))
+                nodes.append((uid, "alias", (src,)))
                 dtypes[src] = compute_type(dt)
                 cls[src] = klass(ins.shape)
             else:
-                nodes.append((ins.uid, "alias", (value_of(x),)))
+                nodes.append((uid, "alias", (value_of(x),)))
         elif ins.op.kind.value == "pointwise" and hasattr(ins.op, "expr"):
-            nodes.append((ins.uid, "expr", (str(ins.op.expr), tuple(value_of(x) for x in ins.inputs))))
+            nodes.append((uid, "expr", (str(ins.op.expr), tuple(value_of(x) for x in ins.inputs))))
         elif name in REDUCTIONS or name in ("moments", "softmax", "log_softmax"):
             x = ins.inputs[0]
             if x.shape.lens != full or not x.shape.dtype.is_float:
                 raise Unsupported(f"{ins.op} over {x.shape}")
             any_f64 |= x.shape.dtype == DType.float64
             extra = (ins.op.centered,) if name == "moments" else ()
-            nodes.append((ins.uid, name, (value_of(x), *extra)))
+            nodes.append((uid, name, (value_of(x), *extra)))
         elif name == "get_tuple_elem":
-            nodes.append((ins.uid, "moment", (ins.inputs[0].uid, ins.op.index)))
+            nodes.append((uid, "moment", (local[ins.inputs[0].uid], ins.op.index)))
             dt = ins.shape.dtype
         else:
             raise Unsupported(f"{ins.op} in a reduction body")
         if name != "moments":
-            dtypes[ins.uid] = compute_type(dt if dt is not None else DType.float32)
-            cls[ins.uid] = klass(ins.shape)
+            dtypes[uid] = compute_type(dt if dt is not None else DType.float32)
+            cls[uid] = klass(ins.shape)
         else:
-            dtypes[ins.uid] = compute_type(ins.inputs[0].shape.dtype)
-            cls[ins.uid] = True
+            dtypes[uid] = compute_type(ins.inputs[0].shape.dtype)
+            cls[uid] = True
     if not isinstance(ret.shape, Shape):
         raise Unsupported("tuple result")
     root = value_of(ret)

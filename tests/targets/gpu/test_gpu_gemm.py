@@ -227,4 +227,5 @@ def test_choices_are_exported_and_reused_when_loaded(target_of):
     assert recorded == p.executable.tuning and any(k.startswith("triton/mm_") for k in artifacts)
     loaded = target.load(p, p.executable.options, {k: memoryview(v) for k, v in artifacts.items()})
     assert loaded.tuning == recorded  # "auto" alone would take the library on a CPU device
+    assert loaded.sources.keys() == p.executable.sources.keys()  # a recorded choice's kernel is saved too
     assert_close(loaded.run(x), run_ort(model, x), rtol=1e-4, atol=1e-4)
