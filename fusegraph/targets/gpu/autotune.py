@@ -7,8 +7,9 @@ order of precedence:
 1. the tuner's mode: "library" takes the library path; "triton" leaves it out of the candidates;
 2. a choice recorded with the program (a loaded .fgx's autotune.json): reused, nothing is timed;
 3. the on-disk cache, CACHE_ROOT/autotune/<device+versions>.json: reused, nothing is timed;
-4. timing on the device: CUDA events, the median of a few runs after warm-up; the fastest wins
-   and is written to the cache. A candidate that fails to compile or run is dropped.
+4. timing on the device: the candidates' kernels compiled in parallel, then each timed as a captured
+   CUDA graph of several runs (the median of a few replays); the fastest wins and is written to the
+   cache. A candidate that fails to compile, run or be captured is dropped.
 
 On a CPU device (Triton's interpreter) nothing meaningful can be timed: the choice is deterministic
 (the library path, or the first Triton config when the mode is "triton"), and nothing is cached.
@@ -169,15 +170,21 @@ class Tuner:
                     continue
                 return c.name, run
             raise CompileError(f"target 'gpu': every candidate of {key} failed")
-        best: tuple[float, str, Callable[..., None]] | None = None
+        built = []
         for c in candidates:
             try:
-                run = c.make()
+                built.append((c.name, c.make()))
+            except candidate_errors():
+                continue
+        precompile([run for _, run in built], args)
+        best: tuple[float, str, Callable[..., None]] | None = None
+        for name, run in built:
+            try:
                 seconds = self.measure(lambda: run(*args))  # noqa: B023  (timed before `run` changes)
             except candidate_errors():
                 continue  # this config does not compile or run here (shared memory, ...): dropped
             if best is None or seconds < best[0]:
-                best = (seconds, c.name, run)
+                best = (seconds, name, run)
         if best is None:
             raise CompileError(f"target 'gpu': every candidate of {key} failed")
         self.timed += 1
@@ -199,21 +206,51 @@ def candidate_errors() -> tuple[type[BaseException], ...]:
 
 
 
-def cuda_measure(run: Callable[[], None], warmup: int = 3, samples: int = 7, reps: int = 10) -> float:
-    """Seconds per run on the current CUDA stream: the median of `samples` timings of `reps` runs
-    each (one run of a small GEMM is shorter than an event's resolution), after `warmup` runs."""
+def precompile(runs: list[Callable[..., None]], args: tuple) -> None:
+    """Compile the Triton kernels of several candidates at once, in threads (Triton releases the GIL
+    while LLVM and ptxas work): a candidate's run may have a `compile(*args)` that submits its kernel
+    without launching it. Sequential compiles took most of a first compile's time (ResNet-50: about
+    110 kernels, 0.3-0.4 s each). A kernel that fails here fails again, and is dropped, when timed."""
+    hooks = [h for h in (getattr(r, "compile", None) for r in runs) if h is not None]
+    if len(hooks) < 2:
+        return
+    try:
+        from triton.runtime._async_compile import AsyncCompileMode  # Triton >= 3.4; private
+    except ImportError:
+        return  # older Triton: each kernel compiles at its first run
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(len(hooks), os.cpu_count() or 1)) as pool, \
+            AsyncCompileMode(pool, ignore_errors=True):
+        for hook in hooks:
+            try:
+                hook(*args)
+            except candidate_errors():
+                continue
+
+
+def cuda_measure(run: Callable[[], None], reps: int = 10, samples: int = 5) -> float:
+    """Seconds per run on the device: `reps` runs captured as one CUDA graph, the median of
+    `samples` timed replays. Timing launches instead would time the host: a small GEMM takes a few
+    microseconds on the GPU but 30-100 to launch from Python, so the candidate with the fewest
+    launches always won, whatever its kernel's speed inside the program's own graph."""
     from .device import torch
 
     t = torch()
-    for _ in range(warmup):
-        run()
+    run()  # compiles, and allocates what the candidate keeps (never inside the capture)
+    t.cuda.synchronize()
+    graph = t.cuda.CUDAGraph()
+    with t.cuda.graph(graph):
+        for _ in range(reps):
+            run()
+    graph.replay()
     times = []
     for _ in range(samples):
         start, end = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(reps):
-            run()
+        graph.replay()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3 / reps)
+    del graph
     return statistics.median(times)

@@ -325,6 +325,11 @@ class EpilogueGemm:
         def run(out, a, w, *ops):
             ro, ra, rb, rops = self.rows(out, a, w, ops)
             launcher(ro, ra, rb, *rops)
+
+        def compile(out, a, w, *ops):
+            ro, ra, rb, rops = self.rows(out, a, w, ops)
+            launcher.compile(ro, ra, rb, *rops)
+        run.compile = compile  # autotune.precompile: every config's kernel compiled at once
         return run
 
     def _library(self, launchers):

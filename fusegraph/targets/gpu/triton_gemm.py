@@ -180,19 +180,30 @@ class GemmLauncher:
             elif op_modes[j] == COL:
                 args.append(x.stride()[-1])
         grid = (-(-m // cfg.block_m)) * (-(-n // cfg.block_n))
-        self.launch = fn[(max(grid, 1),)]
+        self.fn, self.grid = fn, (max(grid, 1),)
+        self.launch = fn[self.grid]
         self.args = args
         self.empty = m == 0 or n == 0
         self.meta = {"K": k, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k,
                      "GROUP_M": cfg.group_m, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
 
-    def __call__(self, out: Any, a: Any, b: Any, *ops: Any) -> None:
+    def _ready(self, out: Any, a: Any, b: Any, ops: tuple) -> None:
         key = (out.stride(), a.stride(), b.stride(), tuple(x.stride() for x in ops), tuple(out.shape), a.shape[-1])
         if key != self.key:
             self._configure(out, a, b, list(ops))
             self.key = key
+
+    def __call__(self, out: Any, a: Any, b: Any, *ops: Any) -> None:
+        self._ready(out, a, b, ops)
         if not self.empty:
             self.launch(a, b, out, *ops, *self.args, **self.meta)
+
+    def compile(self, out: Any, a: Any, b: Any, *ops: Any) -> None:
+        """Compile the kernel for these tensors without launching it (autotune.precompile submits
+        it to a thread pool this way)."""
+        self._ready(out, a, b, ops)
+        if not self.empty:
+            self.fn.warmup(a, b, out, *ops, *self.args, grid=self.grid, **self.meta)
 
 
 def _prod(xs) -> int:

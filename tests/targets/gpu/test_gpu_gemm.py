@@ -152,10 +152,7 @@ def candidates(log: list[str]):
     from fusegraph.targets.gpu.autotune import Candidate
 
     def ok(name):
-        def make():
-            log.append(name)
-            return lambda *args: None
-        return Candidate(name, make)
+        return Candidate(name, lambda: lambda *args: log.append(name))  # a run logs who ran
 
     def broken_compile():
         raise RuntimeError("out of shared memory")
@@ -229,3 +226,24 @@ def test_choices_are_exported_and_reused_when_loaded(target_of):
     assert loaded.tuning == recorded  # "auto" alone would take the library on a CPU device
     assert loaded.sources.keys() == p.executable.sources.keys()  # a recorded choice's kernel is saved too
     assert_close(loaded.run(x), run_ort(model, x), rtol=1e-4, atol=1e-4)
+
+
+def test_precompile_submits_every_candidates_kernel_and_skips_broken_ones():
+    pytest.importorskip("triton")
+    from fusegraph.targets.gpu.autotune import precompile
+
+    compiled: list[str] = []
+
+    def run_of(name, fails=False):
+        def run(*args):
+            raise AssertionError("precompile never launches")
+
+        def compile(*args):
+            if fails:
+                raise RuntimeError("out of shared memory")
+            compiled.append(name)
+        run.compile = compile
+        return run
+
+    precompile([run_of("a"), run_of("broken", fails=True), lambda *args: None, run_of("b")], (1, 2))
+    assert sorted(compiled) == ["a", "b"]
