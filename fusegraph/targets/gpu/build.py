@@ -14,7 +14,7 @@ from ...ir.dtypes import DType
 from ...ir.module import Instruction, Module
 from ...ir.shape import Shape
 from ...passes.memory_coloring import ALIGNMENT
-from .device import has_torch_dtype, to_device, torch, torch_dtype
+from .device import has_torch_dtype, host_tensor, to_device, torch, torch_dtype
 from .layout import channels_last_order, dense_strides
 from .lowering import Slot, find_lowering, storage_mode
 from .plan import ARENA, LITERAL, OUTPUT, PARAM, SLICE, VIEW, Plan, make_plan
@@ -112,7 +112,7 @@ def allocate(plan: Plan, module: Module, device: Any) -> tuple[dict[int, Slot], 
     weights = t.empty(max(n_w, 1), dtype=t.uint8, device=device)
     for lit in literals:
         dst = view(weights, offsets[lit.uid], lit)
-        dst.copy_(to_device(lit.literal, lit.shape.dtype, device).reshape(lit.shape.lens))
+        dst.copy_(host_tensor(lit.literal, lit.shape.dtype).reshape(lit.shape.lens))  # one host-to-device copy
         slots[lit.uid] = Slot(dst)
     for i in module.instructions:
         if i.is_literal and i.uid not in slots:

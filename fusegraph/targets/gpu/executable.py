@@ -75,8 +75,7 @@ class GpuExecutable(DeviceDoor, Executable):
                 return
             side = t.cuda.Stream(self.device)
             side.wait_stream(t.cuda.current_stream(self.device))
-            with t.cuda.stream(side):
-                self._run_steps()
+            with t.cuda.stream(side):  # one run: kernels compiled, cuDNN algorithms chosen, workspaces made
                 self._run_steps()
             t.cuda.current_stream(self.device).wait_stream(side)
             if self.graph_mode:
@@ -194,9 +193,9 @@ def on_stream(stream: Any):
 
 def _copy_in(buf: Any, value: Any, dt: DType, name: str = "") -> None:
     if isinstance(value, np.ndarray):
-        from .device import to_device
+        from .device import host_tensor
 
-        value = to_device(value, dt, "cpu")
+        value = host_tensor(value, dt)  # only read: copied once, into the input buffer
     if tuple(value.shape) != tuple(buf.shape) or value.dtype != buf.dtype:
         raise InputError(f"input {name!r}: expected {buf.dtype} {list(buf.shape)}, got {value.dtype} {list(value.shape)}")
     buf.copy_(value, non_blocking=value.device.type != "cpu" or value.is_pinned())
