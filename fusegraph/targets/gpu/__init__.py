@@ -132,13 +132,21 @@ class GpuTarget(Target):
         tuning: dict[str, dict] = getattr(executable, "tuning", {})
         if tuning:
             out["autotune.json"] = json.dumps(tuning, indent=1, sort_keys=True).encode()
+        from .binaries import export_binaries
+
+        out.update(export_binaries(sources))
         return out
 
     def load(self, program: Program, options: CompileOptions, artifacts: Mapping[str, memoryview]) -> Executable:
-        # Kernels are regenerated from the IR (the saved sources document what ran; Triton's on-disk
-        # cache makes recompiling them cheap); recorded GEMM choices are reused, not timed again.
+        # Kernels are regenerated from the IR (the saved sources document what ran); their saved
+        # binaries serve as Triton's cache meanwhile (binaries.py), so none is compiled again on the
+        # same Triton and GPU architecture. Recorded GEMM choices are reused, not timed again.
+        from .binaries import saved_kernels
+        from .device import resolve_device
+
         recorded = artifacts.get("autotune.json")
-        return self._lower(program, options, json.loads(bytes(recorded)) if recorded is not None else {})
+        with saved_kernels(artifacts, resolve_device(self.device)):
+            return self._lower(program, options, json.loads(bytes(recorded)) if recorded is not None else {})
 
 
 def _fits_static(program: Program) -> bool:

@@ -36,6 +36,12 @@ def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:20]
 
 
+def loaded_module(source: str) -> Any:
+    """The module this process imported for `source`, or None."""
+    with _lock:
+        return _modules.get(source_hash(source))
+
+
 def load_kernel(source: str, name: str) -> Any:
     """The JIT function `name` defined by the module `source` (imported once per process)."""
     triton()  # a clear TargetError when triton is missing

@@ -1,0 +1,122 @@
+"""Compiled Triton kernels saved with a program, so a load compiles nothing, even on a machine whose
+Triton cache is empty (a fresh container: compiling BERT-base's kernels there takes seconds).
+
+A saved gpu program holds, for every kernel it ran, Triton's own cache entry: the cubin and its
+metadata, under `triton_bin/<hash>/`, with `triton_bin.json` naming the Triton version and the GPU
+architecture they were built for. Loading on the same Triton version and architecture points
+Triton's cache at a folder of those entries while the program is built and warmed up, so the
+kernels' first launches load the cubins instead of compiling. Elsewhere the entries are left alone
+and the kernels compile from their saved sources, as before. The hash is Triton's key over the
+source, the options and the software stack, so an entry can only serve the kernel it was built from;
+the folder belongs to the file (named by its entries' digest), so a file cannot plant a binary in
+the cache other programs compile with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from . import kernels
+
+PREFIX = "triton_bin/"
+IDENTITY = "triton_bin.json"
+_HASH = re.compile(r"[0-9a-f]{64}")
+_FILE = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
+KEEP = (".json", ".cubin")  # what a launch needs: the metadata and the binary (not the IRs)
+
+
+def export_binaries(sources: Mapping[str, str]) -> dict[str, bytes]:
+    """The cache entries of the compiled kernels behind `sources` (kernel name -> source), as
+    artifacts; none when nothing was compiled for a GPU (Triton's interpreter)."""
+    from .device import triton
+
+    out: dict[str, bytes] = {}
+    archs = set()
+    for compiled in _compiled_kernels(sources):
+        arch = getattr(getattr(compiled.metadata, "target", None), "arch", None)
+        files = {name: path for name, path in compiled.metadata_group.items() if name.endswith(KEEP)}
+        if arch is None or not _HASH.fullmatch(compiled.hash) or len(files) != len(KEEP):
+            continue
+        archs.add(arch)
+        for name, path in files.items():
+            with open(path, "rb") as f:
+                out[f"{PREFIX}{compiled.hash}/{name}"] = f.read()
+    if out:
+        if len(archs) != 1:
+            return {}
+        out[IDENTITY] = json.dumps({"triton": triton().__version__, "arch": archs.pop()}).encode()
+    return out
+
+
+def _compiled_kernels(sources: Mapping[str, str]) -> Iterable[Any]:
+    for name, source in sorted(sources.items()):
+        module = kernels.loaded_module(source)
+        fn = getattr(module, name, None) if module is not None else None
+        for caches in getattr(fn, "device_caches", {}).values():
+            yield from list(caches[0].values())  # the JIT function's compiled kernels on that device
+
+
+@contextlib.contextmanager
+def saved_kernels(artifacts: Mapping[str, memoryview], device: Any) -> Iterator[int]:
+    """A context in which Triton's cache is a folder holding the saved kernels (its value: how many
+    there are). Nothing changes when the program was built by another Triton or for another GPU
+    architecture. The folder is named by the entries' digest and serves only this file's kernels:
+    a file cannot plant a binary where another program's compile would find it."""
+    entries = usable_entries(artifacts, cuda_arch(device))
+    if not entries:
+        yield 0
+        return
+    from triton import knobs
+    from triton.runtime.cache import get_cache_manager
+
+    digest = hashlib.sha256()
+    for key in sorted(entries):
+        for file in sorted(entries[key]):
+            digest.update(f"{key}/{file}\0".encode())
+            digest.update(entries[key][file])
+    with knobs.cache.scope():
+        knobs.cache.dir = str(kernels.CACHE_ROOT / "triton_bin" / digest.hexdigest()[:32])
+        for key, files in entries.items():
+            meta = next(f for f in files if f.endswith(".json"))
+            manager = get_cache_manager(key)
+            if manager.get_group(meta) is None:  # written by an earlier load of the same file otherwise
+                manager.put_group(meta, {f: manager.put(bytes(data), f) for f, data in files.items()})
+        yield len(entries)
+
+
+def cuda_arch(device: Any) -> int | None:
+    """The compute capability of a CUDA device as Triton writes it (90 for an H200); None elsewhere."""
+    if getattr(device, "type", None) != "cuda":
+        return None
+    from .device import torch
+
+    major, minor = torch().cuda.get_device_capability(device)
+    return major * 10 + minor
+
+
+def usable_entries(artifacts: Mapping[str, memoryview], arch: int | None) -> dict[str, dict[str, memoryview]]:
+    """Saved cache entries (Triton hash -> file name -> bytes) built by this Triton for `arch`."""
+    recorded = artifacts.get(IDENTITY)
+    if recorded is None or arch is None:
+        return {}
+    from .device import triton
+
+    try:
+        identity = json.loads(bytes(recorded))
+    except ValueError:
+        return {}
+    if identity != {"triton": triton().__version__, "arch": arch}:
+        return {}
+    entries: dict[str, dict[str, memoryview]] = {}
+    for name, data in artifacts.items():
+        if name.startswith(PREFIX):
+            key, _, file = name[len(PREFIX):].partition("/")
+            if _HASH.fullmatch(key) and _FILE.fullmatch(file) and ".." not in file:
+                entries.setdefault(key, {})[file] = data
+    return {k: files for k, files in entries.items()
+            if len(files) == len(KEEP) and sum(f.endswith(".json") for f in files) == 1}

@@ -1,0 +1,116 @@
+"""Compiled Triton kernels saved in a .fgx (binaries.py): which saved entries a load may use, the
+private cache folder they are served from, and, on a GPU, a load in a fresh process that compiles
+no kernel at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from onnx import helper
+
+pytest.importorskip("triton")
+pytest.importorskip("torch")
+
+KEY = "ab" * 32  # a Triton cache key: 64 hex digits
+
+
+def artifacts(identity: dict | None, files: dict[str, bytes]) -> dict[str, memoryview]:
+    from fusegraph.targets.gpu.binaries import IDENTITY, PREFIX
+
+    out = {PREFIX + name: memoryview(data) for name, data in files.items()}
+    if identity is not None:
+        out[IDENTITY] = memoryview(json.dumps(identity).encode())
+    return out
+
+
+def this_stack(arch: int = 90) -> dict:
+    import triton
+
+    return {"triton": triton.__version__, "arch": arch}
+
+
+GOOD = {f"{KEY}/k.json": b'{"name": "k"}', f"{KEY}/k.cubin": b"\x7fELF..."}
+
+
+def test_only_entries_of_this_triton_and_architecture_are_used():
+    from fusegraph.targets.gpu.binaries import usable_entries
+
+    assert set(usable_entries(artifacts(this_stack(), GOOD), 90)) == {KEY}
+    assert usable_entries(artifacts(this_stack(), GOOD), 80) == {}        # another GPU architecture
+    assert usable_entries(artifacts(this_stack(), GOOD), None) == {}      # no CUDA device
+    assert usable_entries(artifacts({"triton": "0.0", "arch": 90}, GOOD), 90) == {}
+    assert usable_entries(artifacts(None, GOOD), 90) == {}                # an older file: sources only
+    odd = {f"{KEY}/../evil.json": b"{}", f"{'cd' * 32}/k.json": b"{}",  # a path out, a half entry
+           "nothex/k.json": b"{}", f"{'ef' * 32}/k.json": b"{}", f"{'ef' * 32}/k.cubin": b"", **GOOD}
+    assert set(usable_entries(artifacts(this_stack(), odd), 90)) == {KEY, "ef" * 32}
+
+
+def test_saved_kernels_serve_from_a_folder_of_their_own(tmp_path, monkeypatch):
+    from triton import knobs
+    from triton.runtime.cache import get_cache_manager
+
+    from fusegraph.targets.gpu import binaries, kernels
+
+    monkeypatch.setattr(kernels, "CACHE_ROOT", tmp_path)
+    monkeypatch.setattr(binaries, "cuda_arch", lambda device: 90)
+    before = knobs.cache.dir
+    for _ in range(2):  # the second load finds the entries written by the first
+        with binaries.saved_kernels(artifacts(this_stack(), GOOD), device=None) as n:
+            assert n == 1 and knobs.cache.dir.startswith(str(tmp_path / "triton_bin"))
+            group = get_cache_manager(KEY).get_group("k.json")
+            assert {name: open(path, "rb").read() for name, path in group.items()} == {
+                "k.json": GOOD[f"{KEY}/k.json"], "k.cubin": GOOD[f"{KEY}/k.cubin"]}
+        assert knobs.cache.dir == before
+    assert len(list((tmp_path / "triton_bin").iterdir())) == 1
+    with binaries.saved_kernels(artifacts(this_stack(80), GOOD), device=None) as n:
+        assert n == 0 and knobs.cache.dir == before
+
+
+LOAD_AND_RUN = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    import fusegraph
+    p = fusegraph.load(sys.argv[1])
+    x = np.load(sys.argv[2])
+    np.save(sys.argv[3], p.run({"x": x})[0])
+""")
+
+
+@pytest.mark.gpu
+def test_a_load_in_a_fresh_process_compiles_no_kernel(tmp_path):
+    from tests.util import make_model
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 64)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Erf", ["m"], ["e"]),
+             helper.make_node("Mul", ["e", "m"], ["g"]), helper.make_node("ReduceMean", ["g"], ["y"], axes=[1])]
+    model = make_model(nodes, {"x": rng.standard_normal((8, 64)).astype(np.float32)}, ["y"], {"w": w})
+    import fusegraph
+
+    p = fusegraph.parse_onnx(model)
+    p.compile(fusegraph.get_target("gpu"))
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    want = p.run({"x": x})[0]
+    fgx = tmp_path / "m.fgx"
+    fusegraph.save(p, fgx)
+    np.save(tmp_path / "x.npy", x)
+    home = tmp_path / "home"  # empty caches: fusegraph's (under HOME) and Triton's
+    env = {**os.environ, "HOME": str(home), "TRITON_CACHE_DIR": str(tmp_path / "triton"),
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([sys.executable, "-c", LOAD_AND_RUN, str(fgx), str(tmp_path / "x.npy"),
+                    str(tmp_path / "y.npy")], env=env, check=True)
+    assert np.load(tmp_path / "y.npy").tobytes() == want.tobytes()
+    (served,) = (home / ".cache" / "fusegraph" / "triton_bin").iterdir()
+    from fusegraph.runtime.fgx_format import Container
+    from fusegraph.runtime.serialize import _ARTIFACT
+
+    parts = Container.open(fgx).parts
+    saved = {n.split("/")[-2] for n in parts if n.startswith(_ARTIFACT + "triton_bin/")}
+    assert len(saved) >= 2 and len(list(served.iterdir())) == len(saved)  # nothing compiled beside them
+    assert not (tmp_path / "triton").exists() or not any((tmp_path / "triton").iterdir())
