@@ -7,9 +7,9 @@ order of precedence:
 1. the tuner's mode: "library" takes the library path; "triton" leaves it out of the candidates;
 2. a choice recorded with the program (a loaded .fgx's autotune.json): reused, nothing is timed;
 3. the on-disk cache, CACHE_ROOT/autotune/<device+versions>.json: reused, nothing is timed;
-4. timing on the device: the candidates' kernels compiled in parallel, then each timed as a captured
-   CUDA graph of several runs (the median of a few replays); the fastest wins and is written to the
-   cache. A candidate that fails to compile, run or be captured is dropped.
+4. timing on the device: the candidates' kernels compiled in parallel, then each run timed by CUDA
+   events behind a GPU-side sleep (so the kernels are timed, not their launch); the fastest wins and
+   is written to the cache. A candidate that fails to compile or run is dropped.
 
 On a CPU device (Triton's interpreter) nothing meaningful can be timed: the choice is deterministic
 (the library path, or the first Triton config when the mode is "triton"), and nothing is cached.
@@ -229,28 +229,28 @@ def precompile(runs: list[Callable[..., None]], args: tuple) -> None:
                 continue
 
 
-def cuda_measure(run: Callable[[], None], reps: int = 10, samples: int = 5) -> float:
-    """Seconds per run on the device: `reps` runs captured as one CUDA graph, the median of
-    `samples` timed replays. Timing launches instead would time the host: a small GEMM takes a few
-    microseconds on the GPU but 30-100 to launch from Python, so the candidate with the fewest
-    launches always won, whatever its kernel's speed inside the program's own graph."""
+SLEEP_CYCLES = 200_000  # ~100 us of GPU time at H200 clocks: longer than a candidate takes to launch
+
+
+def cuda_measure(run: Callable[[], None], reps: int = 15) -> float:
+    """Seconds per run on the device: the median over `reps` runs, each timed by CUDA events right
+    after a GPU-side sleep. The sleep keeps the GPU busy while the host launches the run, so the
+    events time the kernels, not the launch: a small GEMM takes a few microseconds on the GPU but
+    30-100 to launch from Python, and timing launches let the candidate with the fewest launches
+    win whatever its kernels' speed inside the program's graph. (Timing captured CUDA graphs instead
+    shared cuBLAS's per-stream workspace between the tuner's graphs and the program's, and a
+    ResNet-50 graph replay at batch 32 then failed on the H200.)"""
     from .device import torch
 
     t = torch()
-    run()  # compiles, and allocates what the candidate keeps (never inside the capture)
-    t.cuda.synchronize()
-    graph = t.cuda.CUDAGraph()
-    with t.cuda.graph(graph):
-        for _ in range(reps):
-            run()
-    graph.replay()
-    times = []
-    for _ in range(samples):
+    run()  # compiles, and allocates what the candidate keeps
+    pairs = []
+    for _ in range(reps):
         start, end = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+        t.cuda._sleep(SLEEP_CYCLES)
         start.record()
-        graph.replay()
+        run()
         end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / reps)
-    del graph
-    return statistics.median(times)
+        pairs.append((start, end))
+    pairs[-1][1].synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in pairs) / 1e3

@@ -112,5 +112,5 @@ def test_a_load_in_a_fresh_process_compiles_no_kernel(tmp_path):
 
     parts = Container.open(fgx).parts
     saved = {n.split("/")[-2] for n in parts if n.startswith(_ARTIFACT + "triton_bin/")}
-    assert len(saved) >= 2 and len(list(served.iterdir())) == len(saved)  # nothing compiled beside them
+    assert saved and len(list(served.iterdir())) == len(saved)  # nothing compiled beside them
     assert not (tmp_path / "triton").exists() or not any((tmp_path / "triton").iterdir())
