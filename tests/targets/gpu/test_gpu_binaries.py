@@ -112,5 +112,7 @@ def test_a_load_in_a_fresh_process_compiles_no_kernel(tmp_path):
 
     parts = Container.open(fgx).parts
     saved = {n.split("/")[-2] for n in parts if n.startswith(_ARTIFACT + "triton_bin/")}
-    assert saved and len(list(served.iterdir())) == len(saved)  # nothing compiled beside them
+    # no kernel compiled beside them (Triton may still build its host-side launcher stubs there)
+    compiled = [d for d in served.iterdir() if any(f.suffix == ".cubin" for f in d.iterdir())]
+    assert saved and len(compiled) == len(saved)
     assert not (tmp_path / "triton").exists() or not any((tmp_path / "triton").iterdir())
