@@ -88,17 +88,12 @@ def conv_gemm(ctx, step):
     t = torch()
     m = step.ins.shape.lens[1]
     relu = step.data["relu"]
-    scratch = []  # rows for an output that is not dense (a concat's slice), made on the first run
 
     def run(out, x, w, bias=None):
         a = nhwc(x).reshape(-1, x.shape[1])  # [N*H*W, C]: a view, of a channel slice too
         wm, dst = weight_matrix(w), nhwc(out)
-        if dst.is_contiguous():
-            flat = dst.view(-1, m)
-        else:
-            if not scratch:
-                scratch.append(t.empty((a.shape[0], m), dtype=out.dtype, device=out.device))
-            flat = scratch[0]
+        # rows for an output that is not dense (a concat's slice) go through the scratch buffer
+        flat = dst.view(-1, m) if dst.is_contiguous() else ctx.scratch((a.shape[0], m), out.dtype)
         if bias is None:
             t.mm(a, wm, out=flat)
         elif relu:
@@ -258,7 +253,7 @@ def gemm_epilogue(ctx, step):
         from .autotune import Tuner
 
         ctx.tuner = Tuner.for_device(ctx.device)
-    runner = EpilogueGemm(ctx.tuner, step)
+    runner = EpilogueGemm(ctx, step)
     ctx.kernels.append(runner)
     return runner
 
@@ -268,8 +263,8 @@ class EpilogueGemm:
     while compiling, before graph capture) asks the tuner for the fastest candidate on these very
     tensors; later calls run the chosen one."""
 
-    def __init__(self, tuner, step):
-        self.tuner, self.conv = tuner, step.kind == "conv_gemm_epilogue"
+    def __init__(self, ctx, step):
+        self.ctx, self.tuner, self.conv = ctx, ctx.tuner, step.kind == "conv_gemm_epilogue"
         d = step.data
         self.body, self.acc, self.roles, self.split = d["body"], d["acc"], d["roles"], d["split"]
         mm = step.members[-1]  # the matmul (members: reader [, reshape], matmul)
@@ -341,13 +336,11 @@ class EpilogueGemm:
         t = torch()
         pw = PointwiseLauncher(self.body, self.var_types, self.out_type)
         launchers[LIBRARY] = pw
-        scratch = []
+        lens = (self.mm_shape[0], *self.mm_shape[2:], self.mm_shape[1]) if self.conv else tuple(self.mm_shape)
+        dtype = torch_dtype(self.var_types[self.acc[0]])
 
         def run(out, a, w, *ops):
-            if not scratch:
-                lens = (self.mm_shape[0], *self.mm_shape[2:], self.mm_shape[1]) if self.conv else self.mm_shape
-                scratch.append(t.empty(lens, dtype=torch_dtype(self.var_types[self.acc[0]]), device=out.device))
-            s = scratch[0]
+            s = self.ctx.scratch(lens, dtype)  # the matmul's result, read by the epilogue kernel
             if self.conv:
                 _, ra, rb, _ = self.rows(out, a, w, ())
                 t.mm(ra.reshape(-1, ra.shape[-1]), rb, out=s.view(-1, s.shape[-1]))

@@ -14,8 +14,11 @@ import numpy as np
 import pytest
 from onnx import helper
 
-pytest.importorskip("triton")
-pytest.importorskip("torch")
+
+@pytest.fixture(autouse=True)
+def _set_up(gpu_target):
+    """The gpu target's set-up (Triton's interpreter without a GPU) before anything imports triton:
+    Triton decides at import whether its library functions are interpreted."""
 
 KEY = "ab" * 32  # a Triton cache key: 64 hex digits
 

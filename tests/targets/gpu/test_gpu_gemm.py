@@ -228,8 +228,7 @@ def test_choices_are_exported_and_reused_when_loaded(target_of):
     assert_close(loaded.run(x), run_ort(model, x), rtol=1e-4, atol=1e-4)
 
 
-def test_precompile_submits_every_candidates_kernel_and_skips_broken_ones():
-    pytest.importorskip("triton")
+def test_precompile_submits_every_candidates_kernel_and_skips_broken_ones(gpu_target):
     from fusegraph.targets.gpu.autotune import precompile
 
     compiled: list[str] = []
@@ -247,3 +246,28 @@ def test_precompile_submits_every_candidates_kernel_and_skips_broken_ones():
 
     precompile([run_of("a"), run_of("broken", fails=True), lambda *args: None, run_of("b")], (1, 2))
     assert sorted(compiled) == ["a", "b"]
+
+
+def test_steps_share_one_scratch_buffer(gpu_target):
+    import torch
+
+    from fusegraph.targets.gpu.build import BuildContext
+
+    ctx = BuildContext(torch.device("cpu"))
+    small = ctx.scratch((4, 8), torch.float16)
+    big = ctx.scratch((16, 8), torch.float32)  # grows: 512 bytes
+    again = ctx.scratch((4, 8), torch.float16)
+    assert small.shape == (4, 8) and big.dtype == torch.float32 and big.shape == (16, 8)
+    assert again.data_ptr() == big.data_ptr() and ctx.scratch((2, 2), torch.int64).data_ptr() == big.data_ptr()
+
+
+def test_library_epilogues_of_different_sizes_through_the_shared_scratch(target_of):
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"]), helper.make_node("Sigmoid", ["m1"], ["s1"]),
+             helper.make_node("Mul", ["m1", "s1"], ["a"]), helper.make_node("MatMul", ["a", "w2"], ["m2"]),
+             helper.make_node("Sigmoid", ["m2"], ["s2"]), helper.make_node("Mul", ["m2", "s2"], ["y"])]
+    r = np.random.default_rng(3)
+    inits = {"w1": r.standard_normal((16, 48)).astype(np.float32), "w2": r.standard_normal((48, 8)).astype(np.float32)}
+    x = {"x": r.standard_normal((5, 16)).astype(np.float32)}
+    model = make_model(nodes, x, ["y"], inits)
+    p = compile_check(target_of("library"), model, x)
+    assert len(p.executable.tuning) == 2 and all(c["name"] == "library" for c in p.executable.tuning.values())
