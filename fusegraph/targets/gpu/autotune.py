@@ -41,6 +41,9 @@ DEFAULT_CONFIGS = (
     GemmConfig(64, 128, 32, 8, 4, 4), GemmConfig(128, 64, 32, 8, 4, 4), GemmConfig(64, 128, 64, 8, 4, 3),
     GemmConfig(64, 64, 32, 8, 4, 4), GemmConfig(64, 32, 64, 8, 4, 4), GemmConfig(32, 64, 64, 8, 4, 4),
 )
+# how candidates are timed, part of the cache's identity: choices timed another way are timed again
+# (version 1 timed kernel launches from the host, and its choices were mostly wrong)
+TIMING = "events-after-gpu-sleep-2"
 SMEM_LIMIT = 227 * 1024  # bytes of shared memory one H100/H200 block may use
 
 
@@ -112,7 +115,7 @@ def device_identity(device: Any) -> dict[str, str]:
 
     t = torch()
     name = t.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    return {"device": name, "torch": t.__version__, "triton": triton().__version__}
+    return {"device": name, "torch": t.__version__, "triton": triton().__version__, "timing": TIMING}
 
 
 class Tuner:

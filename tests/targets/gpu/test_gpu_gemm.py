@@ -271,3 +271,14 @@ def test_library_epilogues_of_different_sizes_through_the_shared_scratch(target_
     model = make_model(nodes, x, ["y"], inits)
     p = compile_check(target_of("library"), model, x)
     assert len(p.executable.tuning) == 2 and all(c["name"] == "library" for c in p.executable.tuning.values())
+
+
+def test_choices_timed_another_way_are_not_reused(cache_root, gpu_target):
+    import torch
+
+    from fusegraph.targets.gpu.autotune import TIMING, TuningCache, device_identity
+
+    identity = device_identity(torch.device("cpu"))
+    assert identity["timing"] == TIMING
+    TuningCache({**identity, "timing": "launch-timing-1"}).store("k", {"name": "64x64x32"})
+    assert TuningCache(identity).load() == {}
