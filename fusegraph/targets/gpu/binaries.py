@@ -9,7 +9,8 @@ kernels' first launches load the cubins instead of compiling. Elsewhere the entr
 and the kernels compile from their saved sources, as before. The hash is Triton's key over the
 source, the options and the software stack, so an entry can only serve the kernel it was built from;
 the folder belongs to the file (named by its entries' digest), so a file cannot plant a binary in
-the cache other programs compile with.
+the cache other programs compile with. Kernels the dynamic mode compiles at run time (shapes met
+after the load) are not served: they compile from source, into Triton's usual cache.
 """
 
 from __future__ import annotations
@@ -42,15 +43,22 @@ def export_binaries(sources: Mapping[str, str]) -> dict[str, bytes]:
         files = {name: path for name, path in compiled.metadata_group.items() if name.endswith(KEEP)}
         if arch is None or not _HASH.fullmatch(compiled.hash) or len(files) != len(KEEP):
             continue
+        try:
+            entry = {f"{PREFIX}{compiled.hash}/{name}": _read(path) for name, path in files.items()}
+        except OSError:
+            continue  # Triton's cache was cleaned since: this kernel compiles from its source at load
         archs.add(arch)
-        for name, path in files.items():
-            with open(path, "rb") as f:
-                out[f"{PREFIX}{compiled.hash}/{name}"] = f.read()
+        out.update(entry)
     if out:
         if len(archs) != 1:
             return {}
         out[IDENTITY] = json.dumps({"triton": triton().__version__, "arch": archs.pop()}).encode()
     return out
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def _compiled_kernels(sources: Mapping[str, str]) -> Iterable[Any]:

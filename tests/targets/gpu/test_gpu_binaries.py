@@ -119,3 +119,30 @@ def test_a_load_in_a_fresh_process_compiles_no_kernel(tmp_path):
     compiled = [d for d in served.iterdir() if any(f.suffix == ".cubin" for f in d.iterdir())]
     assert saved and len(compiled) == len(saved)
     assert not (tmp_path / "triton").exists() or not any((tmp_path / "triton").iterdir())
+
+
+def test_export_keeps_each_compiled_kernels_binary_and_metadata(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from fusegraph.targets.gpu import binaries, kernels
+
+    def compiled(key, name, files):
+        group = {}
+        for suffix, data in files.items():
+            path = tmp_path / f"{key[:4]}{name}{suffix}"
+            if data is not None:
+                path.write_bytes(data)
+            group[name + suffix] = str(path)
+        return SimpleNamespace(hash=key, metadata=SimpleNamespace(target=SimpleNamespace(arch=90)),
+                               metadata_group=group)
+
+    kept = compiled(KEY, "k", {".json": b"{}", ".cubin": b"ELF", ".ptx": b"// ptx"})
+    gone = compiled("cd" * 32, "g", {".json": b"{}", ".cubin": None})  # Triton's cache cleaned since
+    fn = SimpleNamespace(device_caches={0: ({"spec": kept, "other": gone}, None)})
+    monkeypatch.setattr(kernels, "loaded_module", lambda source: SimpleNamespace(k=fn))
+    out = binaries.export_binaries({"k": "source of k"})
+    assert sorted(out) == [binaries.IDENTITY, f"{binaries.PREFIX}{KEY}/k.cubin", f"{binaries.PREFIX}{KEY}/k.json"]
+    entries = binaries.usable_entries({n: memoryview(d) for n, d in out.items()}, 90)
+    assert {f: bytes(d) for f, d in entries[KEY].items()} == {"k.json": b"{}", "k.cubin": b"ELF"}
+    monkeypatch.setattr(kernels, "loaded_module", lambda source: None)  # the interpreter: nothing compiled
+    assert binaries.export_binaries({"k": "source of k"}) == {}
