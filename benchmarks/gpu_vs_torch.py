@@ -10,7 +10,8 @@ ONNX with torch.onnx.export(dynamo=False), and compiled by fusegraph with fp16=T
 contenders run the same module in fp16 (channels-last for the conv nets). Timing: CUDA events around
 each call, contenders alternated in rounds after warm-up, median of >= 60 calls. Reported per row:
 latency of each contender, the ratio fusegraph / best torch.compile mode, compile times, peak GPU
-memory (allocator peak while the contender was built and run, its weights included), and the fp16
+memory (allocator peak while the contender was built and run, its weights included; held_mb: what it
+ still holds afterwards, compile-time transients gone), and the fp16
 error of fusegraph and of torch against the fp32 torch module (relative L2). max-autotune's logs go
 to gpu_vs_torch-autotune.log. Rows are written as they finish, so a run cut short keeps its rows;
 a max-autotune compile that would run past --deadline is skipped and marked so (the other
@@ -257,7 +258,7 @@ def measure_row(name: str, batch: int, deadline: float, modes: list[str]) -> dic
         ref = timed.to(dev)(*[x.to(dev) for x in inputs]).float().cpu()
     timed.cpu()
     torch.cuda.empty_cache()
-    fns, compile_s, peak_mb = {}, {}, {}
+    fns, compile_s, peak_mb, held_mb = {}, {}, {}, {}
 
     # fusegraph: parse + fp16 passes + lowering + kernels + graph capture, from the ONNX bytes
     torch.cuda.empty_cache()
@@ -272,6 +273,7 @@ def measure_row(name: str, batch: int, deadline: float, modes: list[str]) -> dic
     out = exe.run_device(feeds)[0]
     torch.cuda.synchronize()
     peak_mb["fusegraph"] = (torch.cuda.max_memory_allocated() - base) / 2**20
+    held_mb["fusegraph"] = (torch.cuda.memory_allocated() - base) / 2**20
     row["fusegraph_fp16_rel_err"] = rel_err(out, ref)
     fns["fusegraph"] = lambda: exe.run_device(feeds)
 
@@ -289,6 +291,7 @@ def measure_row(name: str, batch: int, deadline: float, modes: list[str]) -> dic
         torch.cuda.synchronize()
         compile_s["eager"] = time.perf_counter() - t0
         peak_mb["eager"] = (torch.cuda.max_memory_allocated() - base) / 2**20
+        held_mb["eager"] = (torch.cuda.memory_allocated() - base) / 2**20
         row["torch_fp16_rel_err"] = rel_err(out.float(), ref)
         fns["eager"] = lambda: model(*targs)
         for mode in ("reduce-overhead", "max-autotune"):
@@ -309,12 +312,14 @@ def measure_row(name: str, batch: int, deadline: float, modes: list[str]) -> dic
                 torch.cuda.synchronize()
             compile_s[mode] = time.perf_counter() - t0
             peak_mb[mode] = (torch.cuda.max_memory_allocated() - base) / 2**20
+            held_mb[mode] = (torch.cuda.memory_allocated() - base) / 2**20
             fns[mode] = (lambda c: lambda: c(*targs))(compiled)
         times = time_alternating(fns)
     row["ms"] = {k: round(statistics.median(v), 4) for k, v in times.items()}
     row["runs"] = {k: len(v) for k, v in times.items()}
     row["compile_s"] = {k: round(v, 2) for k, v in compile_s.items()}
     row["peak_mb"] = {k: round(v, 1) for k, v in peak_mb.items()}
+    row["held_mb"] = {k: round(v, 1) for k, v in held_mb.items()}  # still allocated once built and run
     best = min((m for m in ("reduce-overhead", "max-autotune") if m in row["ms"]), key=lambda m: row["ms"][m],
                default=None)
     if best:
