@@ -11,8 +11,8 @@ contenders run the same module in fp16 (channels-last for the conv nets). Timing
 each call, contenders alternated in rounds after warm-up, median of >= 60 calls. Reported per row:
 latency of each contender, the ratio fusegraph / best torch.compile mode, compile times, peak GPU
 memory (allocator peak while the contender was built and run, its weights included; held_mb: what it
- still holds afterwards, compile-time transients gone), and the fp16
-error of fusegraph and of torch against the fp32 torch module (relative L2). max-autotune's logs go
+still holds afterwards, compile-time transients gone), and the fp16 error of fusegraph and of torch
+against the fp32 torch module (relative L2). max-autotune's logs go
 to gpu_vs_torch-autotune.log. Rows are written as they finish, so a run cut short keeps its rows;
 a max-autotune compile that would run past --deadline is skipped and marked so (the other
 contenders compile in seconds and always run, so every row keeps its reduce-overhead figure).
