@@ -124,6 +124,7 @@ class GpuTarget(Target):
         for k in ctx.kernels:
             exe.sources.update(k.sources)
             exe.tuning.update(getattr(k, "tuning", {}))
+        exe.tuning_times = {k: tuner.timings[k] for k in exe.tuning if k in tuner.timings}  # timed by this compile
         return exe
 
     def export_artifacts(self, executable: Executable) -> dict[str, bytes]:

@@ -130,6 +130,7 @@ class Tuner:
         self.recorded = dict(recorded or {})
         self.cache = TuningCache(identity)
         self.timed = 0  # problems timed by this tuner (0 when every choice came from a record or the cache)
+        self.timings: dict[str, dict[str, float]] = {}  # problem -> candidate -> seconds, as timed here
 
     @classmethod
     def for_device(cls, device: Any, mode: str = "auto", exhaustive: bool = False,
@@ -186,6 +187,7 @@ class Tuner:
                 seconds = self.measure(lambda: run(*args))  # noqa: B023  (timed before `run` changes)
             except candidate_errors():
                 continue  # this config does not compile or run here (shared memory, ...): dropped
+            self.timings.setdefault(key, {})[name] = seconds
             if best is None or seconds < best[0]:
                 best = (seconds, name, run)
         if best is None:
