@@ -79,3 +79,41 @@ def test_resnet_on_ref_within_fp16_tolerance():
     p.compile(fusegraph.get_target("ref"), fusegraph.CompileOptions(optimize=False))
     got = p.run(feeds)[0]
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
+
+
+def test_constant_subexpressions_fold_in_float32_before_rounding():
+    # a batch norm whose variance is past half's range (PP-OCRv4 det has 9.8e7) but whose folded
+    # scale gamma / sqrt(var + eps) is 1: clipping the variance to 65504 first made the scale 39
+    c = 3
+    inits = {"g": np.full(c, 1e4, np.float32), "b": rng.standard_normal(c).astype(np.float32),
+             "mean": rng.standard_normal(c).astype(np.float32), "var": np.full(c, 1e8, np.float32)}
+    nodes = [helper.make_node("BatchNormalization", ["x", "g", "b", "mean", "var"], ["y"], epsilon=1e-5)]
+    x = {"x": rng.standard_normal((2, c, 4, 4)).astype(np.float32)}
+    model = make_model(nodes, x, ["y"], initializers=inits)
+    want = fusegraph.parse_onnx(model).compile(fusegraph.get_target("ref")).run(x)[0]
+    got = fusegraph.quantize_fp16(fusegraph.parse_onnx(model)).compile(fusegraph.get_target("ref")).run(x)[0]
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
+
+
+def test_an_outputs_last_pointwise_op_computes_in_float32():
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Sigmoid", ["h"], ["y"])]
+    x = {"x": rng.standard_normal((4, 16)).astype(np.float32)}
+    model = make_model(nodes, x, ["y"], initializers={"w": rng.standard_normal((16, 8)).astype(np.float32)})
+    p = fusegraph.quantize_fp16(fusegraph.parse_onnx(model))
+    (last,) = p.main.return_ins.inputs
+    assert last.op.name == "sigmoid" and last.shape.dtype == DType.float32  # not rounded to half on the way out
+    assert last.inputs[0].op.name == "convert" and last.inputs[0].inputs[0].shape.dtype == DType.float16
+
+
+def test_zero_d_literals_stay_arrays():
+    nodes = [helper.make_node("Mul", ["x", "k"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]
+    x = {"x": rng.standard_normal((4, 8)).astype(np.float32)}
+    model = make_model(nodes, x, ["y"], initializers={"k": np.array(1.5, np.float32)})
+    p = fusegraph.quantize_fp16(fusegraph.parse_onnx(model))
+    assert all(isinstance(i.literal, np.ndarray) for i in p.main.instructions if i.is_literal)
+    try:  # the cpu target's generated kernels took such a literal as a numpy scalar and failed
+        target = fusegraph.get_target("cpu")
+    except fusegraph.errors.TargetError:
+        target = fusegraph.get_target("ref")
+    got = p.compile(target).run(x)[0]
+    np.testing.assert_allclose(got, np.maximum(x["x"] * 1.5, 0), rtol=2e-3, atol=2e-3)

@@ -1,16 +1,18 @@
 """Half-precision conversion of a program: `quantize_fp16` and `quantize_bf16`, generic IR passes that
 every target runs.
 
-float32 weights become half literals (clipped to the format's finite range, so -FLT_MAX masks stay
-finite), float32 inputs are converted on entry and outputs converted back on exit: callers keep
+Constant subexpressions are folded first, in float32; then float32 weights become half literals
+(clipped to the format's finite range, so -FLT_MAX masks stay finite), float32 inputs are converted on entry and outputs converted back on exit: callers keep
 feeding and reading float32. Ops named in `keep_fp32` (by default the reductions, softmax and the
 layer-norm moments: everything that accumulates) read float32 and their results are converted back,
 so accumulation stays in float32 while the tensors between ops are half. Ops whose shape rule refuses
 half inputs are kept in float32 the same way. Run it before fusion: the converts then fuse into the
 neighbouring kernels (a layer norm stays one fused_reduce that accumulates in float32).
 
-Invariant afterwards: no float32 value remains in the main module except inputs, outputs, the
-inputs and results of kept ops, and results of ops whose attributes ask for float32 explicitly.
+An output's last pointwise op computes in float32 from its half inputs, so the result is not
+rounded to half on its way out. Invariant afterwards: no float32 value remains in the main module
+except inputs, outputs and the inputs of their last pointwise ops, the inputs and results of kept
+ops, and results of ops whose attributes ask for float32 explicitly.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ..ir.op import OpKind
 from ..ir.program import Program
 from ..ir.shape import Shape
 from ..ops.pointwise import Convert, FusedPointwise
+from ..passes.propagate_constant import propagate_constant
 
 DEFAULT_KEEP_FP32 = frozenset({
     "reduce_sum", "reduce_mean", "reduce_prod", "reduce_dynamic", "moments", "softmax", "log_softmax",
@@ -62,12 +65,16 @@ def _is_f32(ins: Instruction) -> bool:
 
 def _half_literal(value: np.ndarray, half: DType) -> np.ndarray:
     top = float(ml_dtypes.finfo(half.np).max)
-    return np.clip(value, -top, top).astype(half.np)
+    return np.asarray(np.clip(value, -top, top)).astype(half.np)  # (np.clip makes 0-d arrays numpy scalars)
 
 
 def _quantize_module(module: Module, half: DType, keep: frozenset[str]) -> bool:
     if not any(_is_f32(i) for i in module.instructions):
         return False
+    # constant subexpressions first, in float32: only their results are rounded to half. A batch
+    # norm's variance can exceed half's range (PP-OCRv4 det: 9.8e7) where its folded scale
+    # gamma / sqrt(var + eps) does not; clipped to 65504 first, it made the model's output garbage.
+    propagate_constant(module)
     new: dict[int, Instruction] = {}       # old uid -> its replacement
     converted: dict[tuple[int, DType], Instruction] = {}
 
@@ -82,6 +89,7 @@ def _quantize_module(module: Module, half: DType, keep: frozenset[str]) -> bool:
 
     old = list(module.instructions)
     ret = module.return_ins
+    outputs = {o.uid for o in ret.inputs}
     for ins in old:
         if ins is ret:
             continue
@@ -95,6 +103,11 @@ def _quantize_module(module: Module, half: DType, keep: frozenset[str]) -> bool:
                 new[ins.uid] = ins
             continue
         inputs = [new.get(x.uid, x) for x in ins.inputs]
+        if ins.uid in outputs and ins.op.kind is OpKind.POINTWISE and _is_f32(ins):
+            # an output's last pointwise op computes in float32 from the half tensors, so its result
+            # is not rounded to half on the way out (a sigmoid's 1e-6 is a half subnormal)
+            new[ins.uid] = module.insert(ins, ins.op, *[as_type(x, F32, ins) for x in inputs])
+            continue
         if ins.op.name in keep or ins.module_args and ins.op.kind is OpKind.CONTROL:
             new[ins.uid] = _rebuild(module, ins, [as_type(x, F32, ins) for x in inputs], as_type, half)
             continue
