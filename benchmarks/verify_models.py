@@ -57,7 +57,7 @@ def output_errors(table: str) -> list[tuple[float, float]]:
     rows = []
     for line in table.splitlines():
         cells = [c.strip() for c in line.split("│")[1:-1]]
-        if len(cells) >= 6 and cells[1] in ("ok", "FAIL"):
+        if len(cells) >= 6 and cells[1] in ("ok", "MISMATCH", "FAIL"):
             rows.append((float(cells[2]), float(cells[5])))
         elif rows:
             break  # the first table only: with --fp16 a second one compares with the float32 run
