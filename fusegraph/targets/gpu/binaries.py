@@ -9,7 +9,9 @@ kernels' first launches load the cubins instead of compiling. Elsewhere the entr
 and the kernels compile from their saved sources, as before. The hash is Triton's key over the
 source, the options and the software stack, so an entry can only serve the kernel it was built from;
 the folder belongs to the file (named by its entries' digest), so a file cannot plant a binary in
-the cache other programs compile with. Kernels the dynamic mode compiles at run time (shapes met
+the on-disk cache other programs compile with. (Within this process Triton keeps the kernels it
+loaded, and a later program generating the same source reuses them: a file's binaries are trusted
+as its weights are, which is what signing is for.) Kernels the dynamic mode compiles at run time (shapes met
 after the load) are not served: they compile from source, into Triton's usual cache.
 """
 
