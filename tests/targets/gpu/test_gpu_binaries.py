@@ -146,3 +146,25 @@ def test_export_keeps_each_compiled_kernels_binary_and_metadata(tmp_path, monkey
     assert {f: bytes(d) for f, d in entries[KEY].items()} == {"k.json": b"{}", "k.cubin": b"ELF"}
     monkeypatch.setattr(kernels, "loaded_module", lambda source: None)  # the interpreter: nothing compiled
     assert binaries.export_binaries({"k": "source of k"}) == {}
+
+
+def test_a_gpu_file_without_a_gpu_is_a_clear_error(gpu_target, tmp_path, capsys):
+    import torch
+
+    import fusegraph
+    from fusegraph.driver import cli
+    from fusegraph.errors import TargetError
+    from tests.util import make_model
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    x = {"x": np.ones((2, 8), np.float32)}
+    p = fusegraph.parse_onnx(make_model([helper.make_node("Relu", ["x"], ["y"])], x, ["y"]))
+    p.compile(gpu_target)  # the interpreted gpu target: a gpu program, built without a GPU
+    fgx = tmp_path / "m.fgx"
+    fusegraph.save(p, fgx)
+    with pytest.raises(TargetError, match="no CUDA device"):
+        fusegraph.load(fgx)
+    code = cli.main(["run", str(fgx)])
+    err = capsys.readouterr().err
+    assert code != 0 and "no CUDA device" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
