@@ -111,7 +111,7 @@ def test_zero_d_literals_stay_arrays():
     model = make_model(nodes, x, ["y"], initializers={"k": np.array(1.5, np.float32)})
     p = fusegraph.quantize_fp16(fusegraph.parse_onnx(model))
     assert all(isinstance(i.literal, np.ndarray) for i in p.main.instructions if i.is_literal)
-    try:  # the cpu target's generated kernels took such a literal as a numpy scalar and failed
+    try:  # the cpu target's generated kernels took such a literal (a numpy scalar) and failed
         target = fusegraph.get_target("cpu")
     except fusegraph.errors.TargetError:
         target = fusegraph.get_target("ref")

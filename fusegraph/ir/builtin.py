@@ -36,6 +36,12 @@ class Literal(Op):
     kind = OpKind.BUILTIN
     value: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(()))
 
+    def __post_init__(self):
+        # always an array: numpy answers a 0-d computation with a scalar (np.clip, a reduction),
+        # and kernels take arrays
+        if not isinstance(self.value, np.ndarray):
+            object.__setattr__(self, "value", np.asarray(self.value))
+
     def compute_shape(self, inputs):
         return Shape.of(DType.from_numpy(self.value.dtype), self.value.shape)
 

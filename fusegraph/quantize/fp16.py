@@ -65,7 +65,7 @@ def _is_f32(ins: Instruction) -> bool:
 
 def _half_literal(value: np.ndarray, half: DType) -> np.ndarray:
     top = float(ml_dtypes.finfo(half.np).max)
-    return np.asarray(np.clip(value, -top, top)).astype(half.np)  # (np.clip makes 0-d arrays numpy scalars)
+    return np.clip(value, -top, top).astype(half.np)
 
 
 def _quantize_module(module: Module, half: DType, keep: frozenset[str]) -> bool:

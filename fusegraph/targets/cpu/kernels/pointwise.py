@@ -41,9 +41,8 @@ def compiled_kernel(ins: Instruction, ctx: LowerContext, source, dims) -> Kernel
         if out is None:
             out = np.empty(lens, dtype)
         kernel = cell["kernel"]
-        # (numpy scalars, which a reference step may return for a 0-d value, take the general binding)
-        if all(isinstance(a, np.ndarray) and a.shape == lens_ and a.dtype == dt
-               and all(a.strides[k] == st for k, st in used) for a, (lens_, dt, used) in zip(args, checks)):
+        if all(a.shape == lens_ and a.dtype == dt and all(a.strides[k] == st for k, st in used)
+               for a, (lens_, dt, used) in zip(args, checks)):
             kernel._fn((_PTR * n)(out.ctypes.data, *[a.ctypes.data for a in args]), dims_arr, kernel.threads)
         else:
             args = [np.asarray(a) for a in args]
