@@ -33,6 +33,7 @@ import numpy as np
 
 from ...errors import CompiledFileError, CompileError, FusegraphError
 from ...ir.program import Program
+from .context import bound
 
 PACKED, PACKING_INDEX = "weights/onednn/", "onednn_packing.json"
 LIBRARY, KERNELS = "kernels.c", "kernels.json"
@@ -115,14 +116,9 @@ def building(program: Program) -> Iterator[Built]:
         yield built
 
 
-@contextlib.contextmanager
-def providing(program: Program, artifacts: Mapping[str, memoryview]) -> Iterator[None]:
+def providing(program: Program, artifacts: Mapping[str, memoryview]) -> contextlib.AbstractContextManager:
     """Make the artifacts of `program`'s file available to the `building` of `program` in this block."""
-    token = _PROVIDED.set(_Provided(program, _read_packed(artifacts), _read_kernels(artifacts)))
-    try:
-        yield
-    finally:
-        _PROVIDED.reset(token)
+    return bound(_PROVIDED, _Provided(program, _read_packed(artifacts), _read_kernels(artifacts)))
 
 
 # -- writing ----------------------------------------------------------------------------------------

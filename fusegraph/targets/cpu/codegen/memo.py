@@ -14,12 +14,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ....ir.dtypes import DType
 from ....ir.module import Module
 from ....ir.shape import Shape
+from ..context import bound
 from .kernels import KernelSource
 
 
@@ -41,14 +42,9 @@ class KernelCache:
 _ACTIVE: contextvars.ContextVar[KernelCache | None] = contextvars.ContextVar("kernel_cache", default=None)
 
 
-@contextlib.contextmanager
-def kernel_cache(cache: KernelCache) -> Iterator[KernelCache]:
+def kernel_cache(cache: KernelCache) -> contextlib.AbstractContextManager[KernelCache]:
     """Make the cached generators consult and fill `cache` in this block (this thread or task only)."""
-    token = _ACTIVE.set(cache)
-    try:
-        yield cache
-    finally:
-        _ACTIVE.reset(token)
+    return bound(_ACTIVE, cache)
 
 
 def cached(describe: Callable[..., tuple[Module | None, str]]):

@@ -16,12 +16,13 @@ import contextvars
 import ctypes
 import threading
 import weakref
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from ctypes import c_void_p
 
 import numpy as np
 
 from ....errors import CompileError, FusegraphError, InputError
+from ..context import bound
 from . import _lib
 from .memory import ALIGN, MemDesc, aligned_empty
 from .postops import Attr
@@ -284,11 +285,6 @@ class PackingCache:
 _PACKING: contextvars.ContextVar[PackingCache | None] = contextvars.ContextVar("onednn_packing", default=None)
 
 
-@contextlib.contextmanager
-def packing_cache(cache: PackingCache) -> Iterator[PackingCache]:
+def packing_cache(cache: PackingCache) -> contextlib.AbstractContextManager[PackingCache]:
     """Make `pack` consult and fill `cache` in this block (this thread or task only)."""
-    token = _PACKING.set(cache)
-    try:
-        yield cache
-    finally:
-        _PACKING.reset(token)
+    return bound(_PACKING, cache)
