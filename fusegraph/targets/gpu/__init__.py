@@ -120,10 +120,8 @@ class GpuTarget(Target):
         exe.plan = plan
         exe.literal_tensors = {i.uid: slots[i.uid].t for i in main.instructions if i.is_literal}
         exe.warm_up()  # GEMM epilogues are autotuned here, at their first run
-        exe.tuning = {}
-        for k in ctx.kernels:
-            exe.sources.update(k.sources)
-            exe.tuning.update(getattr(k, "tuning", {}))
+        exe.sources.update(ctx.sources())
+        exe.tuning = ctx.tuning()
         exe.tuning_times = {k: tuner.timings[k] for k in exe.tuning if k in tuner.timings}  # timed by this compile
         return exe
 

@@ -35,6 +35,14 @@ class BuildContext:
         self.tuner: Any = None  # autotune.Tuner choosing GEMM templates (None: a default for the device)
         self._scratch: Any = None
 
+    def sources(self) -> dict[str, str]:
+        """The generated kernels' sources (name -> text) of every launcher built so far."""
+        return {name: src for k in self.kernels for name, src in k.sources.items()}
+
+    def tuning(self) -> dict[str, dict]:
+        """The GEMM choices (problem -> choice) of every autotuned step built so far."""
+        return {key: c for k in self.kernels for key, c in getattr(k, "tuning", {}).items()}
+
     def scratch(self, lens: tuple[int, ...], dtype: Any) -> Any:
         """A temporary of `lens` and torch `dtype` over the executable's one scratch buffer, which
         every step needing a temporary shares (steps run one at a time, and a step's temporary is

@@ -151,7 +151,6 @@ class DynamicExecutable(DeviceDoor, Executable):
         main = program.main
         self.device, self.ctx, self.runs = device, ctx, runs
         self.host_fallback = host_fallback
-        self.sources: dict[str, str] = {}
         self.graph = None  # never captured
         self._lock = threading.Lock()
         self._shapes = {i.uid: i.shape for i in main.instructions}
@@ -163,12 +162,21 @@ class DynamicExecutable(DeviceDoor, Executable):
         self._device_literals = {u: uploaded[u] if u in uploaded else device_value(v, self._shapes[u], device)
                                  for u, v in self._literals.items() if u in read_on_device}
         self._warned: set[str] = set()
-        self._collect_sources()
         if self.host_ops:
             warnings.warn(f"target 'gpu': {len(self.host_ops)} step(s) run on the host: "
                           f"{', '.join(sorted(set(self.host_ops)))}", HostFallbackWarning, stacklevel=2)
 
     # -- description --------------------------------------------------------------------------------
+    @property
+    def sources(self) -> dict[str, str]:
+        """Generated Triton sources (they grow as steps meet new shapes)."""
+        return self.ctx.sources()
+
+    @property
+    def tuning(self) -> dict[str, dict]:
+        """GEMM template choices (saved as autotune.json)."""
+        return self.ctx.tuning()
+
     @property
     def host_ops(self) -> list[str]:
         """Names of the ops of the steps that run on the host (known at compile time)."""
@@ -262,9 +270,7 @@ class DynamicExecutable(DeviceDoor, Executable):
         try:
             concrete = _concrete_step(run.step, list(shapes))
             entry = find_lowering(concrete)
-            built = (entry.mode, entry.build(self.ctx, concrete), concrete.ins.shape)
-            self._collect_sources()
-            return built
+            return entry.mode, entry.build(self.ctx, concrete), concrete.ins.shape
         except FusegraphError as e:
             if not self.host_fallback:
                 raise
@@ -286,7 +292,3 @@ class DynamicExecutable(DeviceDoor, Executable):
             raise CompileError(f"target 'gpu': {run.step.ins.op} reads {why} and host_fallback is off")
         self._prepare_host(run, f"(it reads {why})")
         return self._host_step(run, env, hosted)
-
-    def _collect_sources(self) -> None:
-        for k in self.ctx.kernels:
-            self.sources.update(k.sources)

@@ -218,10 +218,7 @@ class SegmentedExecutable(DeviceDoor, Executable):
     @property
     def tuning(self) -> dict[str, dict]:
         """GEMM template choices of both parts (saved as autotune.json)."""
-        out = dict(self.prefix.tuning)
-        for k in self.rest.ctx.kernels:
-            out.update(getattr(k, "tuning", {}))
-        return out
+        return {**self.prefix.tuning, **self.rest.tuning}
 
     @property
     def host_ops(self) -> list[str]:

@@ -282,3 +282,19 @@ def test_choices_timed_another_way_are_not_reused(cache_root, gpu_target):
     assert identity["timing"] == TIMING
     TuningCache({**identity, "timing": "launch-timing-1"}).store("k", {"name": "64x64x32"})
     assert TuningCache(identity).load() == {}
+
+
+def test_a_dynamic_programs_choices_and_sources_are_saved(target_of):
+    from fusegraph.targets.gpu.dynamic import DynamicExecutable, HostFallbackWarning
+
+    nodes = [helper.make_node("LRN", ["x"], ["n"], size=3),  # on the host: the program runs dynamically
+             helper.make_node("MatMul", ["n", "w"], ["m"]), helper.make_node("Sigmoid", ["m"], ["s"]),
+             helper.make_node("Mul", ["m", "s"], ["y"])]
+    x = {"x": randn(1, 4, 3, 8)}
+    model = make_model(nodes, x, ["y"], initializers={"w": randn(8, 6)})
+    with pytest.warns(HostFallbackWarning):
+        p = compile_check(target_of("triton"), model, x)
+    exe = p.executable
+    assert isinstance(exe, DynamicExecutable) and len(exe.tuning) == 1
+    artifacts = target_of("auto").export_artifacts(exe)
+    assert json.loads(artifacts["autotune.json"]) == exe.tuning and any(k.startswith("triton/mm_") for k in artifacts)
