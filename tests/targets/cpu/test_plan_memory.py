@@ -48,13 +48,19 @@ def _plan_is_sound(module) -> None:
                 assert a.offset + a.size <= b.offset or b.offset + b.size <= a.offset
 
 
-def test_residual_chain_shares_buffers_and_stays_correct():
-    x = rng.standard_normal((1, 8, 12, 12)).astype(np.float32)
-    nodes, init, outs = _blocks(4, keep_residual=False)
-    model = make_model(nodes, {"x": x}, outs, init)
+def _compiled_blocks(k: int, keep_residual: bool):
+    """The program of `_blocks` compiled for cpu, checked against ONNX Runtime."""
+    x = {"x": rng.standard_normal((1, 8, 12, 12)).astype(np.float32)}
+    nodes, init, outs = _blocks(k, keep_residual)
+    model = make_model(nodes, x, outs, init)
     p = fusegraph.parse_onnx(model)
     p.compile(fusegraph.get_target("cpu"))
-    assert_close(p.run({"x": x}), run_ort(model, {"x": x}))
+    assert_close(p.run(x), run_ort(model, x))
+    return p
+
+
+def test_residual_chain_shares_buffers_and_stays_correct():
+    p = _compiled_blocks(4, keep_residual=False)
     plan = p.main.memory_plan
     fused = [i for i in p.main.instructions if i.op.name == "conv_epilogue" and i.op.n_residual]
     shared = [i for i in fused if plan.buffers.get(i.uid) is plan.buffers.get(i.inputs[-1].uid)]
@@ -64,12 +70,7 @@ def test_residual_chain_shares_buffers_and_stays_correct():
 
 
 def test_residual_read_later_keeps_its_buffer():
-    x = rng.standard_normal((1, 8, 12, 12)).astype(np.float32)
-    nodes, init, outs = _blocks(3, keep_residual=True)
-    model = make_model(nodes, {"x": x}, outs, init)
-    p = fusegraph.parse_onnx(model)
-    p.compile(fusegraph.get_target("cpu"))
-    assert_close(p.run({"x": x}), run_ort(model, {"x": x}))
+    p = _compiled_blocks(3, keep_residual=True)
     plan = p.main.memory_plan
     for i in p.main.instructions:
         if i.op.name == "conv_epilogue" and i.op.n_residual and i.inputs[-1].uid in plan.buffers:
