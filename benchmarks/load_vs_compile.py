@@ -117,10 +117,10 @@ print(json.dumps({"s": seconds, "out": [np.asarray(o).tobytes().hex()[:64] for o
 """
 
 
-def fresh(side: str, target: str, name: str, path: Path, workdir: Path) -> dict:
+def fresh(side: str, target: str, name: str, path: Path, workdir: Path, env: dict[str, str]) -> dict:
     """One `side` ("compile" from the .onnx, or "load" of the .fgx) in a new process with empty caches."""
     home = Path(tempfile.mkdtemp(prefix="home-", dir=workdir))
-    env = {**installed_env(), "HOME": str(home), "TRITON_CACHE_DIR": str(home / "triton")}
+    env = {**env, "HOME": str(home), "TRITON_CACHE_DIR": str(home / "triton")}
     done = subprocess.run([sys.executable, "-c", CHILD, side, target, name, str(path)], env=env,
                           capture_output=True, text=True)
     if done.returncode != 0:
@@ -143,10 +143,10 @@ def installed_env() -> dict[str, str]:
 def measure_fresh(row: dict, target: str, n: int, workdir: Path) -> None:
     name = row["model"]
     onnx_path, fgx_path = workdir / f"{name}.onnx", workdir / f"{name}.fgx"
-    compiles, loads = [], []
+    compiles, loads, env = [], [], installed_env()
     for _ in range(n):
-        compiles.append(fresh("compile", target, name, onnx_path, workdir))
-        loads.append(fresh("load", target, name, fgx_path, workdir))
+        compiles.append(fresh("compile", target, name, onnx_path, workdir, env))
+        loads.append(fresh("load", target, name, fgx_path, workdir, env))
     row["fresh"] = {
         "compile_s": statistics.median(c["s"] for c in compiles), "load_s": statistics.median(x["s"] for x in loads),
         "samples": {"compile_s": [c["s"] for c in compiles], "load_s": [x["s"] for x in loads]},
