@@ -12,8 +12,8 @@ from ....ir.dtypes import DType
 from ....ir.module import Instruction
 from ....ir.shape import Shape, standard_strides
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
-from ..ops import RESIDUAL, apply_chain, to_channels_first
-from .small import SMALL_CONV, small_conv
+from ..ops import RESIDUAL, to_channels_first
+from .small import SMALL_CONV, numpy_chain, small_conv
 
 
 def _f32(ins: Instruction) -> bool:
@@ -106,7 +106,7 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
         break
     if prim is None:  # numpy's im2col + BLAS where oneDNN has only its reference kernel
         return _small(ins, w, bias, activations) if conv and not channels_last else reference_kernel(ins, ctx)
-    after = () if post else activations
+    after = numpy_chain(activations) if not post and activations else None  # compiled once, in place
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
 
     def run(args, out):
@@ -115,8 +115,8 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
         if n_res:
             _accumulate_onto(out, args[-1])
         prim(src.view(args[0]), out=dst.view(out))
-        if after:
-            np.copyto(out, apply_chain(out, after, (), dtype))
+        if after is not None:
+            after(out, ())
         return out
 
     return run
