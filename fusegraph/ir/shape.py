@@ -40,6 +40,12 @@ class Dim:
         return f"{{{self.min}..{hi}{opt}}}"
 
 
+def same_steps(strides: Sequence[int], other: Sequence[int], lens: Sequence[int]) -> bool:
+    """Whether two stride tuples address the same elements of a tensor of `lens`: the stride of a dim
+    of size 1 (or 0) is never used (numpy gives such dims strides of its own after a reshape)."""
+    return all(s == t for s, t, n in zip(strides, other, lens) if n > 1)
+
+
 def standard_strides(lens: Sequence[int]) -> tuple[int, ...]:
     strides, acc = [], 1
     for n in reversed(lens):

@@ -23,7 +23,7 @@ from ...ir.builtin import Param
 from ...ir.module import Module
 from ...ir.op import OpKind
 from ...ir.program import Program
-from ...ir.shape import Shape
+from ...ir.shape import Shape, same_steps
 from ..base import CompileOptions, Executable
 
 
@@ -128,7 +128,7 @@ def _as_described(value: Any, shape: Any) -> Any:
     strides = tuple(s * value.itemsize for s in shape.strides)
     if value.shape != shape.lens or value.strides == strides:
         return value
-    if any(a != b for a, b, n in zip(value.strides, strides, value.shape) if n > 1):
+    if not same_steps(value.strides, strides, value.shape):
         # another layout altogether (numpy's reshape of a transposed constant keeps it a view)
         return np.ascontiguousarray(value) if shape.standard else value
     return np.lib.stride_tricks.as_strided(value, value.shape, strides, writeable=False)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ....ir.dtypes import DType
 from ....ir.module import Instruction
-from ....ir.shape import Shape, standard_strides
+from ....ir.shape import Shape, same_steps, standard_strides
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
 from ..ops import RESIDUAL, to_channels_first
 from .small import SMALL_CONV, numpy_chain, small_conv
@@ -37,8 +37,8 @@ class Operand:
         order = self.perm or range(shape.ndim)
         self.lens = tuple(shape.lens[p] for p in order)
         strides = standard_strides(shape.lens) if standard else shape.strides  # standard: dense as the IR's lens
-        self.strides = tuple(strides[p] for p in order)
-        self.itemsize = shape.dtype.itemsize
+        self.strides = tuple(strides[p] for p in order)  # in elements, for oneDNN
+        self.byte_strides = tuple(s * shape.dtype.itemsize for s in self.strides)  # numpy's
 
     def desc(self):
         from .. import onednn
@@ -48,10 +48,10 @@ class Operand:
     def view(self, a: np.ndarray) -> np.ndarray:
         """`a` as described, copied into that layout if it is laid out otherwise."""
         v = a.transpose(self.perm) if self.perm is not None else a
-        if all(s == t * self.itemsize for s, t, n in zip(v.strides, self.strides, self.lens) if n > 1):
+        if same_steps(v.strides, self.byte_strides, self.lens):
             return v
         fixed = np.lib.stride_tricks.as_strided(np.empty(max(np.prod(self.lens), 1), v.dtype), self.lens,
-                                                [t * self.itemsize for t in self.strides])
+                                                self.byte_strides)
         np.copyto(fixed, v)
         return fixed
 

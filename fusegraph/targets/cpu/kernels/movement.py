@@ -8,7 +8,7 @@ import numpy as np
 
 from ....errors import CompileError, InputError
 from ....ir.module import Instruction
-from ....ir.shape import Shape
+from ....ir.shape import Shape, same_steps
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
 
 
@@ -30,7 +30,7 @@ def contiguous(ins: Instruction, ctx: LowerContext) -> Kernel:
 
     def run(args, out):
         a = args[0]
-        if a.strides != strides and any(s != t for s, t, n in zip(a.strides, strides, lens) if n > 1):
+        if not same_steps(a.strides, strides, lens):
             return np.ascontiguousarray(a) if out is None else _copy(out, a)  # not the layout planned
         return prim(a, out=np.empty(lens, np_dtype) if out is None else out)
 

@@ -22,6 +22,7 @@ from ctypes import c_void_p
 import numpy as np
 
 from ....errors import CompileError, FusegraphError, InputError
+from ....ir.shape import same_steps
 from ..context import bound
 from . import _lib
 from .memory import ALIGN, MemDesc, aligned_empty
@@ -42,17 +43,13 @@ class _Slot:
 
     def pointer(self, a: np.ndarray, owner: str) -> int:
         if self.strides is not None:  # plain: the array must be laid out exactly as described
-            if a.shape != self.shape or a.dtype != self.dtype or (a.strides != self.strides and not self._same_steps(a)):
+            if a.shape != self.shape or a.dtype != self.dtype or not same_steps(a.strides, self.strides, self.shape):
                 raise InputError(f"{owner}: {self.name} must be {self.dtype}{list(self.shape)} with byte "
                                  f"strides {self.strides}; got {a.dtype}{list(a.shape)} strides {a.strides}")
         elif not a.flags.c_contiguous or a.nbytes < self.nbytes:  # blocked: an opaque byte buffer
             raise InputError(f"{owner}: {self.name} is blocked ({self.desc}); it needs a contiguous "
                              f"buffer of {self.nbytes} bytes, got {a.nbytes} bytes")
         return a.ctypes.data
-
-    def _same_steps(self, a: np.ndarray) -> bool:
-        # numpy gives size-1 dims arbitrary strides (a reshape, a slice): only the others must agree
-        return all(s == t for s, t, n in zip(a.strides, self.strides, self.shape) if n > 1)
 
 
 class _Context:
