@@ -214,8 +214,9 @@ def candidate_errors() -> tuple[type[BaseException], ...]:
 def precompile(runs: list[Callable[..., None]], args: tuple) -> None:
     """Compile the Triton kernels of several candidates at once, in threads (Triton releases the GIL
     while LLVM and ptxas work): a candidate's run may have a `compile(*args)` that submits its kernel
-    without launching it. Sequential compiles took most of a first compile's time (ResNet-50: about
-    110 kernels, 0.3-0.4 s each). A kernel that fails here fails again, and is dropped, when timed."""
+    without launching it. ResNet-50's 13 problems have 103 Triton candidates: compiled one by one they
+    made its first compile (fp16, H200) 51.7 s, compiled together 15.7 s. A kernel that fails here
+    fails again, and is dropped, when timed."""
     hooks = [h for h in (getattr(r, "compile", None) for r in runs) if h is not None]
     if len(hooks) < 2:
         return
