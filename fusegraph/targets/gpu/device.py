@@ -86,9 +86,12 @@ def host_tensor(arr: np.ndarray, dt: DType) -> Any:
     if arr.dtype.kind == "V" or dt in (DType.bfloat16, DType.uint16, DType.uint32, DType.uint64) \
             or dt.name.startswith("float8"):
         arr = arr.view(getattr(np, _BITS[arr.dtype.itemsize]))
-    with warnings.catch_warnings():  # torch warns that it cannot protect read-only memory
-        warnings.simplefilter("ignore", UserWarning)
+    if arr.flags.writeable:  # (a run's numpy inputs: no warning filters touched on that path)
         view = t.from_numpy(arr)
+    else:
+        with warnings.catch_warnings():  # torch warns that it cannot protect read-only memory
+            warnings.simplefilter("ignore", UserWarning)
+            view = t.from_numpy(arr)
     return view.view(torch_dtype(dt)) if view.dtype != torch_dtype(dt) else view
 
 
