@@ -20,11 +20,15 @@ def _f32(ins: Instruction) -> bool:
     return ins.shape.dtype == DType.float32
 
 
-def _accumulate_onto(out: np.ndarray, residual: np.ndarray) -> None:
-    """Put the residual where oneDNN's Sum post-op adds it: in `out` (plan_memory often planned
-    them in one buffer already)."""
-    if residual.ctypes.data != out.ctypes.data or residual.strides != out.strides:
+def _destination(out: np.ndarray | None, lens, dtype, residual: np.ndarray | None) -> np.ndarray:
+    """The buffer a oneDNN kernel writes (`out`, or a fresh one where the plan gave none), holding
+    the residual where there is one: oneDNN's Sum post-op adds onto the destination (plan_memory
+    often planned the two in one buffer already)."""
+    if out is None:
+        out = np.empty(lens, dtype)
+    if residual is not None and (residual.ctypes.data != out.ctypes.data or residual.strides != out.strides):
         np.copyto(out, residual)
+    return out
 
 
 class Operand:
@@ -110,10 +114,7 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
 
     def run(args, out):
-        if out is None:
-            out = np.empty(lens, dtype)
-        if n_res:
-            _accumulate_onto(out, args[-1])
+        out = _destination(out, lens, dtype, args[-1] if n_res else None)
         prim(src.view(args[0]), out=dst.view(out))
         if after is not None:
             after(out, ())
@@ -239,10 +240,7 @@ def dot_epilogue(ins: Instruction, ctx: LowerContext) -> Kernel:
     product = prim.out_shape  # a @ b's lens; the output is its reshape (`out_lens`), same bytes
 
     def run(args, out):
-        if out is None:
-            out = np.empty(lens, dtype)
-        if n_res:
-            _accumulate_onto(out, args[-1])
+        out = _destination(out, lens, dtype, args[-1] if n_res else None)
         prim(av.view(args[0]), out=out.reshape(product))
         return out
 
