@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import socket
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +27,13 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
+    if shutil.which("nvidia-smi"):  # the GPUs, for results measured on one
+        try:
+            done = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                                  capture_output=True, text=True, timeout=30)
+            info["gpus"] = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+        except (OSError, subprocess.TimeoutExpired):
+            pass
     return info
 
 

@@ -169,8 +169,11 @@ def main() -> int:
         for name in a.models.split(","):
             try:
                 rows.append(measure(name, target, a.repeat, Path(tmp)))
+                print(f"{name}: parse + compile {rows[-1]['parse_compile_s']:.3f} s, load {rows[-1]['load_s']:.4f} s",
+                      flush=True)
                 if a.fresh:
                     measure_fresh(rows[-1], target, a.fresh, Path(tmp))
+                    print(f"{name}: fresh {rows[-1]['fresh']['samples']}", flush=True)
             except FusegraphError as e:  # e.g. an operator not supported yet: say so, measure the rest
                 rows.append({"model": name, "target": target, "error": f"{type(e).__name__}: {e}"})
     print(f"{'model':<10} {'target':<6} {'fgx MB':>7} {'parse+compile s':>16} {'load s':>8} {'speedup':>8} "

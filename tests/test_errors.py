@@ -132,6 +132,15 @@ def test_unknown_target():
     assert "'tpu'" in message(e) and "ref" in message(e)
 
 
+def test_compile_takes_a_targets_name():
+    p = fusegraph.parse_onnx(relu_model(), map_input_dims={"x": [2, 3]}).compile("ref")
+    assert p.target_name == "ref"
+    np.testing.assert_array_equal(p.run({"x": -np.ones((2, 3), np.float32)})[0], np.zeros((2, 3), np.float32))
+    with pytest.raises(TargetError) as e:
+        fusegraph.parse_onnx(relu_model()).compile("tpu")
+    assert "'tpu'" in message(e)
+
+
 def test_unknown_model_name_lists_the_zoo():
     from fusegraph.driver.models import builtin_names, resolve_model
 

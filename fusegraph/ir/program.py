@@ -103,7 +103,12 @@ class Program:
 
     # -- compile and run --------------------------------------------------------------------------
     def compile(self, target: Any, options: Any = None) -> Program:
-        """Optimize this program for `target` (from `fusegraph.get_target`) in place; build its executable."""
+        """Optimize this program for `target` (a target's name, or a target from `fusegraph.get_target`)
+        in place; build its executable."""
+        if isinstance(target, str):
+            from ..targets import get_target
+
+            target = get_target(target)
         if not hasattr(target, "compile"):
             raise CompileError(f"not a target: {target!r} (use fusegraph.get_target(name))")
         self.executable = target.compile(self, options)
