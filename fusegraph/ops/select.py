@@ -245,12 +245,12 @@ class NonMaxSuppression(DataDependentOp):
         for b in range(boxes.shape[0] if limit else 0):
             lo, hi = self._corners(boxes[b])
             area = (hi - lo).prod(-1)
+            above = scores[b] > score_thr if score_thr is not None else None
             for c in range(scores.shape[1]):
                 s = scores[b, c]
-                # descending score, ties by lower index
-                order = np.lexsort((np.arange(len(s)), -s.astype(np.float64)))
-                if score_thr is not None:
-                    order = order[s[order] > score_thr]
+                # the candidates above the score threshold, by descending score, ties by lower index
+                order = np.arange(len(s)) if above is None else np.flatnonzero(above[c])
+                order = order[np.lexsort((order, -s[order].astype(np.float64)))]
                 # Each pick drops the candidates it overlaps: IoU against the survivors only, so
                 # the work is picks x candidates, not the [N, N] matrix of every pair (8400 boxes: 3 s)
                 for _ in range(limit):

@@ -60,6 +60,8 @@ def main() -> None:
     ap.add_argument("--out", default=".cache/reports")
     ap.add_argument("-k", default="", help="regex on case names")
     ap.add_argument("--cases", default=None, help="file of KIND/NAME lines to run (others are not run)")
+    ap.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
+                    help="stop after this long, report the cases not run as such")
     args = ap.parse_args()
     pattern = re.compile(args.k)
     wanted = set(Path(args.cases).read_text().split()) if args.cases else None
@@ -75,15 +77,24 @@ def main() -> None:
                 results[f"{kind}/{case.name}"] = {"outcome": "excluded", "message": ex.reason}
             else:
                 jobs.append((kind, index))
-    with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
-        for future in as_completed([pool.submit(run_one, j) for j in jobs]):
+    pool = ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn"))
+    try:
+        for future in as_completed([pool.submit(run_one, j) for j in jobs], timeout=args.deadline):
             kind, name, outcome, message = future.result()
             results[f"{kind}/{name}"] = {"outcome": outcome, "message": message}
+        pool.shutdown()
+    except TimeoutError:  # report what ran; the workers still busy are stopped
+        pool.shutdown(wait=False, cancel_futures=True)
+        for child in mp.active_children():
+            child.terminate()
+        for kind, index in jobs:
+            results.setdefault(f"{kind}/{cases(kind)[index].name}", {"outcome": "not run", "message": "deadline"})
     by_kind: dict[str, Counter] = {}
     for key, r in results.items():
         by_kind.setdefault(key.split("/")[0], Counter())[r["outcome"]] += 1
     print("ONNX backend suite: " + "; ".join(
-        f"gpu:{k} {c['passed']} passed / {c['failed']} failed / {c['excluded']} excluded" for k, c in by_kind.items()))
+        f"gpu:{k} {c['passed']} passed / {c['failed']} failed / {c['excluded']} excluded"
+        + (f" / {c['not run']} not run" if c["not run"] else "") for k, c in by_kind.items()))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "onnx_backend_suite_gpu.json").write_text(json.dumps(
