@@ -75,6 +75,39 @@ def test_saved_kernels_serve_from_a_folder_of_their_own(tmp_path, monkeypatch):
         assert n == 0 and knobs.cache.dir == before
 
 
+def test_launcher_signatures_are_type_names_or_nothing():
+    from fusegraph.targets.gpu.binaries import LAUNCHERS, launcher_signatures
+
+    def recorded(value) -> dict[str, memoryview]:
+        return {LAUNCHERS: memoryview(value if isinstance(value, bytes) else json.dumps(value).encode())}
+
+    assert launcher_signatures(recorded([["*fp32", "*bf16", "i64", "u1", "fp32", "constexpr"], []])) == [
+        ("*fp32", "*bf16", "i64", "u1", "fp32", "constexpr"), ()]
+    assert launcher_signatures({}) == []
+    for bad in (b"not json", {"a": 1}, [["*fp32"], "i32"], [["i32); system(\"rm\"); (int"]], [[["i32"]]], [[3]]):
+        assert launcher_signatures(recorded(bad)) == []
+
+
+def test_a_load_builds_the_recorded_launchers_beforehand(tmp_path, monkeypatch):
+    from fusegraph.targets.gpu import binaries, kernels
+
+    monkeypatch.setattr(kernels, "CACHE_ROOT", tmp_path)
+    monkeypatch.setattr(binaries, "cuda_arch", lambda device: 90)
+    built = []
+    monkeypatch.setattr(binaries, "build_launchers", built.append)
+    files = {**artifacts(this_stack(), GOOD), binaries.LAUNCHERS: memoryview(b'[["*fp16", "i32"]]')}
+    with binaries.saved_kernels(files, device=None):
+        assert built == [[("*fp16", "i32")]]
+    with binaries.saved_kernels({**files, binaries.IDENTITY: memoryview(b'{"triton": "0.0", "arch": 90}')}, None):
+        assert len(built) == 1  # kernels of another Triton compile from source: nothing to prepare
+
+
+def test_launchers_that_cannot_be_built_are_left_to_the_first_launch():
+    from fusegraph.targets.gpu.binaries import build_launchers
+
+    build_launchers([("*fp32", "i32")])  # without a CUDA driver: no launcher, no error
+
+
 LOAD_AND_RUN = textwrap.dedent("""
     import os, sys
     import numpy as np
@@ -113,11 +146,17 @@ def test_a_load_in_a_fresh_process_compiles_no_kernel(tmp_path):
     from fusegraph.runtime.fgx_format import Container
     from fusegraph.runtime.serialize import _ARTIFACT
 
-    parts = Container.open(fgx).parts
+    container = Container.open(fgx)
+    parts = container.parts
     saved = {n.split("/")[-2] for n in parts if n.startswith(_ARTIFACT + "triton_bin/")}
     # no kernel compiled beside them (Triton may still build its host-side launcher stubs there)
     compiled = [d for d in served.iterdir() if any(f.suffix == ".cubin" for f in d.iterdir())]
     assert saved and len(compiled) == len(saved)
+    # one launcher per recorded signature: those the load built beforehand are the ones the
+    # launches used (a launch building its own would have added another)
+    signatures = json.loads(bytes(container.part(_ARTIFACT + "triton_launchers.json")))
+    launchers = list(served.rglob("__triton_launcher*.so"))
+    assert signatures and len(launchers) == len(signatures)
     assert not (tmp_path / "triton").exists() or not any((tmp_path / "triton").iterdir())
 
 
@@ -137,11 +176,14 @@ def test_export_keeps_each_compiled_kernels_binary_and_metadata(tmp_path, monkey
                                metadata_group=group)
 
     kept = compiled(KEY, "k", {".json": b"{}", ".cubin": b"ELF", ".ptx": b"// ptx"})
+    kept.src = SimpleNamespace(signature={"x": "*fp16", "n": "i32", "BLOCK": "constexpr"})
     gone = compiled("cd" * 32, "g", {".json": b"{}", ".cubin": None})  # Triton's cache cleaned since
     fn = SimpleNamespace(device_caches={0: ({"spec": kept, "other": gone}, None)})
     monkeypatch.setattr(kernels, "loaded_module", lambda source: SimpleNamespace(k=fn))
     out = binaries.export_binaries({"k": "source of k"})
-    assert sorted(out) == [binaries.IDENTITY, f"{binaries.PREFIX}{KEY}/k.cubin", f"{binaries.PREFIX}{KEY}/k.json"]
+    assert sorted(out) == [binaries.IDENTITY, f"{binaries.PREFIX}{KEY}/k.cubin", f"{binaries.PREFIX}{KEY}/k.json",
+                           binaries.LAUNCHERS]
+    assert binaries.launcher_signatures({n: memoryview(d) for n, d in out.items()}) == [("*fp16", "i32", "constexpr")]
     entries = binaries.usable_entries({n: memoryview(d) for n, d in out.items()}, 90)
     assert {f: bytes(d) for f, d in entries[KEY].items()} == {"k.json": b"{}", "k.cubin": b"ELF"}
     monkeypatch.setattr(kernels, "loaded_module", lambda source: None)  # the interpreter: nothing compiled
