@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import os
 import statistics
@@ -31,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 
 import fusegraph  # noqa: E402
@@ -78,14 +80,13 @@ def measure(name: str, target: str, repeat: int, workdir: Path) -> dict:
     loaded = fusegraph.load(fgx_path)
     run_loaded_s, got = _timed(lambda: loaded.run(feeds))  # first run: includes the lazy weight checks
     run_compiled_s, want = _timed(lambda: compiled.run(feeds))
-    identical = len(got) == len(want) and all(
-        a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes() for a, b in zip(got, want))
+    identical = digest(got) == digest(want)
     row = {
         "model": name, "target": target, "instructions": sum(len(m) for m in compiled.modules.values()),
         "onnx_bytes": os.path.getsize(onnx_path), "fgx_bytes": os.path.getsize(fgx_path),
         "parse_compile_s": statistics.median(compile_s), "load_s": statistics.median(load_s),
         "load_eager_s": statistics.median(eager_s), "first_run_after_load_s": run_loaded_s,
-        "first_run_after_compile_s": run_compiled_s, "bit_identical": identical,
+        "first_run_after_compile_s": run_compiled_s, "bit_identical": identical, "output_digest": digest(want),
         "samples": {"parse_compile_s": compile_s, "load_s": load_s, "load_eager_s": eager_s},
     }
     row["speedup"] = row["parse_compile_s"] / row["load_s"]
@@ -93,9 +94,20 @@ def measure(name: str, target: str, repeat: int, workdir: Path) -> dict:
     return row
 
 
+def digest(outputs) -> str:
+    """sha256 over every output's dtype, shape and bytes: equal digests are bit-identical outputs."""
+    h = hashlib.sha256()
+    for o in outputs:
+        o = np.asarray(o)
+        h.update(f"{o.dtype}{o.shape}".encode())
+        h.update(o.tobytes())
+    return h.hexdigest()
+
+
 CHILD = """
 import json, sys, time
 import numpy as np
+from benchmarks.load_vs_compile import digest
 import fusegraph
 from fusegraph import models
 side, target, name, path = sys.argv[1:5]
@@ -113,7 +125,7 @@ else:
 sync()
 seconds = time.perf_counter() - t0
 out = p.run(models.sample_inputs(name, batch=1))
-print(json.dumps({"s": seconds, "out": [np.asarray(o).tobytes().hex()[:64] for o in out]}))
+print(json.dumps({"s": seconds, "out": digest(out)}))
 """
 
 
@@ -150,7 +162,10 @@ def measure_fresh(row: dict, target: str, n: int, workdir: Path) -> None:
     row["fresh"] = {
         "compile_s": statistics.median(c["s"] for c in compiles), "load_s": statistics.median(x["s"] for x in loads),
         "samples": {"compile_s": [c["s"] for c in compiles], "load_s": [x["s"] for x in loads]},
-        "same_outputs": all(x["out"] == compiles[0]["out"] for x in compiles + loads),
+        # a load runs the saved program: bit-identical to it. A fresh compile times its GEMM candidates
+        # again and may choose others (autotuned targets), so its outputs may differ in the last bits.
+        "loads_bit_identical": all(x["out"] == row["output_digest"] for x in loads),
+        "compiles_same_as_saved": sum(c["out"] == row["output_digest"] for c in compiles),
     }
     row["fresh"]["speedup"] = row["fresh"]["compile_s"] / row["fresh"]["load_s"]
 
@@ -188,7 +203,8 @@ def main() -> int:
         if "fresh" in r:
             f = r["fresh"]
             print(f"{'':<10} fresh process, empty caches: compile {f['compile_s']:.3f} s, load {f['load_s']:.4f} s, "
-                  f"{f['speedup']:.1f}x, same outputs: {f['same_outputs']}")
+                  f"{f['speedup']:.1f}x, loads bit-identical: {f['loads_bit_identical']} "
+                  f"(fresh compiles giving the saved outputs: {f['compiles_same_as_saved']} of {len(f['samples']['compile_s'])})")
     ok = all("error" not in r and r["speedup"] >= GOAL and r["bit_identical"] for r in rows)
     print(f"goal: load >= {GOAL:.0f}x faster than parse + compile, bit-identical outputs: {'met' if ok else 'NOT met'}")
     print("wrote", write_results(f"load_vs_compile-{target}", {"goal_speedup": GOAL, "goal_met": ok, "results": rows}))
