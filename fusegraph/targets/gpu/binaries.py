@@ -52,7 +52,7 @@ def export_binaries(sources: Mapping[str, str]) -> dict[str, bytes]:
     archs, signatures = set(), set()
     for compiled in _compiled_kernels(sources):
         signature = getattr(getattr(compiled, "src", None), "signature", None)
-        if isinstance(signature, dict) and all(isinstance(t, str) and _TYPE.fullmatch(t) for t in signature.values()):
+        if isinstance(signature, dict) and _is_signature(list(signature.values())):
             signatures.add(tuple(signature.values()))
         arch = getattr(getattr(compiled.metadata, "target", None), "arch", None)
         files = {name: path for name, path in compiled.metadata_group.items() if name.endswith(KEEP)}
@@ -125,11 +125,14 @@ def launcher_signatures(artifacts: Mapping[str, memoryview]) -> list[tuple[str, 
         signatures = json.loads(bytes(recorded)) if recorded is not None else []
     except ValueError:
         return []
-    if not (isinstance(signatures, list) and all(
-            isinstance(sig, list) and all(isinstance(t, str) and _TYPE.fullmatch(t) for t in sig)
-            for sig in signatures)):
+    if not (isinstance(signatures, list) and all(_is_signature(sig) for sig in signatures)):
         return []
     return [tuple(sig) for sig in signatures]
+
+
+def _is_signature(types: Any) -> bool:
+    """Whether `types` is a list of Triton argument type names (what a launcher is generated from)."""
+    return isinstance(types, list) and all(isinstance(t, str) and _TYPE.fullmatch(t) for t in types)
 
 
 def build_launchers(signatures: list[tuple[str, ...]]) -> None:
