@@ -166,6 +166,28 @@ def test_non_max_suppression_optional_inputs():
     assert shape.dims == (Dim(0, 36), Dim.fixed(3))
 
 
+@pytest.mark.parametrize("center_point_box", [0, 1])
+def test_non_max_suppression_many_classes_and_overlaps(center_point_box):
+    """A detector's case: clusters of overlapping boxes, flipped and empty boxes, tied scores,
+    classes with no box above the threshold, a per-class limit some classes reach."""
+    r = np.random.default_rng(7)
+    centres = np.repeat(r.random((2, 30, 2)) * 100, 8, axis=1) + r.normal(0, 2, (2, 240, 2))
+    sizes = r.random((2, 240, 2)) * 20 + 1
+    sizes[:, ::37] = 0  # empty boxes
+    if center_point_box:
+        boxes = np.concatenate([centres, sizes], -1)
+    else:  # corners, every third box with its corners swapped
+        boxes = np.concatenate([centres - sizes / 2, centres + sizes / 2], -1)
+        boxes[:, ::3] = boxes[:, ::3][..., [2, 3, 0, 1]]
+    scores = (r.random((2, 12, 240)) ** 3).round(2)  # rounded: many ties
+    scores[:, 5] *= 0.1  # a class with nothing above the threshold
+    for limit, score_thr in ((20, 0.1), (1000, 0.0), (3, 0.5)):
+        node_check("NonMaxSuppression", {"b": boxes.astype(np.float32), "s": scores.astype(np.float32)},
+                   {"center_point_box": center_point_box},
+                   initializers={"m": np.array([limit], I64), "iou": np.array([0.4], np.float32),
+                                 "st": np.array([score_thr], np.float32)})
+
+
 # -- errors -------------------------------------------------------------------------------------------
 def test_errors_name_the_node():
     with pytest.raises(ParseError, match=r"node 'out0' \(Gather\).*axis 3"):
