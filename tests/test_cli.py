@@ -226,6 +226,8 @@ USER_ERRORS = [
     (["run", "{tiny}", "--input", "x={wrong_shape}"], "does not fit"),
     (["run", "{tiny}", "--input-dim", "x=1,a"], "bad --input-dim"),
     (["run", "{tiny}", "--target", "nonesuch"], "unknown target"),
+    (["run", "{tiny}", "--keep-fp32", "relu"], "add --fp16"),
+    (["run", "{tiny}", "--fp16", "--keep-fp32", "relu,nosuch"], "no op named 'nosuch'"),
     (["run", "{tiny}", "--batch", "0"], "positive integer"),
     (["run", "{tiny}", "--input-dim", "x=2,3", "--input-dim", "idx=3,1"], "broadcast"),
     (["perf", "{tiny}", "--bogus"], "unrecognized arguments"),

@@ -66,6 +66,28 @@ def test_keep_fp32_lists_ops_left_in_float32():
     assert all(i.inputs[0].shape.dtype == DType.float16 for i in _ins(p, "softmax"))
 
 
+def test_compile_option_keep_fp32_adds_to_the_defaults_and_is_saved(tmp_path):
+    from fusegraph.errors import CompileError
+
+    model, x = _model()
+    options = fusegraph.CompileOptions(fp16=True, keep_fp32=("dot",), optimize=True)
+    p = fusegraph.parse_onnx(model).compile(fusegraph.get_target("ref"), options)
+    dots = [i for i in p.main.instructions if i.op.name == "dot"]
+    assert dots and all(i.shape.dtype == DType.float32 for i in dots)  # kept as asked
+    accumulating = [i for n in DEFAULT_KEEP_FP32 for i in _ins(p, n)]
+    assert accumulating and all(i.inputs[0].shape.dtype == DType.float32 for i in accumulating)  # the defaults too
+    assert any(i.shape.dtype == DType.float16 for i in p.main.instructions)  # the rest computes in half
+    fusegraph.save(p, tmp_path / "m.fgx")
+    loaded = fusegraph.load(tmp_path / "m.fgx")
+    assert loaded.executable.options.keep_fp32 == ("dot",)
+    assert loaded.run(x)[0].tobytes() == p.run(x)[0].tobytes()
+    with pytest.raises(CompileError, match="no op named 'dott'"):
+        fusegraph.parse_onnx(model).compile(fusegraph.get_target("ref"),
+                                            fusegraph.CompileOptions(fp16=True, keep_fp32=("dott",)))
+    with pytest.raises(CompileError, match="needs fp16=True"):
+        fusegraph.parse_onnx(model).compile(fusegraph.get_target("ref"), fusegraph.CompileOptions(keep_fp32=("dot",)))
+
+
 def test_resnet_on_ref_within_fp16_tolerance():
     from fusegraph.models import get_model, sample_inputs
 

@@ -60,13 +60,20 @@ def add_target_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", metavar="T", help="ref, cpu or gpu (default: cpu where available, else ref)")
     p.add_argument("--fp16", action="store_true",
                    help="compute in float16 (quantize_fp16; inputs, outputs and reductions stay float32)")
+    p.add_argument("--keep-fp32", metavar="OP[,OP...]", default="",
+                   help="with --fp16: also compute these ops in float32 (names as `fusegraph ops` lists them)")
 
 
 def compile_options(args: argparse.Namespace, **fields: Any) -> Any:
-    """The CompileOptions the command line asks for (--fp16), with `fields` set."""
+    """The CompileOptions the command line asks for (--fp16, --keep-fp32), with `fields` set."""
+    from ..errors import InputError
     from ..targets import CompileOptions
 
-    return CompileOptions(fp16=bool(getattr(args, "fp16", False)), **fields)
+    fp16 = bool(getattr(args, "fp16", False))
+    keep = tuple(sorted({n.strip() for n in getattr(args, "keep_fp32", "").split(",") if n.strip()}))
+    if keep and not fp16:
+        raise InputError("--keep-fp32 names ops to keep in float32 under --fp16: add --fp16")
+    return CompileOptions(fp16=fp16, keep_fp32=keep, **fields)
 
 
 def add_input_options(p: argparse.ArgumentParser) -> None:
@@ -158,6 +165,10 @@ def _load_compiled(args: argparse.Namespace, source: Any, files: dict[str, np.nd
     if getattr(args, "fp16", False) and not program.executable.options.fp16:
         raise InputError(f"{args.model} is compiled in float32: --fp16 cannot change it (compile the ONNX "
                          f"model again with --fp16 instead)")
+    if getattr(args, "keep_fp32", "") and compile_options(args).keep_fp32 != program.executable.options.keep_fp32:
+        raise InputError(f"{args.model} is compiled keeping {list(program.executable.options.keep_fp32) or 'no op'} "
+                         f"in float32 besides the defaults: --keep-fp32 cannot change it (compile the ONNX model "
+                         f"again instead)")
     # a target the user did not ask for (the default) yields to the file's; any other must match it
     asked = target is not None and (getattr(args, "target", None) is not None or target != default_target())
     if asked and target != program.target_name:

@@ -17,12 +17,13 @@ ops, and results of ops whose attributes ask for float32 explicitly.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 import ml_dtypes
 import numpy as np
 
-from ..errors import FusegraphError
+from ..errors import CompileError, FusegraphError
 from ..ir.dtypes import DType
 from ..ir.module import Instruction, Module
 from ..ir.op import OpKind
@@ -50,13 +51,37 @@ def quantize_bf16(program: Program, keep_fp32: Iterable[str] = DEFAULT_KEEP_FP32
     return program
 
 
-def quantize_fp16_pass(module: Module) -> bool:
-    """The fp16 conversion as a pipeline pass (the main module only; it reports a change if any)."""
-    return module.parent is None and _quantize_module(module, DType.float16, DEFAULT_KEEP_FP32)
+@dataclasses.dataclass(frozen=True)
+class QuantizePass:
+    """The half conversion as a pipeline pass (the main module only; it reports a change if any),
+    keeping the ops named in `keep` in float32."""
+
+    half: DType
+    keep: frozenset[str] = DEFAULT_KEEP_FP32
+
+    @property
+    def pass_name(self) -> str:
+        return f"quantize_{'fp16' if self.half == DType.float16 else 'bf16'}_pass"
+
+    def __call__(self, module: Module) -> bool:
+        return module.parent is None and _quantize_module(module, self.half, self.keep)
 
 
-def quantize_bf16_pass(module: Module) -> bool:
-    return module.parent is None and _quantize_module(module, DType.bfloat16, DEFAULT_KEEP_FP32)
+quantize_fp16_pass = QuantizePass(DType.float16)
+quantize_bf16_pass = QuantizePass(DType.bfloat16)
+
+
+def fp16_pass(keep_fp32: Iterable[str] = ()) -> QuantizePass:
+    """The fp16 pass keeping the ops named in `keep_fp32` in float32 besides the defaults (reductions,
+    softmax, layer norms): a CompileError for a name that is no op."""
+    from ..ir.op import registered_ops
+
+    known = registered_ops()
+    unknown = sorted(set(keep_fp32) - set(known))
+    if unknown:
+        raise CompileError(f"keep_fp32: no op named {', '.join(map(repr, unknown))} (the names "
+                           f"`fusegraph ops` lists, e.g. div, convolution)")
+    return QuantizePass(DType.float16, DEFAULT_KEEP_FP32 | frozenset(keep_fp32))
 
 
 def _is_f32(ins: Instruction) -> bool:

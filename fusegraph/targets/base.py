@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import CompileError
 from ..ir.program import Program
 from ..ir.shape import AnyShape
 from ..runtime.validate import check_inputs
@@ -21,6 +22,7 @@ class CompileOptions:
     optimize: bool = True          # run the target's pass pipeline
     threads: int | None = None     # cpu: worker threads (None: all cores)
     fp16: bool = False
+    keep_fp32: tuple[str, ...] = ()  # with fp16: ops computed in float32 besides reductions, softmax, layer norms
     exhaustive_tune: bool = False
     device_resident: bool = False  # gpu: keep inputs/outputs on the device
     disabled_passes: tuple[str, ...] = ()
@@ -86,14 +88,18 @@ class Target:
         """Run the target's pipeline on `program` in place, then lower it. `manager` (a PassManager)
         may be given to collect per-pass records."""
         options = options or CompileOptions()
+        if options.keep_fp32 and not options.fp16:
+            raise CompileError("keep_fp32 names ops to keep in float32 when computing in float16: it needs fp16=True")
         if options.optimize:
             from ..passes.manager import run_pipeline
 
             passes = self.passes(options)
             if options.fp16:  # a generic pass: every target computes in float16 when asked
-                from ..quantize.fp16 import quantize_fp16_pass
+                from ..quantize.fp16 import QuantizePass, fp16_pass
 
-                passes = [quantize_fp16_pass, *passes] if quantize_fp16_pass not in passes else passes
+                if not any(isinstance(p, QuantizePass) for p in passes):
+                    passes = [fp16_pass(options.keep_fp32), *passes]
+
             run_pipeline(program, passes, options, manager)
         return self.lower(program, options)
 

@@ -54,6 +54,15 @@ def test_fp16_files_record_their_precision(model, tmp_path, capsys):
     assert code == 2 and "compiled in float32" in err
 
 
+def test_keep_fp32_is_a_compile_option_of_the_file(model, tmp_path, capsys):
+    fgx = tmp_path / "k.fgx"
+    assert _cli(capsys, "compile", model, "-o", fgx, "--fp16", "--keep-fp32", "mul,add", "--target", "ref")[0] == 0
+    assert Container.open(fgx).manifest["options"]["keep_fp32"] == ["add", "mul"]
+    assert _cli(capsys, "run", fgx, "--fp16", "--keep-fp32", "add,mul")[0] == 0  # as compiled: fine
+    code, _, err = _cli(capsys, "run", fgx, "--fp16", "--keep-fp32", "mul")
+    assert code == 2 and "cannot change it" in err
+
+
 def test_verify_a_cpu_file_against_its_program_on_ref(model, tmp_path, capsys):
     fgx = tmp_path / "c.fgx"
     assert _cli(capsys, "compile", model, "-o", fgx, "--target", "cpu")[0] == 0
