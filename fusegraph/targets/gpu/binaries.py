@@ -30,6 +30,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from . import kernels
@@ -137,9 +138,10 @@ def _is_signature(types: Any) -> bool:
 
 def build_launchers(signatures: list[tuple[str, ...]]) -> None:
     """Build the launchers of these signatures into Triton's cache, in threads (the compiler runs
-    outside the GIL). Triton's hash of its own installation, which its cache lookups need and which
-    took 0.37 s of the same load, is computed alongside. A launcher that fails to build here is
-    built at its kernel's first launch, as without this."""
+    outside the GIL). Alongside: Triton's hash of its own installation, which its cache lookups need
+    (0.37 s of the same load), and, before Triton's CUDA driver is set up in this process, the
+    driver's utility extension (0.28 s). Whatever fails to build here is built where Triton builds it
+    without this: at the driver's set-up, at a kernel's first launch."""
     if not signatures:
         return
     try:  # private Triton API (Triton >= 3.4), used exactly as its CUDA launcher uses it
@@ -150,18 +152,26 @@ def build_launchers(signatures: list[tuple[str, ...]]) -> None:
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    def build(signature: tuple[str, ...]) -> None:
-        source = nvidia.make_launcher({}, dict(enumerate(signature)), None)
-        compile_module_from_src(src=source, name="__triton_launcher", library_dirs=nvidia.library_dirs(),
+    def build(source: str, name: str) -> None:
+        compile_module_from_src(src=source, name=name, library_dirs=nvidia.library_dirs(),
                                 include_dirs=nvidia.include_dirs, libraries=nvidia.libraries)
 
-    with ThreadPoolExecutor(min(len(signatures) + 1, os.cpu_count() or 1)) as pool:
-        jobs = [pool.submit(triton_key)] + [pool.submit(build, sig) for sig in signatures]
+    sources = [(nvidia.make_launcher({}, dict(enumerate(sig)), None), "__triton_launcher") for sig in signatures]
+    if not _driver_started():  # its utility extension is built the same way, once per machine
+        sources.append(((Path(nvidia.dirname) / "driver.c").read_text(), "cuda_utils"))
+    with ThreadPoolExecutor(min(len(sources) + 1, os.cpu_count() or 1)) as pool:
+        jobs = [pool.submit(triton_key)] + [pool.submit(build, *job) for job in sources]
         for job in jobs:
             try:
                 job.result()
             except Exception:  # noqa: BLE001 - any failure only defers the build to the first launch
                 continue
+
+
+def _driver_started() -> bool:
+    from triton.runtime.driver import driver
+
+    return getattr(driver, "_default", None) is not None
 
 
 def cuda_arch(device: Any) -> int | None:

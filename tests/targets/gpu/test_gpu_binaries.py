@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -100,6 +101,26 @@ def test_a_load_builds_the_recorded_launchers_beforehand(tmp_path, monkeypatch):
         assert built == [[("*fp16", "i32")]]
     with binaries.saved_kernels({**files, binaries.IDENTITY: memoryview(b'{"triton": "0.0", "arch": 90}')}, None):
         assert len(built) == 1  # kernels of another Triton compile from source: nothing to prepare
+
+
+def test_launchers_are_built_from_tritons_own_template(monkeypatch):
+    import triton.runtime.build as build
+    from triton.backends.nvidia import driver as nvidia
+
+    from fusegraph.targets.gpu import binaries
+
+    built = []
+    monkeypatch.setattr(build, "compile_module_from_src", lambda src, name, **kw: built.append((name, src)))
+    monkeypatch.setattr(nvidia, "library_dirs", lambda: [])
+    signatures = [("*fp16", "*fp16", "i32", "constexpr"), ("*fp32", "i64")]
+    monkeypatch.setattr(binaries, "_driver_started", lambda: False)
+    binaries.build_launchers(signatures)
+    assert sorted(built) == sorted([("__triton_launcher", nvidia.make_launcher({}, dict(enumerate(s)), None))
+                                    for s in signatures] + [("cuda_utils", (Path(nvidia.dirname) / "driver.c").read_text())])
+    built.clear()
+    monkeypatch.setattr(binaries, "_driver_started", lambda: True)  # set up already: its extension is loaded
+    binaries.build_launchers(signatures)
+    assert sorted(name for name, _ in built) == ["__triton_launcher"] * 2
 
 
 def test_launchers_that_cannot_be_built_are_left_to_the_first_launch():
