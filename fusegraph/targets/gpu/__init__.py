@@ -122,6 +122,7 @@ class GpuTarget(Target):
         exe.warm_up()  # GEMM epilogues are autotuned here, at their first run
         exe.sources.update(ctx.sources())
         exe.tuning = ctx.tuning()
+        exe.gemm_kernels = ctx.gemm_kernels()
         exe.tuning_times = {k: tuner.timings[k] for k in exe.tuning if k in tuner.timings}  # timed by this compile
         return exe
 
@@ -133,7 +134,7 @@ class GpuTarget(Target):
             out["autotune.json"] = json.dumps(tuning, indent=1, sort_keys=True).encode()
         from .binaries import export_binaries
 
-        out.update(export_binaries(sources))
+        out.update(export_binaries(sources, getattr(executable, "gemm_kernels", ())))
         return out
 
     def load(self, program: Program, options: CompileOptions, artifacts: Mapping[str, memoryview]) -> Executable:

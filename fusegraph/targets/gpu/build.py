@@ -43,6 +43,10 @@ class BuildContext:
         """The GEMM choices (problem -> choice) of every autotuned step built so far."""
         return {key: c for k in self.kernels for key, c in getattr(k, "tuning", {}).items()}
 
+    def gemm_kernels(self) -> list[Any]:
+        """The compiled kernels of the chosen GEMM templates of every autotuned step built so far."""
+        return [kernel for k in self.kernels for kernel in getattr(k, "gemm_kernels", ())]
+
     def scratch(self, lens: tuple[int, ...], dtype: Any) -> Any:
         """A temporary of `lens` and torch `dtype` over the executable's one scratch buffer, which
         every step needing a temporary shares (steps run one at a time, and a step's temporary is

@@ -178,6 +178,10 @@ class DynamicExecutable(DeviceDoor, Executable):
         return self.ctx.tuning()
 
     @property
+    def gemm_kernels(self) -> list[Any]:
+        return self.ctx.gemm_kernels()
+
+    @property
     def host_ops(self) -> list[str]:
         """Names of the ops of the steps that run on the host (known at compile time)."""
         return [r.step.ins.op.name for r in self.runs if r.place == HOST]

@@ -45,6 +45,7 @@ class GpuExecutable(DeviceDoor, Executable):
         self.steps = steps
         self.memory = memory  # (activations, weights): keeps the allocations alive
         self.sources = sources
+        self.gemm_kernels: list[Any] = []  # the chosen GEMM templates' compiled kernels (set when built)
         main = program.main
         self._inputs = {p.op.param_name: (slots[p.uid].t, p.shape.dtype) for p in main.parameters}
         self._outputs = [(slots[o.uid], o.shape.dtype) for o in main.outputs]

@@ -6,6 +6,7 @@ faster (autotuned) of the Triton GEMM template and cuBLAS + the epilogue's point
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -281,6 +282,13 @@ class EpilogueGemm:
         # read when the executable is built, after the warm-up ran the chosen kernel (a launcher
         # generates its source at its first call; a choice taken from the cache was never timed)
         return dict(self.chosen.sources) if self.chosen is not None else {}
+
+    @property
+    def gemm_kernels(self) -> list[Any]:
+        """The chosen template's compiled kernel (none when the library won): the one a saved file
+        keeps of the candidates that share its source (binaries.export_binaries)."""
+        kernel = getattr(self.chosen, "kernel", None)
+        return [kernel] if kernel is not None else []
 
     def rows(self, out, a, w, ops):
         """The template's row form: a [*rows, K], b [K, N], out and operands [*rows, N] (views)."""

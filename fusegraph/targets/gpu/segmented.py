@@ -221,6 +221,10 @@ class SegmentedExecutable(DeviceDoor, Executable):
         return {**self.prefix.tuning, **self.rest.tuning}
 
     @property
+    def gemm_kernels(self) -> list[Any]:
+        return [*self.prefix.gemm_kernels, *self.rest.gemm_kernels]
+
+    @property
     def host_ops(self) -> list[str]:
         return self.rest.host_ops  # the prefix runs all on the device
 

@@ -152,6 +152,7 @@ class GemmLauncher:
         self.in_type, self.out_type, self.config = in_type, out_type, config
         self.key: tuple | None = None
         self.sources: dict[str, str] = {}
+        self.kernel: Any = None  # the compiled kernel last launched (Triton's; None interpreted)
 
     def _configure(self, out: Any, a: Any, b: Any, ops: list[Any]) -> None:
         rows = tuple(out.shape[:-1])
@@ -196,7 +197,7 @@ class GemmLauncher:
     def __call__(self, out: Any, a: Any, b: Any, *ops: Any) -> None:
         self._ready(out, a, b, ops)
         if not self.empty:
-            self.launch(a, b, out, *ops, *self.args, **self.meta)
+            self.kernel = self.launch(a, b, out, *ops, *self.args, **self.meta)
 
     def compile(self, out: Any, a: Any, b: Any, *ops: Any) -> None:
         """Compile the kernel for these tensors without launching it (autotune.precompile submits

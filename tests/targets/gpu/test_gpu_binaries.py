@@ -76,6 +76,31 @@ def test_saved_kernels_serve_from_a_folder_of_their_own(tmp_path, monkeypatch):
         assert n == 0 and knobs.cache.dir == before
 
 
+def test_of_a_gemm_templates_kernels_only_the_chosen_ones_are_saved(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from fusegraph.targets.gpu import binaries, kernels
+
+    def compiled(key, name):
+        group = {}
+        for suffix in (".json", ".cubin"):
+            path = tmp_path / f"{key[:4]}{name}{suffix}"
+            path.write_bytes(b"{}" if suffix == ".json" else key.encode())
+            group[name + suffix] = str(path)
+        return SimpleNamespace(hash=key, name=name, metadata=SimpleNamespace(target=SimpleNamespace(arch=90)),
+                               metadata_group=group)
+
+    won, lost, pw1, pw2 = (compiled("a1" * 32, "mm"), compiled("b2" * 32, "mm"), compiled("c3" * 32, "pw"),
+                           compiled("d4" * 32, "pw"))  # two configs of a template; two specializations
+    fns = {"mm": SimpleNamespace(device_caches={0: ({"64": won, "128": lost}, None)}),
+           "pw": SimpleNamespace(device_caches={0: ({"a": pw1, "b": pw2}, None)})}
+    monkeypatch.setattr(kernels, "loaded_module", lambda source: SimpleNamespace(**fns))
+    saved = {n.split("/")[1] for n in binaries.export_binaries({"mm": "...", "pw": "..."}, [won]) if "/" in n}
+    assert saved == {won.hash, pw1.hash, pw2.hash}
+    saved = {n.split("/")[1] for n in binaries.export_binaries({"mm": "...", "pw": "..."}) if "/" in n}
+    assert saved == {won.hash, lost.hash, pw1.hash, pw2.hash}  # no choice recorded: all of them
+
+
 def test_launcher_signatures_are_type_names_or_nothing():
     from fusegraph.targets.gpu.binaries import LAUNCHERS, launcher_signatures
 
@@ -170,6 +195,9 @@ def test_a_load_in_a_fresh_process_compiles_no_kernel(tmp_path):
     container = Container.open(fgx)
     parts = container.parts
     saved = {n.split("/")[-2] for n in parts if n.startswith(_ARTIFACT + "triton_bin/")}
+    # the one matmul's GEMM template: at most its chosen config's kernel, not every candidate's
+    assert len([n for n in parts if n.startswith(_ARTIFACT + "triton_bin/") and n.endswith(".cubin")
+                and n.split("/")[-1].startswith("mm_")]) <= 1
     # no kernel compiled beside them (Triton may still build its host-side launcher stubs there)
     compiled = [d for d in served.iterdir() if any(f.suffix == ".cubin" for f in d.iterdir())]
     assert saved and len(compiled) == len(saved)
