@@ -254,8 +254,8 @@ class NonMaxSuppression(DataDependentOp):
                 box = box[np.lexsort((box, neg, cls))]  # (cls stays as it is: already in class order)
             else:  # many: numpy sorts the classes' short runs one by one faster than all at once
                 bounds = np.searchsorted(cls, np.arange(scores.shape[1] + 1))
-                box = np.concatenate([box[lo:hi][np.argsort(neg[lo:hi], kind="stable")]
-                                      for lo, hi in zip(bounds[:-1], bounds[1:])])
+                box = np.concatenate([box[start:end][np.argsort(neg[start:end], kind="stable")]
+                                      for start, end in zip(bounds[:-1], bounds[1:])])
             classes, picks = _greedy(cls, box, scores.shape[1], lo, hi, area, limit, iou_thr)
             selected.append(np.stack([np.full(len(picks), b), classes, picks], 1))
         return np.concatenate(selected).astype(np.int64) if selected else np.zeros((0, 3), np.int64)
