@@ -4,6 +4,7 @@ the keep_fp32 option, and accuracy on the reference target against the float32 p
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
@@ -64,6 +65,19 @@ def test_keep_fp32_lists_ops_left_in_float32():
     assert dot.shape.dtype == DType.float32 and all(i.shape.dtype == DType.float32 for i in dot.inputs)
     p = fusegraph.quantize_fp16(fusegraph.parse_onnx(model), keep_fp32=())
     assert all(i.inputs[0].shape.dtype == DType.float16 for i in _ins(p, "softmax"))
+
+
+def test_an_op_kept_in_float32_reads_its_constants_unrounded():
+    model, _ = _model()
+    w = next(np.asarray(onnx.numpy_helper.to_array(t)) for t in model.graph.initializer if t.name == "w")
+    p = fusegraph.quantize_fp16(fusegraph.parse_onnx(model), keep_fp32=DEFAULT_KEEP_FP32 | {"dot"})
+    (dot,) = _ins(p, "dot")
+    weight = dot.inputs[1]
+    assert weight.is_literal and weight.literal.dtype == np.float32 and np.array_equal(weight.literal, w)
+    assert not _ins(p, "convert") or all(not c.inputs[0].is_literal for c in _ins(p, "convert"))
+    p = fusegraph.quantize_fp16(fusegraph.parse_onnx(model))  # read in half: rounded once, at compile time
+    (dot,) = _ins(p, "dot")
+    assert dot.inputs[1].is_literal and dot.inputs[1].literal.dtype == np.float16
 
 
 def test_compile_option_keep_fp32_adds_to_the_defaults_and_is_saved(tmp_path):

@@ -104,12 +104,16 @@ def _quantize_module(module: Module, half: DType, keep: frozenset[str]) -> bool:
     converted: dict[tuple[int, DType], Instruction] = {}
 
     def as_type(x: Instruction, dt: DType, before: Instruction) -> Instruction:
-        """`x` (a new instruction) as `dt` (one convert per value and type)."""
+        """`x` (a new instruction) as `dt` (one convert per value and type). A float32 constant is
+        rounded here, for the ops that read it in half: one kept in float32 reads it unrounded."""
         if not isinstance(x.shape, Shape) or x.shape.dtype == dt or not x.shape.dtype.is_float:
             return x
         key = (x.uid, dt)
         if key not in converted:
-            converted[key] = module.insert(before, Convert(to=dt), x)
+            if x.is_literal and dt == half:
+                converted[key] = module.insert(before, type(x.op)(_half_literal(x.literal, half)))
+            else:
+                converted[key] = module.insert(before, Convert(to=dt), x)
         return converted[key]
 
     old = list(module.instructions)
@@ -118,14 +122,8 @@ def _quantize_module(module: Module, half: DType, keep: frozenset[str]) -> bool:
     for ins in old:
         if ins is ret:
             continue
-        if ins.is_param:
+        if ins.is_param or ins.is_literal:  # (constants are rounded for their half readers: as_type)
             new[ins.uid] = ins
-            continue
-        if ins.is_literal:
-            if _is_f32(ins):
-                new[ins.uid] = module.insert(ins, type(ins.op)(_half_literal(ins.literal, half)))
-            else:
-                new[ins.uid] = ins
             continue
         inputs = [new.get(x.uid, x) for x in ins.inputs]
         if ins.uid in outputs and ins.op.kind is OpKind.POINTWISE and _is_f32(ins):
