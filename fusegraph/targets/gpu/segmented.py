@@ -197,7 +197,6 @@ class SegmentedExecutable(DeviceDoor, Executable):
     def __init__(self, program: Program, options: CompileOptions, split: Split, prefix: Any, rest: Any):
         super().__init__(program, options)
         self.split, self.prefix, self.rest = split, prefix, rest
-        self.parts = (prefix, rest)
         self.device = prefix.device
         self._names = program.get_parameter_names()
         self._prefix_inputs = split.prefix.get_parameter_names()
