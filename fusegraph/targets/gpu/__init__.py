@@ -44,15 +44,12 @@ class GpuTarget(Target):
     def __init__(self, device: str | None = None, graph_mode: bool = True, host_fallback: bool = True,
                  gemm: str | None = None):
         from ... import debug
-        from ...errors import CompileError
-        from .autotune import MODES
+        from .autotune import checked_mode
 
         self.device = device          # None: the current CUDA device ("cpu" runs Triton's interpreter)
         self.graph_mode = graph_mode  # capture the whole program as one CUDA graph (static mode)
         self.host_fallback = host_fallback  # run steps the device cannot run on the host
-        self.gemm = gemm or debug.gpu_gemm() or "auto"  # GEMM epilogues: "auto" | "triton" | "library"
-        if self.gemm not in MODES:
-            raise CompileError(f"target 'gpu': gemm={self.gemm!r}, expected one of {MODES}")
+        self.gemm = checked_mode(gemm or debug.gpu_gemm() or "auto")  # GEMM epilogues: "auto" | "triton" | "library"
 
     def passes(self, options: CompileOptions) -> list:
         from ...passes import generic_pipeline

@@ -35,6 +35,13 @@ from .triton_gemm import GemmConfig
 LIBRARY = "library"
 MODES = ("auto", "triton", "library")
 
+
+def checked_mode(mode: str) -> str:
+    """`mode` if it is one of MODES, else a CompileError naming them."""
+    if mode not in MODES:
+        raise CompileError(f"target 'gpu': gemm={mode!r}, expected one of {MODES}")
+    return mode
+
 # Hopper-friendly tiles (Inductor's mm configs and the matmul tutorial's), smallest last
 DEFAULT_CONFIGS = (
     GemmConfig(128, 128, 32, 8, 4, 4), GemmConfig(128, 128, 64, 8, 8, 3), GemmConfig(128, 256, 64, 8, 8, 3),
@@ -124,13 +131,15 @@ class Tuner:
 
     def __init__(self, identity: Mapping[str, str], mode: str = "auto", exhaustive: bool = False,
                  recorded: Mapping[str, dict] | None = None, measure: Callable[[Callable[[], None]], float] | None = None):
-        if mode not in MODES:
-            raise CompileError(f"target 'gpu': gemm={mode!r}, expected one of {MODES}")
-        self.mode, self.exhaustive, self.measure = mode, exhaustive, measure
+        self.mode, self.exhaustive, self.measure = checked_mode(mode), exhaustive, measure
         self.recorded = dict(recorded or {})
         self.cache = TuningCache(identity)
-        self.timed = 0  # problems timed by this tuner (0 when every choice came from a record or the cache)
         self.timings: dict[str, dict[str, float]] = {}  # problem -> candidate -> seconds, as timed here
+
+    @property
+    def timed(self) -> int:
+        """Problems timed by this tuner (0 when every choice came from a record or the cache)."""
+        return len(self.timings)
 
     @classmethod
     def for_device(cls, device: Any, mode: str = "auto", exhaustive: bool = False,
@@ -192,7 +201,6 @@ class Tuner:
                 best = (seconds, name, run)
         if best is None:
             raise CompileError(f"target 'gpu': every candidate of {key} failed")
-        self.timed += 1
         self.cache.store(key, {"name": best[1], "seconds": best[0]})
         return best[1], best[2]
 
@@ -208,7 +216,6 @@ def candidate_errors() -> tuple[type[BaseException], ...]:
     else:
         errors.append(TritonError)
     return tuple(errors)
-
 
 
 def precompile(runs: list[Callable[..., None]], args: tuple) -> None:
