@@ -164,6 +164,16 @@ def candidates(log: list[str]):
             Candidate("fails_when_run", lambda: broken_run), ok("64x64x32"), ok("128x128x32")]
 
 
+def test_an_unknown_gemm_mode_is_a_compile_error():
+    from fusegraph.errors import CompileError
+    from fusegraph.targets.gpu import GpuTarget
+    from fusegraph.targets.gpu.autotune import Tuner
+
+    for make in (lambda: GpuTarget(gemm="fastest"), lambda: Tuner(H200, mode="fastest")):
+        with pytest.raises(CompileError, match="gemm='fastest', expected one of"):
+            make()
+
+
 def test_tuner_drops_failing_candidates_and_caches_the_fastest_per_device(cache_root):
     from fusegraph.targets.gpu.autotune import Tuner
 
