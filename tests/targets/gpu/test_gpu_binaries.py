@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -40,6 +41,19 @@ def this_stack(arch: int = 90) -> dict:
 
 
 GOOD = {f"{KEY}/k.json": b'{"name": "k"}', f"{KEY}/k.cubin": b"\x7fELF..."}
+
+
+def fake_compiled(folder, key: str, name: str, files: dict[str, bytes | None]) -> SimpleNamespace:
+    """A stand-in for Triton's CompiledKernel: its cache entry's files written under `folder`
+    (None: listed but missing, as after Triton's cache was cleaned)."""
+    group = {}
+    for suffix, data in files.items():
+        path = folder / f"{key[:4]}{name}{suffix}"
+        if data is not None:
+            path.write_bytes(data)
+        group[name + suffix] = str(path)
+    return SimpleNamespace(hash=key, name=name, metadata=SimpleNamespace(target=SimpleNamespace(arch=90)),
+                           metadata_group=group)
 
 
 def test_only_entries_of_this_triton_and_architecture_are_used():
@@ -77,18 +91,10 @@ def test_saved_kernels_serve_from_a_folder_of_their_own(tmp_path, monkeypatch):
 
 
 def test_of_a_gemm_templates_kernels_only_the_chosen_ones_are_saved(tmp_path, monkeypatch):
-    from types import SimpleNamespace
-
     from fusegraph.targets.gpu import binaries, kernels
 
     def compiled(key, name):
-        group = {}
-        for suffix in (".json", ".cubin"):
-            path = tmp_path / f"{key[:4]}{name}{suffix}"
-            path.write_bytes(b"{}" if suffix == ".json" else key.encode())
-            group[name + suffix] = str(path)
-        return SimpleNamespace(hash=key, name=name, metadata=SimpleNamespace(target=SimpleNamespace(arch=90)),
-                               metadata_group=group)
+        return fake_compiled(tmp_path, key, name, {".json": b"{}", ".cubin": key.encode()})
 
     won, lost, pw1, pw2 = (compiled("a1" * 32, "mm"), compiled("b2" * 32, "mm"), compiled("c3" * 32, "pw"),
                            compiled("d4" * 32, "pw"))  # two configs of a template; two specializations
@@ -210,23 +216,11 @@ def test_a_load_in_a_fresh_process_compiles_no_kernel(tmp_path):
 
 
 def test_export_keeps_each_compiled_kernels_binary_and_metadata(tmp_path, monkeypatch):
-    from types import SimpleNamespace
-
     from fusegraph.targets.gpu import binaries, kernels
 
-    def compiled(key, name, files):
-        group = {}
-        for suffix, data in files.items():
-            path = tmp_path / f"{key[:4]}{name}{suffix}"
-            if data is not None:
-                path.write_bytes(data)
-            group[name + suffix] = str(path)
-        return SimpleNamespace(hash=key, metadata=SimpleNamespace(target=SimpleNamespace(arch=90)),
-                               metadata_group=group)
-
-    kept = compiled(KEY, "k", {".json": b"{}", ".cubin": b"ELF", ".ptx": b"// ptx"})
+    kept = fake_compiled(tmp_path, KEY, "k", {".json": b"{}", ".cubin": b"ELF", ".ptx": b"// ptx"})
     kept.src = SimpleNamespace(signature={"x": "*fp16", "n": "i32", "BLOCK": "constexpr"})
-    gone = compiled("cd" * 32, "g", {".json": b"{}", ".cubin": None})  # Triton's cache cleaned since
+    gone = fake_compiled(tmp_path, "cd" * 32, "g", {".json": b"{}", ".cubin": None})  # Triton's cache cleaned since
     fn = SimpleNamespace(device_caches={0: ({"spec": kept, "other": gone}, None)})
     monkeypatch.setattr(kernels, "loaded_module", lambda source: SimpleNamespace(k=fn))
     out = binaries.export_binaries({"k": "source of k"})
