@@ -162,13 +162,13 @@ def _load_compiled(args: argparse.Namespace, source: Any, files: dict[str, np.nd
     if fixed:
         raise InputError(f"{args.model} is compiled, with its input shapes fixed: {', '.join(fixed)} cannot "
                          f"change them (compile the ONNX model again instead)")
-    if getattr(args, "fp16", False) and not program.executable.options.fp16:
+    wanted, compiled = compile_options(args), program.executable.options
+    if wanted.fp16 and not compiled.fp16:
         raise InputError(f"{args.model} is compiled in float32: --fp16 cannot change it (compile the ONNX "
                          f"model again with --fp16 instead)")
-    if getattr(args, "keep_fp32", "") and compile_options(args).keep_fp32 != program.executable.options.keep_fp32:
-        raise InputError(f"{args.model} is compiled keeping {list(program.executable.options.keep_fp32) or 'no op'} "
-                         f"in float32 besides the defaults: --keep-fp32 cannot change it (compile the ONNX model "
-                         f"again instead)")
+    if wanted.keep_fp32 and wanted.keep_fp32 != compiled.keep_fp32:
+        raise InputError(f"{args.model} is compiled keeping {list(compiled.keep_fp32) or 'no op'} in float32 "
+                         f"besides the defaults: --keep-fp32 cannot change it (compile the ONNX model again instead)")
     # a target the user did not ask for (the default) yields to the file's; any other must match it
     asked = target is not None and (getattr(args, "target", None) is not None or target != default_target())
     if asked and target != program.target_name:
