@@ -53,14 +53,14 @@ def model_specs(tmp: Path) -> list[tuple[str, str, list[str]]]:
 
 
 def output_errors(table: str) -> list[tuple[float, float]]:
-    """(max abs err, rel L2 err) of each output row of `fusegraph verify`'s first table."""
+    """(max abs err, rel L2 err) of each output row of `fusegraph verify`'s results table."""
     rows = []
     for line in table.splitlines():
         cells = [c.strip() for c in line.split("│")[1:-1]]
         if len(cells) >= 6 and cells[1] in ("ok", "MISMATCH", "FAIL"):
             rows.append((float(cells[2]), float(cells[5])))
         elif rows:
-            break  # the first table only: with --fp16 a second one compares with the float32 run
+            break  # the table's end
     return rows
 
 
