@@ -8,6 +8,7 @@ own dispatch, and nothing at all inside a captured CUDA graph.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ...ir.dtypes import DType
@@ -88,7 +89,7 @@ class ReduceLauncher:
         strides = [out_full.stride()] + [v.stride() for v in views]
         osz, ost = merge_dims([full[d] for d in outer], [[s[d] for d in outer] for s in strides])
         rsz, rst = merge_dims([full[d] for d in red], [[s[d] for d in red] for s in strides])
-        n_rows, r = _prod(osz), _prod(rsz)
+        n_rows, r = math.prod(osz), math.prod(rsz)
         persistent = _pow2(r) <= PERSISTENT_MAX
         name = "red_" + source_hash(rb.key() + repr((len(osz), len(rsz), persistent)))
         source = reduce_source(rb, len(osz), len(rsz), persistent, name)
@@ -121,10 +122,3 @@ class ReduceLauncher:
             self.key = key
         if not self.empty:
             self.launch(out, *views, *self.args, **self.meta)
-
-
-def _prod(xs) -> int:
-    p = 1
-    for x in xs:
-        p *= int(x)
-    return p

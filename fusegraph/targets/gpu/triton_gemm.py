@@ -17,6 +17,7 @@ program stores it before its pointwise kernel reads it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from ...ir.dtypes import DType
@@ -156,7 +157,7 @@ class GemmLauncher:
 
     def _configure(self, out: Any, a: Any, b: Any, ops: list[Any]) -> None:
         rows = tuple(out.shape[:-1])
-        m, n, k = _prod(rows), out.shape[-1], a.shape[-1]
+        m, n, k = math.prod(rows), out.shape[-1], a.shape[-1]
         sizes, merged = merge_dims(rows, [out.stride()[:-1], a.stride()[:-1]] + [x.stride()[:-1] for x in ops])
         if len(sizes) > 2:
             raise ValueError(f"rows {rows} of these strides do not merge into (batch, row)")
@@ -205,10 +206,3 @@ class GemmLauncher:
         self._ready(out, a, b, ops)
         if not self.empty:
             self.fn.warmup(a, b, out, *ops, *self.args, grid=self.grid, **self.meta)
-
-
-def _prod(xs) -> int:
-    p = 1
-    for x in xs:
-        p *= int(x)
-    return p
