@@ -5,8 +5,8 @@ Each program computes BLOCK outputs. The flat output index is split in the outpu
 (channels fastest for channels-last buffers), so loads and stores are coalesced in the layout cuDNN
 uses; every operand is addressed through its own strides, so the kernel also writes straight into a
 concat's slice. Taps out of range are skipped (max) or count zero (average: divided by the
-reference's per-window counts). Integer max pooling runs in its own type. Window shape, strides, pads and dilations are baked into the source;
-sizes and strides are run-time arguments. Accumulation is in float32 (float64 for float64).
+reference's per-window counts). Integer max pooling runs in its own type. Window shape, strides,
+pads and dilations are baked into the source; sizes and strides are run-time arguments. Accumulation is in float32 (float64 for float64).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ UNROLL_TAPS = 64  # windows up to this many taps are unrolled (tl.static_range);
 @dataclasses.dataclass(frozen=True)
 class PoolSpec:
     mode: str                        # "max" | "average"
-    dtype: DType                     # input and output element type (a float type)
+    dtype: DType                     # input and output element type (a float type; an integer for max)
     lengths: tuple[int, ...]         # window, per spatial dim
     strides: tuple[int, ...]
     begins: tuple[int, ...]          # pads before
