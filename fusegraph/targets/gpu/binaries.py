@@ -147,7 +147,7 @@ def build_launchers(signatures: list[tuple[str, ...]]) -> None:
     """Build the launchers of these signatures into Triton's cache, in threads (the compiler runs
     outside the GIL). Alongside: Triton's hash of its own installation, which its cache lookups need
     (0.37 s of the same load), and, before Triton's CUDA driver is set up in this process, the
-    driver's utility extension (0.28 s). Whatever fails to build here is built where Triton builds it
+    driver's utility extension (the set-up that builds it took 0.28 s of that load). Whatever fails to build here is built where Triton builds it
     without this: at the driver's set-up, at a kernel's first launch."""
     if not signatures:
         return
