@@ -49,7 +49,8 @@ def export_binaries(sources: Mapping[str, str], chosen: Iterable[Any] = ()) -> d
     artifacts; none when nothing was compiled for a GPU (Triton's interpreter). Of a GEMM template's
     kernels only those in `chosen` are kept: autotuning compiled one per candidate config from the
     same source (ResNet-50 fp32 on the H200: a file written after a cold compile was 121.1 MB, one
-    written after a warm compile, whose choices came from the cache untimed, 102.9 MB)."""
+    written after a warm compile, whose choices came from the cache untimed, 102.9 MB; with this
+    filter, 102.8 MB after a cold compile)."""
     from .device import triton
 
     out: dict[str, bytes] = {}
