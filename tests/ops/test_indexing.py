@@ -167,7 +167,7 @@ def test_non_max_suppression_optional_inputs():
 
 
 @pytest.mark.parametrize("center_point_box, sort_at_once, pairwise", [
-    (0, 4096, 1 << 18), (1, 4096, 1 << 18), (1, 0, 0), (0, 0, 1 << 30)])
+    (0, 4096, 1 << 20), (1, 4096, 1 << 20), (1, 0, 0), (0, 0, 1 << 30)])
 def test_non_max_suppression_many_classes_and_overlaps(center_point_box, sort_at_once, pairwise, monkeypatch):
     """A detector's case: clusters of overlapping boxes, flipped and empty boxes, tied scores,
     classes with no box above the threshold, a per-class limit some classes reach. Each way of
