@@ -41,8 +41,7 @@ class Executable:
     _pending_checks: tuple[Callable[[], None], ...] = ()
 
     def run(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
-        if self._pending_checks:
-            self._run_pending_checks()
+        self._run_pending_checks()
         return self.execute(check_inputs(self.input_specs, inputs))
 
     def defer_check(self, check: Callable[[], None]) -> None:
@@ -53,6 +52,9 @@ class Executable:
         self._pending_checks = (*self._pending_checks, check)
 
     def _run_pending_checks(self) -> None:
+        """Run the deferred checks still pending (none once they have passed: then a no-op)."""
+        if not self._pending_checks:
+            return
         with self._checks_lock:  # many threads may make the first run at once: check once
             while self._pending_checks:
                 self._pending_checks[0]()

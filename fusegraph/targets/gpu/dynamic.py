@@ -206,8 +206,7 @@ class DynamicExecutable(DeviceDoor, Executable):
     def run_device(self, inputs: Mapping[str, Any], stream: Any = None, copy_outputs: bool = False) -> list[Any]:
         """Torch tensors (or numpy arrays) in, device tensors out (values torch cannot hold stay
         numpy). Outputs are fresh tensors: `copy_outputs` changes nothing."""
-        if self._pending_checks:
-            self._run_pending_checks()
+        self._run_pending_checks()
         check_input_names(inputs, self._params)
         with on_stream(stream):
             outs = self._run({name: as_tensor(v) for name, v in inputs.items()})

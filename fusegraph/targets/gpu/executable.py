@@ -113,8 +113,7 @@ class GpuExecutable(DeviceDoor, Executable):
         """Run on device tensors. `inputs` may be torch tensors, DLPack producers or numpy arrays;
         None uses what `input_buffers()` hold. Runs on `stream` (a torch.cuda.Stream) if given, else
         on the current stream. Outputs alias the executable's buffers unless `copy_outputs`."""
-        if self._pending_checks:
-            self._run_pending_checks()
+        self._run_pending_checks()
         with self._lock, on_stream(stream):
             if inputs is not None:
                 check_input_names(inputs, self._inputs)

@@ -62,3 +62,20 @@ def load_kernel(source: str, name: str) -> Any:
                 hook(module)
             _modules[digest] = module
     return getattr(module, name)
+
+
+class Launcher:
+    """Launches a generated kernel, configured (kernel, grid, arguments) for the strides and shapes it
+    is called with, and configured again only when they change: a captured program's steps always
+    see the same ones."""
+
+    key: tuple | None = None
+
+    def _configure(self, *args: Any) -> None:
+        raise NotImplementedError
+
+    def _configured_for(self, key: tuple, *args: Any) -> None:
+        """Configure from `args` unless already configured for `key`."""
+        if key != self.key:
+            self._configure(*args)
+            self.key = key

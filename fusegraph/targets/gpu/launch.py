@@ -13,7 +13,7 @@ from typing import Any
 
 from ...ir.dtypes import DType
 from ...ops.scalar import Expr
-from .kernels import load_kernel, source_hash
+from .kernels import Launcher, load_kernel, source_hash
 from .layout import index_space, merge_dims
 from .triton_pointwise import HEADER, PointwiseSpec, operand_mode, pointwise_source
 from .triton_reduce import ReduceBody, reduce_source
@@ -27,10 +27,9 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-class PointwiseLauncher:
+class PointwiseLauncher(Launcher):
     def __init__(self, body: Expr, in_types: list[DType], out_type: DType):
         self.body, self.in_types, self.out_type = body, tuple(in_types), out_type
-        self.key: tuple | None = None
         self.sources: dict[str, str] = {}  # kernel name -> source (saved with compiled programs)
 
     def _configure(self, out: Any, inputs: list[Any]) -> None:
@@ -56,19 +55,16 @@ class PointwiseLauncher:
 
     def __call__(self, out: Any, *inputs: Any) -> None:
         key = (out.stride(), tuple(x.stride() for x in inputs), tuple(out.shape))
-        if key != self.key:
-            self._configure(out, list(inputs))
-            self.key = key
+        self._configured_for(key, out, list(inputs))
         if self.numel:
             self.launch(out, *inputs, self.numel, *self.args, **self.meta)
 
 
-class ReduceLauncher:
+class ReduceLauncher(Launcher):
     """Launches the kernel of one fused_reduce. `views(inputs)` gives the load tensors."""
 
     def __init__(self, rb: ReduceBody):
         self.rb = rb
-        self.key: tuple | None = None
         self.sources: dict[str, str] = {}
 
     def load_views(self, inputs: list[Any]) -> list[Any]:
@@ -116,9 +112,6 @@ class ReduceLauncher:
 
     def __call__(self, out: Any, *inputs: Any) -> None:
         views = self.load_views(list(inputs))
-        key = (out.stride(), tuple(v.stride() for v in views), tuple(out.shape))
-        if key != self.key:
-            self._configure(out, views)
-            self.key = key
+        self._configured_for((out.stride(), tuple(v.stride() for v in views), tuple(out.shape)), out, views)
         if not self.empty:
             self.launch(out, *views, *self.args, **self.meta)

@@ -252,8 +252,7 @@ class SegmentedExecutable(DeviceDoor, Executable):
         """Torch tensors, DLPack producers or numpy arrays in; device tensors out. Outputs the prefix
         computes alias its output buffers (valid until the next run) unless `copy_outputs`, as in
         the static mode; the rest's are fresh tensors."""
-        if self._pending_checks:
-            self._run_pending_checks()
+        self._run_pending_checks()
         check_input_names(inputs, self._names)
         with on_stream(stream):
             return self._run({n: as_tensor(v) for n, v in inputs.items()}, device_out=True, copy_outputs=copy_outputs)

@@ -22,7 +22,7 @@ from typing import Any
 
 from ...ir.dtypes import DType
 from ...ops.scalar import Expr
-from .kernels import load_kernel, source_hash
+from .kernels import Launcher, load_kernel, source_hash
 from .layout import merge_dims
 from .triton_expr import HALF, TritonExprRenderer, compute_type, tl_type
 from .triton_pointwise import HEADER
@@ -140,7 +140,7 @@ def _epilogue(spec: GemmSpec, ind: str) -> list[str]:
     return lines
 
 
-class GemmLauncher:
+class GemmLauncher(Launcher):
     """One Triton config of one epilogue GEMM. Called as (out, a, b, *operands) with tensors in row
     form: a [*rows, K], b [K, N], out and the epilogue's operands (its variables other than the
     matmul, in order) [*rows, N], broadcasts included. The kernel is configured from the first
@@ -151,7 +151,6 @@ class GemmLauncher:
                  out_type: DType, config: GemmConfig):
         self.body, self.var_types, self.acc_vars = body, tuple(var_types), frozenset(acc_vars)
         self.in_type, self.out_type, self.config = in_type, out_type, config
-        self.key: tuple | None = None
         self.sources: dict[str, str] = {}
         self.kernel: Any = None  # the compiled kernel last launched (Triton's; None interpreted)
 
@@ -191,9 +190,7 @@ class GemmLauncher:
 
     def _ready(self, out: Any, a: Any, b: Any, ops: tuple) -> None:
         key = (out.stride(), a.stride(), b.stride(), tuple(x.stride() for x in ops), tuple(out.shape), a.shape[-1])
-        if key != self.key:
-            self._configure(out, a, b, list(ops))
-            self.key = key
+        self._configured_for(key, out, a, b, list(ops))
 
     def __call__(self, out: Any, a: Any, b: Any, *ops: Any) -> None:
         self._ready(out, a, b, ops)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ...ir.dtypes import DType
-from .kernels import load_kernel, source_hash
+from .kernels import Launcher, load_kernel, source_hash
 from .layout import memory_order
 from .triton_expr import compute_type, tl_type
 from .triton_pointwise import HEADER
@@ -88,7 +88,7 @@ def pool_source(spec: PoolSpec, name: str) -> str:
     return HEADER + "\n".join(lines) + "\n"
 
 
-class PoolLauncher:
+class PoolLauncher(Launcher):
     """Launches the pooling kernel of one step; the source is chosen from the output's layout on the
     first call (made while compiling, before graph capture) and whenever the strides change."""
 
@@ -96,7 +96,6 @@ class PoolLauncher:
         self.mode, self.dtype = mode, dtype
         self.window = tuple(map(tuple, (lengths, strides, begins, dilations)))
         self.counts = counts  # per output window divisor (average), a float32 device tensor
-        self.key: tuple | None = None
         self.sources: dict[str, str] = {}
 
     def _configure(self, out: Any, x: Any) -> None:
@@ -114,9 +113,6 @@ class PoolLauncher:
         self.meta = {"BLOCK": block, "num_warps": 4 if block >= 256 else 2}
 
     def __call__(self, out: Any, x: Any) -> None:
-        key = (out.stride(), x.stride(), tuple(out.shape), tuple(x.shape))
-        if key != self.key:
-            self._configure(out, x)
-            self.key = key
+        self._configured_for((out.stride(), x.stride(), tuple(out.shape), tuple(x.shape)), out, x)
         if self.numel:
             self.launch(x, out, self.counts, self.numel, *self.args, **self.meta)
