@@ -273,7 +273,7 @@ class NonMaxSuppression(DataDependentOp):
 
 
 _SORT_AT_ONCE = 4096  # candidates up to which one sort of all of them is the fastest
-_PAIRWISE_AT_MOST = 1 << 20  # classes x candidates a class^2 up to which _greedy_pairwise runs
+_BLOCK = 16  # candidates of a class whose IoUs with each other are computed at once
 
 
 class Boxes(NamedTuple):
@@ -293,54 +293,47 @@ class Boxes(NamedTuple):
 def _greedy(cls: np.ndarray, box: np.ndarray, classes: int, coords: Boxes, limit: int,
             iou_thr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Greedy selection in every class at once, over the candidates (class, box) sorted by class,
-    each class's in selection order. Step k looks at each class's k-th candidate and keeps it unless
-    it overlaps a box that class already kept, until a class has `limit` boxes. A step is a few array
-    operations over the classes and their kept boxes, so the work is candidates looked at x boxes
-    kept, as in ONNX Runtime, and never the IoU of every pair of boxes (YOLOv8n: 80 classes of 8400
-    boxes; that [N, N] matrix took 3 s). Returns the (class, box) of every kept box, by class, each
-    class's in selection order."""
+    each class's in selection order: a candidate is kept unless it overlaps a box its class kept
+    before it, until the class has `limit` boxes. Candidates are looked at in blocks of _BLOCK a
+    class: the IoUs of a block's candidates with the boxes kept before it and with each other are
+    computed at once, then step k of the block keeps each class's k-th candidate unless it overlaps
+    one kept before it, a few operations over booleans. The work is candidates looked at x (boxes
+    kept + the block), as in ONNX Runtime, and never the IoU of every pair of boxes (YOLOv8n: 80
+    classes of 8400 boxes; that [N, N] matrix took 3 s). Returns the (class, box) of every kept box,
+    by class, each class's in selection order."""
     lengths = np.bincount(cls, minlength=classes)
     width = int(lengths.max(initial=0))
     cap = min(limit, width)
     index = np.zeros((classes, width), np.int64)
     index[cls, np.arange(len(cls)) - (np.cumsum(lengths) - lengths)[cls]] = box
-    if classes * width * width <= _PAIRWISE_AT_MOST:
-        return _greedy_pairwise(index, lengths, coords, cap, iou_thr)
     kept = np.zeros((classes, cap), np.int64)
     kept_boxes = Boxes(*(np.zeros((classes, cap), a.dtype) for a in coords))
     count = np.zeros(classes, np.int64)
-    for k in range(width if cap else 0):
-        rows = np.flatnonzero((lengths > k) & (count < cap))
+    for start in range(0, width if cap else 0, _BLOCK):
+        rows = np.flatnonzero((lengths > start) & (count < cap))
         if not len(rows):
             break
-        cols = int(count[rows].max())
-        looked = index[rows, k]
-        overlaps = _overlaps(coords.at(looked[:, None]), kept_boxes.at(np.s_[rows, :cols]), iou_thr)
-        overlaps &= np.arange(cols) < count[rows, None]  # only the boxes each class has kept
-        keep = rows[~overlaps.any(1)]
-        at, new = count[keep], index[keep, k]
-        kept[keep, at] = new
+        block = index[rows, start:start + _BLOCK]
+        looked = coords.at(block)  # [rows, block]
+        free = np.arange(start, start + block.shape[1]) < lengths[rows, None]
+        before = count[rows]
+        cols = int(before.max())
+        if cols:  # not overlapping a box kept in an earlier block
+            hits = _overlaps(looked.at(np.s_[:, :, None]), kept_boxes.at(np.s_[rows, None, :cols]), iou_thr)
+            free &= ~(hits & (np.arange(cols) < before[:, None, None])).any(2)
+        within = _overlaps(looked.at(np.s_[:, :, None]), looked.at(np.s_[:, None]), iou_thr)
+        keep = np.zeros(block.shape, bool)
+        total = before.copy()
+        for k in range(block.shape[1]):
+            keep[:, k] = free[:, k] & (total < cap) & ~(within[:, k, :k] & keep[:, :k]).any(1)
+            total += keep[:, k]
+        r, k = np.nonzero(keep)  # by row, each row's in block order
+        dest, at, new = rows[r], before[r] + np.cumsum(keep, 1)[r, k] - 1, block[r, k]
+        kept[dest, at] = new
         for dst, src in zip(kept_boxes, coords):
-            dst[keep, at] = src[new]
-        count[keep] += 1
+            dst[dest, at] = src[new]
+        count[rows] = total
     return np.repeat(np.arange(classes), count), kept[np.arange(cap) < count[:, None]]
-
-
-def _greedy_pairwise(index: np.ndarray, lengths: np.ndarray, coords: Boxes, cap: int,
-                     iou_thr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """_greedy for few candidates a class (a detector's usual case): the IoU of every pair of
-    candidates of a class, all classes at once, then step k keeps each class's k-th candidate unless
-    it overlaps one kept before it: a few operations a step instead of a few dozen."""
-    classes, width = index.shape
-    candidates = coords.at(index)  # [classes, width]: the candidates' boxes
-    overlaps = _overlaps(candidates.at(np.s_[:, :, None]), candidates.at(np.s_[:, None]), iou_thr)
-    candidate = np.arange(width) < lengths[:, None]
-    keep = np.zeros((classes, width), bool)
-    count = np.zeros(classes, np.int64)
-    for k in range(width):
-        keep[:, k] = candidate[:, k] & (count < cap) & ~(overlaps[:, k, :k] & keep[:, :k]).any(1)
-        count += keep[:, k]
-    return np.repeat(np.arange(classes), count), index[keep]
 
 
 def _overlaps(a: Boxes, b: Boxes, iou_thr: np.ndarray) -> np.ndarray:

@@ -166,17 +166,17 @@ def test_non_max_suppression_optional_inputs():
     assert shape.dims == (Dim(0, 36), Dim.fixed(3))
 
 
-@pytest.mark.parametrize("center_point_box, sort_at_once, pairwise", [
-    (0, 4096, 1 << 20), (1, 4096, 1 << 20), (1, 0, 0), (0, 0, 1 << 30)])
-def test_non_max_suppression_many_classes_and_overlaps(center_point_box, sort_at_once, pairwise, monkeypatch):
+@pytest.mark.parametrize("center_point_box, sort_at_once, block", [
+    (0, 4096, 64), (1, 4096, 64), (1, 0, 1), (0, 0, 5), (0, 4096, 1 << 30)])
+def test_non_max_suppression_many_classes_and_overlaps(center_point_box, sort_at_once, block, monkeypatch):
     """A detector's case: clusters of overlapping boxes, flipped and empty boxes, tied scores,
     classes with no box above the threshold, a per-class limit some classes reach. Each way of
     computing it: one sort of all candidates or class by class (sort_at_once 0, as when there are
-    many), the IoU of every pair of a class's candidates or step by step (pairwise 0)."""
+    many); candidates looked at one by one (block 1), in blocks, or all at once."""
     from fusegraph.ops import select
 
     monkeypatch.setattr(select, "_SORT_AT_ONCE", sort_at_once)
-    monkeypatch.setattr(select, "_PAIRWISE_AT_MOST", pairwise)
+    monkeypatch.setattr(select, "_BLOCK", block)
     r = np.random.default_rng(7)
     centres = np.repeat(r.random((2, 30, 2)) * 100, 8, axis=1) + r.normal(0, 2, (2, 240, 2))
     sizes = r.random((2, 240, 2)) * 20 + 1
