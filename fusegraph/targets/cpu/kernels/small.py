@@ -92,8 +92,15 @@ def small_conv(x_lens: Sequence[int], w: np.ndarray, bias: np.ndarray | None, op
     chain = numpy_chain(activations)
     padding = bool((idx == s_in).any())
     direct = not padding and taps == 1 and s_out == s_in and (idx[0] == np.arange(s_in)).all()  # 1x1, stride 1
+    unrolled = _unrolled(w, idx, s_in) if g == 1 and s_in * s_out <= taps else None
 
     def run(x: np.ndarray, out: np.ndarray, residuals: Sequence[np.ndarray]) -> np.ndarray:
+        if unrolled is not None:
+            np.matmul(x.reshape(n, c * s_in), unrolled, out=out.reshape(n, m * s_out))
+            if b is not None:
+                out.reshape(n, g, m // g, s_out)[...] += b
+            chain(out, residuals)
+            return out
         if direct:
             cols = x.reshape(n, g, cg, s_in)
         elif padding:
@@ -111,3 +118,19 @@ def small_conv(x_lens: Sequence[int], w: np.ndarray, bias: np.ndarray | None, op
         return out
 
     return run
+
+
+def _unrolled(w: np.ndarray, idx: np.ndarray, s_in: int) -> np.ndarray:
+    """The convolution with weights `w` [M, C, *kernel] (one group) and taps `idx` (see small_conv)
+    as one matrix [C * s_in, M * s_out] over the whole flattened input. Where input and output
+    positions are few (s_in * s_out <= taps: silero-vad's last encoder convs, 2 or 1 positions in,
+    1 out) it holds no more weights than im2col's product reads, and needs no gather: 11.5 -> 5.7 us
+    a call on the 2-core VM."""
+    m, c = w.shape[:2]
+    taps, s_out = idx.shape
+    full = np.zeros((c, s_in + 1, m, s_out), w.dtype)  # position s_in: padding, dropped below
+    wt = w.reshape(m, c, taps).transpose(1, 2, 0)  # [C, taps, M]
+    for t in range(taps):
+        for o in range(s_out):
+            full[:, idx[t, o], :, o] += wt[:, t]
+    return np.ascontiguousarray(full[:, :s_in].reshape(c * s_in, m * s_out))
