@@ -37,6 +37,20 @@ def test_identity_ops_removed():
     assert body(text) == ["@param[param_name='x'] : float32[2,3]", "relu(%0) : float32[2,3]", "@return(%1)"]
 
 
+def test_reductions_over_axes_of_length_one_removed():
+    _, text = apply("""
+        module main
+          %0 = @param[param_name='x'] : float32[2,1,3]
+          %1 = reduce_mean[axes=(1,)](%0) : float32[2,1,3]
+          %2 = reduce_max[axes=(1,)](%1) : float32[2,1,3]
+          %3 = reduce_sum[axes=(0, 1)](%2) : float32[1,1,3]
+          @return(%3)
+    """, eliminate_identity, eliminate_dead_code)
+    # the sum over an axis of length 2 stays
+    assert body(text) == ["@param[param_name='x'] : float32[2,1,3]", "reduce_sum[axes=(0, 1)](%0) : float32[1,1,3]",
+                          "@return(%1)"]
+
+
 def test_cse_merges_equal_instructions_and_small_literals():
     _, text = apply("""
         module main
