@@ -186,12 +186,14 @@ def _own_cublas_workspace(t):
     """A capture whose cuBLAS workspace lies in its graph's memory pool, as torch.compile's CUDA
     graphs do: cuBLAS keeps one workspace per stream for the life of the process, so the warm-up's
     (on its side stream: 33 MiB on the H200, a second copy beside the capture's) is dropped before
-    the capture, and the capture's after it, where its graph's pool keeps it."""
-    t._C._cuda_clearCublasWorkspaces()
+    the capture, and the capture's after it, where its graph's pool keeps it. (A torch without the
+    call captures as before: with the second workspace.)"""
+    clear = getattr(t._C, "_cuda_clearCublasWorkspaces", lambda: None)
+    clear()
     try:
         yield
     finally:
-        t._C._cuda_clearCublasWorkspaces()
+        clear()
 
 
 def is_device_tensor(v: Any) -> bool:
