@@ -95,23 +95,20 @@ def small_conv(x_lens: Sequence[int], w: np.ndarray, bias: np.ndarray | None, op
     unrolled = _unrolled(w, idx, s_in) if g == 1 and s_in * s_out <= taps else None
 
     def run(x: np.ndarray, out: np.ndarray, residuals: Sequence[np.ndarray]) -> np.ndarray:
+        y = out.reshape(n, g, m // g, s_out)
         if unrolled is not None:
             np.matmul(x.reshape(n, c * s_in), unrolled, out=out.reshape(n, m * s_out))
-            if b is not None:
-                out.reshape(n, g, m // g, s_out)[...] += b
-            chain(out, residuals)
-            return out
-        if direct:
-            cols = x.reshape(n, g, cg, s_in)
-        elif padding:
-            padded = np.empty((n, c, s_in + 1), w.dtype)
-            padded[:, :, s_in] = 0  # the column padding reads
-            padded[:, :, :s_in] = x.reshape(n, c, s_in)
-            cols = padded[:, :, idx].reshape(n, g, cg * taps, s_out)
         else:
-            cols = x.reshape(n, c, s_in)[:, :, idx].reshape(n, g, cg * taps, s_out)
-        y = out.reshape(n, g, m // g, s_out)
-        np.matmul(wg, cols, out=y)
+            if direct:
+                cols = x.reshape(n, g, cg, s_in)
+            elif padding:
+                padded = np.empty((n, c, s_in + 1), w.dtype)
+                padded[:, :, s_in] = 0  # the column padding reads
+                padded[:, :, :s_in] = x.reshape(n, c, s_in)
+                cols = padded[:, :, idx].reshape(n, g, cg * taps, s_out)
+            else:
+                cols = x.reshape(n, c, s_in)[:, :, idx].reshape(n, g, cg * taps, s_out)
+            np.matmul(wg, cols, out=y)
         if b is not None:
             y += b
         chain(out, residuals)
