@@ -68,7 +68,7 @@ def export_binaries(sources: Mapping[str, str], chosen: Iterable[Any] = ()) -> d
         if arch is None or not _HASH.fullmatch(compiled.hash) or len(files) != len(KEEP):
             continue
         try:
-            entry = {f"{PREFIX}{compiled.hash}/{name}": _read(path) for name, path in files.items()}
+            entry = {f"{PREFIX}{compiled.hash}/{name}": Path(path).read_bytes() for name, path in files.items()}
         except OSError:
             continue  # Triton's cache was cleaned since: this kernel compiles from its source at load
         archs.add(arch)
@@ -80,11 +80,6 @@ def export_binaries(sources: Mapping[str, str], chosen: Iterable[Any] = ()) -> d
         if signatures:
             out[LAUNCHERS] = json.dumps(sorted(list(s) for s in signatures)).encode()
     return out
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def _compiled_kernels(sources: Mapping[str, str]) -> Iterable[Any]:
@@ -148,8 +143,9 @@ def build_launchers(signatures: list[tuple[str, ...]]) -> None:
     """Build the launchers of these signatures into Triton's cache, in threads (the compiler runs
     outside the GIL). Alongside: Triton's hash of its own installation, which its cache lookups need
     (0.37 s of the same load), and, before Triton's CUDA driver is set up in this process, the
-    driver's utility extension (the set-up that builds it took 0.28 s of that load). Whatever fails to build here is built where Triton builds it
-    without this: at the driver's set-up, at a kernel's first launch."""
+    driver's utility extension (the set-up that builds it took 0.28 s of that load). Whatever fails
+    to build here is built where Triton builds it without this: at the driver's set-up, at a
+    kernel's first launch."""
     if not signatures:
         return
     try:  # private Triton API (Triton >= 3.4), used exactly as its CUDA launcher uses it
