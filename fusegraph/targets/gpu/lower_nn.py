@@ -265,7 +265,7 @@ class EpilogueGemm:
     tensors; later calls run the chosen one."""
 
     def __init__(self, ctx, step):
-        self.ctx, self.tuner, self.conv = ctx, ctx.tuner, step.kind == "conv_gemm_epilogue"
+        self.ctx, self.conv = ctx, step.kind == "conv_gemm_epilogue"
         d = step.data
         self.body, self.acc, self.roles, self.split = d["body"], d["acc"], d["roles"], d["split"]
         mm = step.members[-1]  # the matmul (members: reader [, reshape], matmul)
@@ -313,9 +313,9 @@ class EpilogueGemm:
                f"{self.body} {','.join(self.roles)} {layout}")
         launchers = {}
         candidates = [Candidate(LIBRARY, lambda: self._library(launchers))]
-        for cfg in self.tuner.configs(m, n, k, ro.element_size()):
+        for cfg in self.ctx.tuner.configs(m, n, k, ro.element_size()):
             candidates.append(Candidate(cfg.name(), lambda cfg=cfg: self._triton(cfg, launchers)))
-        name, self.run = self.tuner.choose(key, candidates, (out, a, w, *ops))
+        name, self.run = self.ctx.tuner.choose(key, candidates, (out, a, w, *ops))
         self.chosen = launchers[name]
         self.tuning[key] = {"name": name}
 
