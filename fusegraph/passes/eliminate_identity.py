@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ..ir.module import Instruction, Module
 from ..ir.shape import Shape
+from .manager import rewrite_each
 
 # reductions whose value over one element is that element (an L2 norm's would be its magnitude)
 _ONE_ELEMENT_IDENTITY = frozenset({"reduce_sum", "reduce_mean", "reduce_prod", "reduce_max", "reduce_min"})
@@ -33,10 +34,12 @@ def _is_noop(ins: Instruction) -> bool:
     return False
 
 
+def _drop(module: Module, ins: Instruction) -> bool:
+    if not _is_noop(ins):
+        return False
+    module.replace(ins, ins.inputs[0])
+    return True
+
+
 def eliminate_identity(module: Module) -> bool:
-    changed = False
-    for ins in module:
-        if _is_noop(ins) and ins.users:
-            module.replace(ins, ins.inputs[0])
-            changed = True
-    return changed
+    return rewrite_each(module, _drop)
