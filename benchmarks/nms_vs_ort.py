@@ -6,8 +6,8 @@ A YOLOv8 head's NMS: 8400 boxes (centre format, up to 60 px on a 640 image), 80 
 boxes per class, IoU 0.45, score threshold 0.25. Rows differ in how many (class, box) pairs pass the
 threshold: "detector" (scores ~ u^2000: ~500 pairs, a few a class, as a trained detector on a busy
 image), "sparse" (u^200: 0.7% of pairs, ~60 a class), "medium" (u^40: 3.4%) and "dense" (u^8: 16%),
-where every class fills its 100 boxes. Both sides get the
-same arrays, alternating, after warm-up; their selections are checked equal first. Medians in ms.
+where every class fills its 100 boxes. Both sides get the same arrays, alternating, after warm-up;
+their selections are checked equal first. Medians in ms.
 Writes benchmarks/results/nms_vs_ort-<host>.json.
 """
 

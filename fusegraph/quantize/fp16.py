@@ -6,8 +6,8 @@ for the ops that read them in half (clipped to the format's finite range, so -FL
 finite), float32 inputs are converted on entry and outputs converted back on exit: callers keep
 feeding and reading float32. Ops named in `keep_fp32` (by default the reductions, softmax and the
 layer-norm moments: everything that accumulates) read float32, their weights unrounded, and their
-results are converted back, so accumulation stays in float32 while the tensors between ops are half. Ops whose shape rule refuses
-half inputs are kept in float32 the same way. Run it before fusion: the converts then fuse into the
+results are converted back, so accumulation stays in float32 while the tensors between ops are
+half. Ops whose shape rule refuses half inputs are kept in float32 the same way. Run it before fusion: the converts then fuse into the
 neighbouring kernels (a layer norm stays one fused_reduce that accumulates in float32).
 
 An output's last pointwise op computes in float32 from its half inputs, so the result is not

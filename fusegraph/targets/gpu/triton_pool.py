@@ -6,7 +6,8 @@ Each program computes BLOCK outputs. The flat output index is split in the outpu
 uses; every operand is addressed through its own strides, so the kernel also writes straight into a
 concat's slice. Taps out of range are skipped (max) or count zero (average: divided by the
 reference's per-window counts). Integer max pooling runs in its own type. Window shape, strides,
-pads and dilations are baked into the source; sizes and strides are run-time arguments. Accumulation is in float32 (float64 for float64).
+pads and dilations are baked into the source; sizes and strides are run-time arguments.
+Accumulation is in float32 (float64 for float64).
 """
 
 from __future__ import annotations
