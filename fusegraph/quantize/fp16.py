@@ -7,8 +7,9 @@ finite), float32 inputs are converted on entry and outputs converted back on exi
 feeding and reading float32. Ops named in `keep_fp32` (by default the reductions, softmax and the
 layer-norm moments: everything that accumulates) read float32, their weights unrounded, and their
 results are converted back, so accumulation stays in float32 while the tensors between ops are
-half. Ops whose shape rule refuses half inputs are kept in float32 the same way. Run it before fusion: the converts then fuse into the
-neighbouring kernels (a layer norm stays one fused_reduce that accumulates in float32).
+half. Ops whose shape rule refuses half inputs are kept in float32 the same way. Run it before
+fusion: the converts then fuse into the neighbouring kernels (a layer norm stays one fused_reduce
+that accumulates in float32).
 
 An output's last pointwise op computes in float32 from its half inputs, so the result is not
 rounded to half on its way out. Invariant afterwards: no float32 value remains in the main module

@@ -146,8 +146,9 @@ def test_launchers_are_built_from_tritons_own_template(monkeypatch):
     signatures = [("*fp16", "*fp16", "i32", "constexpr"), ("*fp32", "i64")]
     monkeypatch.setattr(binaries, "_driver_started", lambda: False)
     binaries.build_launchers(signatures)
-    assert sorted(built) == sorted([("__triton_launcher", nvidia.make_launcher({}, dict(enumerate(s)), None))
-                                    for s in signatures] + [("cuda_utils", (Path(nvidia.dirname) / "driver.c").read_text())])
+    launchers = [("__triton_launcher", nvidia.make_launcher({}, dict(enumerate(s)), None)) for s in signatures]
+    utils = ("cuda_utils", (Path(nvidia.dirname) / "driver.c").read_text())
+    assert sorted(built) == sorted([*launchers, utils])
     built.clear()
     monkeypatch.setattr(binaries, "_driver_started", lambda: True)  # set up already: its extension is loaded
     binaries.build_launchers(signatures)
