@@ -56,9 +56,9 @@ class LowerContext:
 LOWERINGS: dict[str, Callable[[Instruction, LowerContext], Kernel]] = {}
 # FLOPs under which a kernel runs on one thread. With workers asleep between kernels (OMP_WAIT_POLICY
 # passive) waking them cost more than splitting saved up to ~30 MFLOP; now that they spin between
-# kernels (cpu/__init__.py) splitting pays from about 1 MFLOP: on the 2-core VM (benchmarks/cpu_vs_ort.py)
-# YOLOv8n 16.3 -> 10.9 ms, ResNet-50 31.5 -> 28.3 ms, MiniLM 14.7 -> 13.2 ms going from 30e6 to 1e6
-# (measured with GOMP_SPINCOUNT 20000).
+# kernels (cpu/__init__.py) splitting pays from about 1 MFLOP. On the 2-core VM with libgomp's
+# defaults (benchmarks/cpu_vs_ort.py, 30 runs, two runs of each), going from 30e6 to 1e6: YOLOv8n
+# (nudenet) 16.7-17.0 -> 13.3-14.7 ms, ResNet-50 34.3 -> 32.0-32.3 ms, MiniLM 15.4 -> 15.2-15.4 ms.
 SMALL_WORK = 1e6
 
 # Ops whose numpy reference is the right cpu kernel: numpy's own copies, gathers and views, and
