@@ -26,6 +26,14 @@ class ParseError(FusegraphError):
     """A node is valid ONNX in form but its attributes or inputs cannot be honoured."""
 
 
+class ValueDependentError(ParseError):
+    """A shape, a rank or a branch depends on values known only at run time, which a ranked IR cannot
+    hold (Squeeze without axes of a dynamic dim, an If whose branches give different ranks, a shape
+    operand computed from an input). Fixing the inputs those values come from while parsing
+    (`parse_onnx(..., map_input_values=...)`, as TensorRT fixes shape tensors) resolves it; the onnx
+    backend does that by itself."""
+
+
 class ShapeError(FusegraphError):
     """Shape or type inference failed for an op: names the op/node and the shapes involved."""
 
