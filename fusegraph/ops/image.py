@@ -38,15 +38,18 @@ def decode_image(data: bytes, pixel_format: str) -> np.ndarray | None:
     """The first frame of `data` as (H, W, C) uint8 in `pixel_format`, or None where it is not an image
     of one of FORMATS that Pillow can read (corrupt, truncated, another format, too many pixels)."""
     image_mod = pillow_image()
-    mode, _, reverse = PIXEL_FORMATS[pixel_format]
+    mode, channels, reverse = PIXEL_FORMATS[pixel_format]
     try:
         with image_mod.open(io.BytesIO(data), formats=FORMATS) as img:
+            if img.mode.startswith("I;16"):
+                # 16-bit grey keeps its high byte, as Pillow reads 16-bit colour (convert would clip)
+                img = image_mod.fromarray((np.asarray(img).astype(np.uint16) >> 8).astype(np.uint8))
             # convert, as ONNX's reference does for Grayscale (ITU-R 601-2 luma); for RGB it also
             # expands palettes and grey images and drops alpha, so C is always the spec's
             pixels = np.asarray(img.convert(mode), dtype=np.uint8)
     except (OSError, ValueError, SyntaxError, EOFError, image_mod.DecompressionBombError):
         return None
-    pixels = pixels.reshape(pixels.shape[0], pixels.shape[1], -1)
+    pixels = pixels.reshape(pixels.shape[0], pixels.shape[1], channels)
     return np.ascontiguousarray(pixels[:, :, ::-1]) if reverse else pixels
 
 

@@ -58,6 +58,8 @@ def test_channels_follow_pixel_format(target):
     np.testing.assert_array_equal(_decode(_encode(rgba, "PNG"), "BGR", target), rgba[:, :, 2::-1])
     np.testing.assert_array_equal(_decode(_encode(grey, "PNG"), "RGB", target), np.repeat(grey[:, :, None], 3, 2))
     np.testing.assert_array_equal(_decode(_encode(grey, "BMP"), "Grayscale", target), grey[:, :, None])
+    deep = rng.integers(0, 65536, (3, 4), dtype=np.uint16)  # 16-bit grey: its high byte, not clipped
+    np.testing.assert_array_equal(_decode(_encode(deep, "PNG"), "Grayscale", target), (deep >> 8)[:, :, None])
 
 
 @pytest.mark.parametrize("target", TARGETS)
