@@ -12,18 +12,29 @@ class ModelLoadError(FusegraphError):
 
 
 class UnsupportedOpError(FusegraphError):
-    """The model uses an operator (or an opset of one) that fusegraph cannot convert."""
+    """The model uses an operator (or an opset of one) that fusegraph cannot convert, or one that needs
+    an optional dependency this machine lacks (`reason` says which)."""
 
-    def __init__(self, op_type: str, domain: str = "", opset: int | None = None, node: str = ""):
-        self.op_type, self.domain, self.opset, self.node = op_type, domain, opset, node
+    def __init__(self, op_type: str, domain: str = "", opset: int | None = None, node: str = "",
+                 reason: str = ""):
+        self.op_type, self.domain, self.opset, self.node, self.reason = op_type, domain, opset, node, reason
         where = f" (node {node!r})" if node else ""
         dom = f"{domain}." if domain and domain != "ai.onnx" else ""
         ver = f" at opset {opset}" if opset is not None else ""
-        super().__init__(f"unsupported operator {dom}{op_type}{ver}{where}")
+        why = f": {reason}" if reason else ""
+        super().__init__(f"unsupported operator {dom}{op_type}{ver}{where}{why}")
 
 
 class ParseError(FusegraphError):
     """A node is valid ONNX in form but its attributes or inputs cannot be honoured."""
+
+
+class ValueDependentError(ParseError):
+    """A shape, a rank or a branch depends on values known only at run time, which a ranked IR cannot
+    hold (Squeeze without axes of a dynamic dim, an If whose branches give different ranks, a shape
+    operand computed from an input). Fixing the inputs those values come from while parsing
+    (`parse_onnx(..., map_input_values=...)`, as TensorRT fixes shape tensors) resolves it; the onnx
+    backend does that by itself."""
 
 
 class ShapeError(FusegraphError):

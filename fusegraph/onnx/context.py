@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import FusegraphError, ParseError, ShapeError
+from ..errors import FusegraphError, ParseError, ShapeError, ValueDependentError
 from ..ir.dtypes import DType
 from ..ir.module import Instruction, Module
 from ..ir.op import Op, OpKind, make_op
@@ -61,8 +61,8 @@ class Context:
         n = self.node
         return f"node {n.name!r} ({n.op_type}): " if n is not None else ""
 
-    def error(self, msg: str) -> ParseError:
-        return ParseError(f"{self._where()}{msg}")
+    def error(self, msg: str, kind: type[ParseError] = ParseError) -> ParseError:
+        return kind(f"{self._where()}{msg}")
 
     # -- constants --------------------------------------------------------------------------------
     def const(self, ins: Instruction | None) -> np.ndarray | None:
@@ -107,7 +107,8 @@ class Context:
     def require_const(self, ins: Instruction | None, what: str) -> np.ndarray:
         v = self.const(ins)
         if v is None:
-            raise self.error(f"{what} must be a constant (computed at run time is not supported)")
+            raise self.error(f"{what} must be a constant (computed at run time is not supported)",
+                             ValueDependentError)
         return v
 
     # -- helpers ----------------------------------------------------------------------------------

@@ -7,10 +7,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
-from ..errors import FusegraphError, ModelLoadError, ParseError, UnsupportedOpError
+from ..errors import FusegraphError, InputError, ModelLoadError, ParseError, UnsupportedOpError
 from ..ir.dtypes import DType
 from ..ir.module import Instruction, Module
 from ..ir.program import Program
@@ -49,8 +50,10 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
 class OnnxParser:
     def __init__(self, map_input_dims: Mapping[str, Sequence[int]] | None = None,
                  map_dyn_input_dims: Mapping[str, Sequence[DimSpec]] | None = None,
-                 default_dim_value: int | None = None, skip_unknown_operators: bool = False):
+                 default_dim_value: int | None = None, skip_unknown_operators: bool = False,
+                 map_input_values: Mapping[str, Any] | None = None):
         self.map_input_dims = dict(map_input_dims or {})
+        self.map_input_values = dict(map_input_values or {})
         self.map_dyn_input_dims = dict(map_dyn_input_dims or {})
         self.default_dim_value = 1 if default_dim_value is None else int(default_dim_value)
         self.skip_unknown_operators = skip_unknown_operators
@@ -75,6 +78,9 @@ class OnnxParser:
         for vi in graph.input:
             if vi.name in scope:
                 continue  # an initializer listed as an input (opset < 9 style): a constant
+            if vi.name in self.map_input_values:
+                scope[vi.name] = ctx.literal(self._fixed_value(vi))
+                continue
             scope[vi.name] = main.add_parameter(vi.name, self._input_shape(vi))
         self._parse_nodes(graph, ctx, [scope])
         outs = []
@@ -110,6 +116,21 @@ class OnnxParser:
         lens = [d.dim_value if d.HasField("dim_value") else self.default_dim_value
                 for d in tt.shape.dim]
         return Shape.of(dtype, lens)
+
+    def _fixed_value(self, vi: onnx.ValueInfoProto) -> np.ndarray:
+        """The value map_input_values fixes for input `vi`, checked against its declared type."""
+        value = np.asarray(self.map_input_values[vi.name])
+        declared = self._input_shape(vi)
+        if not isinstance(declared, Shape) or value.dtype != declared.dtype.np:
+            raise InputError(f"map_input_values[{vi.name!r}] is {value.dtype}{list(value.shape)}; "
+                             f"the input is {declared}")
+        dims = vi.type.tensor_type.shape.dim
+        if vi.type.tensor_type.HasField("shape") and (
+                len(dims) != value.ndim
+                or any(d.HasField("dim_value") and d.dim_value != n for d, n in zip(dims, value.shape))):
+            raise InputError(f"map_input_values[{vi.name!r}] has shape {list(value.shape)}; the input is "
+                             f"declared {[d.dim_value if d.HasField('dim_value') else '?' for d in dims]}")
+        return value
 
     # -- graphs -----------------------------------------------------------------------------------
     def _parse_nodes(self, graph: onnx.GraphProto, ctx: Context, scopes: list[dict[str, Instruction]]) -> None:
@@ -236,8 +257,6 @@ def _dim(d: DimSpec) -> Dim:
 
 
 def _sparse_to_dense(sparse: onnx.SparseTensorProto):
-    import numpy as np
-
     vals = tensor_to_array(sparse.values)
     idx = tensor_to_array(sparse.indices)
     dense = np.zeros(tuple(sparse.dims), dtype=vals.dtype)
@@ -252,16 +271,21 @@ def parse_onnx(model: str | os.PathLike | bytes | onnx.ModelProto, *,
                map_input_dims: Mapping[str, Sequence[int]] | None = None,
                map_dyn_input_dims: Mapping[str, Sequence[DimSpec]] | None = None,
                default_dim_value: int | None = None,
-               skip_unknown_operators: bool = False) -> Program:
+               skip_unknown_operators: bool = False,
+               map_input_values: Mapping[str, Any] | None = None) -> Program:
     """Parse an ONNX model (path, bytes or ModelProto) into a Program.
 
     Inputs with symbolic or unknown dimensions take `default_dim_value` (1) unless
     `map_input_dims` fixes their whole shape or `map_dyn_input_dims` gives dynamic ranges.
+    `map_input_values` fixes the values of inputs (arrays of their declared type), as TensorRT fixes
+    shape tensors: each becomes a constant, so shapes, ranks and branches that depend on it are
+    resolved while parsing (see ValueDependentError), and the program no longer takes that input.
     """
     proto = load_model(model)
-    parser = OnnxParser(map_input_dims, map_dyn_input_dims, default_dim_value, skip_unknown_operators)
-    unknown = set(map_input_dims or {}) | set(map_dyn_input_dims or {})
+    parser = OnnxParser(map_input_dims, map_dyn_input_dims, default_dim_value, skip_unknown_operators,
+                        map_input_values)
+    unknown = set(map_input_dims or {}) | set(map_dyn_input_dims or {}) | set(map_input_values or {})
     names = {i.name for i in proto.graph.input}
     if unknown - names:
-        raise ParseError(f"map_input_dims names unknown input(s) {sorted(unknown - names)}; inputs are {sorted(names)}")
+        raise ParseError(f"map_input_dims/values name unknown input(s) {sorted(unknown - names)}; inputs are {sorted(names)}")
     return parser.parse(proto)

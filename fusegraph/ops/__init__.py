@@ -7,6 +7,7 @@ from . import (  # noqa: F401
     fused,
     gemm,
     grid_sample,
+    image,
     indexing,
     layout,
     misc,

@@ -140,6 +140,25 @@ def test_maxpool_indices_and_unpool():
         check_vs_ort(make_model([pool, unpool], {"x": inp}, ["y"], inits, opset=11), {"x": inp})
 
 
+def test_maxunpool_with_output_shape_follows_ort_not_onnx_reference():
+    # ONNX's node case test_maxunpool_export_with_output_shape: indices 5, 7, 13, 15 unpooled to 5x5.
+    # ONNX Runtime 1.32 (and PyTorch's max_unpool2d) read them as flat positions in output_shape, the
+    # shape of the MaxPool input they came from; ONNX's reference, which wrote the case's expected
+    # output, reads them in the inferred 4x4 and pads that into the corner. Users meet ORT's reading,
+    # so fusegraph gives it and the case stays an xfail in tests/onnx/exclusions.txt.
+    from onnx.reference import ReferenceEvaluator
+
+    feeds = {"x": np.array([[[[5, 6], [7, 8]]]], np.float32), "i": np.array([[[[5, 7], [13, 15]]]], np.int64),
+             "shape": np.array([1, 1, 5, 5], np.int64)}
+    unpool = helper.make_node("MaxUnpool", ["x", "i", "shape"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    for inits in (None, {"shape": feeds["shape"]}):  # output_shape at run time, and as a constant
+        ins = {k: v for k, v in feeds.items() if not inits or k not in inits}
+        model = make_model([unpool], ins, ["y"], inits, opset=11)
+        (got,) = check_vs_ort(model, ins)
+        assert got[0, 0, 1, 0] == 5 and got[0, 0, 3, 0] == 8  # index 15 is row 3 of a 5-wide output
+    assert not np.array_equal(ReferenceEvaluator(model).run(None, ins)[0], got)
+
+
 def test_pool_1d_3d_uint8_and_global():
     node_check("MaxPool", {"x": rng.integers(0, 255, (1, 2, 6, 5), dtype=np.uint8)}, {"kernel_shape": [2, 2]})
     node_check("AveragePool", {"x": randn(1, 2, 9)}, {"kernel_shape": [3], "strides": [2], "pads": [1, 1]})

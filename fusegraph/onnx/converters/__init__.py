@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     conv,
     elementwise,
     gemm,
+    image,
     indexing,
     loss,
     misc,

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ...errors import FusegraphError, ParseError, ShapeError
+from ...errors import FusegraphError, ParseError, ShapeError, ValueDependentError
 from ...ir.dtypes import DType
 from ...ir.module import Instruction, Module
 from ...ir.op import make_op
@@ -108,6 +108,10 @@ def if_(ctx, node, args):
             then = _trap_branch(ctx, node, "then", then_err, other)  # type: ignore[arg-type]
         else:
             other = _trap_branch(ctx, node, "else", other_err, then)  # type: ignore[arg-type]
+    for k, (a, b) in enumerate(zip(then.outputs, other.outputs)):
+        if isinstance(a.shape, Shape) and isinstance(b.shape, Shape) and a.shape.ndim != b.shape.ndim:
+            raise ctx.error(f"result {k} is {a.shape} from one branch and {b.shape} from the other: its "
+                            "rank depends on the condition, known only at run time", ValueDependentError)
     out = ctx.add("if", ctx.convert(cond, DType.bool), module_args=[then, other])
     return ctx.tuple_elems(out, len(node.outputs))
 

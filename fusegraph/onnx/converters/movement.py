@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ...errors import ValueDependentError
 from ...ir.dtypes import DType
 from ...ir.module import Instruction
 from ...ops.layout import PAD_MODES
@@ -123,7 +124,8 @@ def squeeze(ctx, node, args):
         return ctx.add("squeeze_dynamic", x, int64_vector(ctx, axes_in))
     if axes is None:
         if any(not d.is_fixed and d.min <= 1 for d in dims):
-            raise ctx.error(f"without axes, which dims of {x.shape} are 1 is known only at run time")
+            raise ctx.error(f"without axes, which dims of {x.shape} are 1 is known only at run time",
+                            ValueDependentError)
         axes = [i for i, d in enumerate(dims) if d.is_fixed and d.min == 1]
     axes = sorted(axes_of(ctx, axes, len(dims)))
     bad = [a for a in axes if not (dims[a].is_fixed and dims[a].min == 1)]
