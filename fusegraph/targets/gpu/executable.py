@@ -50,6 +50,8 @@ class GpuExecutable(DeviceDoor, Executable):
         self._inputs = {p.op.param_name: (slots[p.uid].t, p.shape.dtype) for p in main.parameters}
         self._outputs = [(slots[o.uid], o.shape.dtype) for o in main.outputs]
         self._lock = threading.Lock()
+        self._slots = slots
+        self.step_uids: list[int | None] = [None] * len(steps)  # set by the build: each step's instruction
         self._fp32_exact = fp32_exact
         self.graph = None
         self.graph_mode = graph_mode and device.type == "cuda"
@@ -106,6 +108,21 @@ class GpuExecutable(DeviceDoor, Executable):
             if not self._warm:
                 self.warm_up()
             self._launch()
+            return [to_host(slot.t, dt) for slot, dt in self._outputs]
+
+    def execute_observed(self, inputs: dict[str, Any], observer: Any) -> list[np.ndarray]:
+        """`execute` step by step, never as the graph: each step's device time from CUDA events, and
+        its launch (host) time on a lane of its own (profile.gpu)."""
+        from .profile import observe_steps
+
+        with self._lock:
+            for name, value in inputs.items():
+                buf, dt = self._inputs[name]
+                _copy_in(buf, value, dt)
+            if not self._warm:
+                self.warm_up()
+            with self._precision():
+                observe_steps(self.device, self.steps, self.step_uids, self._slots, observer)
             return [to_host(slot.t, dt) for slot, dt in self._outputs]
 
     def run_device(self, inputs: Mapping[str, Any] | None = None, stream: Any = None,
