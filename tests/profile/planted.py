@@ -7,7 +7,6 @@ import pytest
 
 from fusegraph.ir.op import make_op
 
-
 BROKEN: list = []  # the ONNX nodes of the instruction break_one_add rewrote (the answer to find)
 
 
@@ -49,3 +48,16 @@ def wrong_kernel(monkeypatch):
 
     monkeypatch.setitem(lowering.LOWERINGS, "pooling", bad)
     monkeypatch.setitem(lowering.LOWERINGS, "pooling_channels_last", bad)
+
+
+@pytest.fixture
+def compile_error(monkeypatch):
+    """The cpu target cannot lower a product with an epilogue (as if its kernel were missing)."""
+    from fusegraph.errors import CompileError
+    from fusegraph.targets.cpu import lowering
+
+    def missing(ins, ctx):
+        raise CompileError(f"cpu target: no kernel for {ins.op.name} (planted)")
+
+    monkeypatch.setitem(lowering.LOWERINGS, "dot_epilogue", missing)
+    monkeypatch.setitem(lowering.LOWERINGS, "dot", missing)
