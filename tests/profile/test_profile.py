@@ -97,3 +97,18 @@ def test_perf_profile_and_trace_cli(tmp_path, capsys):
     assert any(e.get("cat") == "kernel" for e in events)
     data = json.loads(js.read_text())
     assert data["runs"] == 2 and data["steps"] and data["by_onnx_op"]
+
+
+def test_trace_command_writes_compile_phases_and_runs(tmp_path, capsys):
+    import onnx
+
+    model = tmp_path / "small.onnx"
+    onnx.save(small_cnn(), model)
+    out = tmp_path / "trace.json"
+    assert cli.main(["trace", str(model), "--target", "ref", "-o", str(out), "-n", "2"]) == 0
+    events = [e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X"]
+    phases = [e["name"] for e in events if e["cat"] == "compile"]
+    assert phases[0] == "parse" and phases[-1] == "lower" and "pass eliminate_dead_code" in phases
+    assert sum(e["cat"] == "run" for e in events) == 2
+    compile_end = max(e["ts"] + e["dur"] for e in events if e["cat"] == "compile")
+    assert all(e["ts"] >= compile_end - 1e-3 for e in events if e["cat"] == "run")  # runs follow the compile
