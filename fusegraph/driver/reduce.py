@@ -6,7 +6,9 @@ keeps a candidate only when it still fails the same way (`Failure.kind`):
 1. the tail: the shortest prefix whose frontier tensors (made there, read nowhere after within it)
    as outputs still fail;
 2. the head: the latest start from which that prefix, its earlier tensors made graph inputs, fails;
-3. the outputs: one output alone, when one suffices, and only the nodes it needs.
+3. the outputs: halved while one half fails alone; then the head again, for those outputs.
+Nodes that compute constants (Constant, a weight's shape) are never cut into inputs: converters need
+many of them constant. They come along where the kept nodes read them.
 A candidate's new inputs take the dtype and shape those tensors had in the reference's run of the
 whole model; like `verify`, each candidate runs on generated inputs, so the reduced file fails
 `fusegraph verify small.onnx` as it stands, ready for a bug report or a regression test.
@@ -51,10 +53,18 @@ class Extractor:
         self.inits = {t.name: t for t in model.graph.initializer}
         self.inputs = {i.name: i for i in model.graph.input}
         self.outputs = {o.name: o for o in model.graph.output}
+        # nodes computing constants (Constant, shapes of weights, ...): a cut never makes their tensors
+        # inputs, since converters need many of them constant (a Reshape's shape): they come along
+        known = set(self.inits)
+        self.constant: set[int] = set()
+        for k, n in enumerate(self.nodes):
+            if all(x in known for x in _referenced(n)) and n.op_type not in _RANDOM:
+                self.constant.add(k)
+                known.update(n.output)
 
     def frontier(self, start: int, end: int) -> list[str]:
         """Tensors nodes[start:end] make that none of them reads, and the model's outputs among those made."""
-        made = [o for n in self.nodes[start:end] for o in n.output if o]
+        made = [o for k, n in enumerate(self.nodes[start:end], start) if k not in self.constant for o in n.output if o]
         read = {x for n in self.nodes[start:end] for x in _referenced(n)}
         return [t for t in made if t not in read or t in self.outputs]
 
@@ -62,8 +72,9 @@ class Extractor:
         """nodes[start:end] that `outputs` need, as a model: what they read from earlier nodes
         becomes graph inputs."""
         needed, keep = set(outputs), []
-        for n in reversed(self.nodes[start:end]):
-            if any(o in needed for o in n.output):
+        for k in reversed(range(end)):
+            n = self.nodes[k]
+            if (k >= start or k in self.constant) and any(o in needed for o in n.output):
                 keep.append(n)
                 needed |= set(_referenced(n))
         keep.reverse()
@@ -80,6 +91,9 @@ class Extractor:
     def _info(self, name: str) -> onnx.ValueInfoProto:
         v = self.values[name]
         return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+
+
+_RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"})
 
 
 def _first(lo: int, hi: int, ok: Callable[[int], bool]) -> int:
@@ -114,12 +128,18 @@ def reduce_model(model: onnx.ModelProto, values: dict[str, np.ndarray],
             log(f"nodes {start}..{end - 1}, {len(outputs)} output(s): {'fails' if tried[key] else 'passes'}")
         return tried[key]
 
+    def head(end: int, outputs: list[str]) -> int:
+        return end - _first(1, end, lambda k: k == end or still(end - k, end, outputs))
+
     end = _first(1, n, lambda e: e == n or still(0, e, ex.frontier(0, e)))
     outputs = ex.frontier(0, end) if end < n else [o.name for o in model.graph.output]
-    start = end - _first(1, end, lambda k: k == end or still(end - k, end, outputs))
-    for o in outputs:  # one output alone, when one fails the same way
-        if len(outputs) > 1 and still(start, end, [o]):
-            outputs = [o]
+    start = head(end, outputs)
+    while len(outputs) > 1:  # halve the outputs while one half fails the same way alone
+        half = len(outputs) // 2
+        kept = next((part for part in (outputs[:half], outputs[half:]) if still(start, end, part)), None)
+        if kept is None:
             break
+        outputs = kept
+    start = head(end, outputs)  # fewer outputs may need fewer nodes before them
     reduced = ex.build(start, end, outputs)
     return reduced, fails(reduced) or original

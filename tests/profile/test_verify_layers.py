@@ -61,4 +61,6 @@ def test_bisect_names_a_wrong_kernel(model, capsys, wrong_kernel):  # noqa: F811
     lines = out.splitlines()
     k = next(i for i, line in enumerate(lines) if line.startswith("first wrong kernel"))
     assert "pooling" in lines[k + 1] and "pool (GlobalAveragePool)" in lines[k + 2]
+    k = next(i for i, line in enumerate(lines) if line.startswith("first instruction departing"))
+    assert "pool (GlobalAveragePool); tensor p" in lines[k + 2]  # seen through the view the plan made once
     assert "no single pass" in out  # no pass is at fault: every trial still fails

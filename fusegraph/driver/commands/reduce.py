@@ -32,9 +32,22 @@ class _Check:
     run it on generated inputs and compare with the reference."""
 
     def __init__(self, args: argparse.Namespace, target: str, reference: str):
+        from ..inputs import parse_dim_specs
+
         self.args, self.target, self.reference = args, target, reference
         self.options = compile_options(args)
+        self.dims = parse_dim_specs(args.input_dim)
         self.tries = 0
+
+    def parse(self, model: onnx.ModelProto) -> Any:
+        """`model` parsed with the shapes --input-dim / --batch / --default-dim give its inputs."""
+        from ... import parse_onnx
+        from ..inputs import graph_inputs, resolve_input_dims
+
+        names = {vi.name for vi in graph_inputs(model)}
+        dims = resolve_input_dims(model, input_dims={k: v for k, v in self.dims.items() if k in names}, files={},
+                                  samples=None, batch=self.args.batch, default_dim=self.args.default_dim)
+        return parse_onnx(model, map_input_dims=dims, default_dim_value=self.args.default_dim)
 
     def feeds(self, program: Any) -> dict[str, np.ndarray]:
         from ..inputs import build_inputs
@@ -43,15 +56,13 @@ class _Check:
                             seed=self.args.seed)
 
     def expected(self, model: onnx.ModelProto, feeds: dict) -> list:
-        from ... import parse_onnx
         from ...targets import CompileOptions
         from .. import ort
         from ..models import ModelSource
 
         if self.reference == "ort":
             return ort.OrtSession(ModelSource("candidate", model)).run(feeds)
-        return parse_onnx(model, default_dim_value=self.args.default_dim).compile(
-            "ref", CompileOptions(optimize=False)).run(feeds)
+        return self.parse(model).compile("ref", CompileOptions(optimize=False)).run(feeds)
 
     def __call__(self, model: onnx.ModelProto):
         from ...errors import FusegraphError
@@ -60,10 +71,8 @@ class _Check:
         from .verify import compare_outputs
 
         self.tries += 1
-        from ... import parse_onnx
-
         try:
-            program = parse_onnx(model, default_dim_value=self.args.default_dim)
+            program = self.parse(model)
             feeds = self.feeds(program)
         except FusegraphError as e:
             return Failure(type(e).__name__, str(e))
@@ -98,9 +107,7 @@ def run(args: argparse.Namespace) -> int:
     model = source.proto
     with status("running the reference on every tensor"):
         marked, _ = mark_all(model)
-        from ... import parse_onnx
-
-        feeds = check.feeds(parse_onnx(model, default_dim_value=args.default_dim))
+        feeds = check.feeds(check.parse(model))
         names = [o.name for o in marked.graph.output]
         values = dict(zip(names, check.expected(marked, feeds)))
     with status(f"reducing {args.model} ({len(model.graph.node)} nodes)"):
@@ -112,5 +119,7 @@ def run(args: argparse.Namespace) -> int:
          f"({check.tries} candidates compiled on {target}, against {reference})",
          f"nodes: {kept}{more}",
          f"still fails: {failure.kind}" + (f" ({' '.join(failure.detail.split())[:200]})" if failure.detail else ""))
-    note(f"check it: fusegraph verify {args.output} --target {target}")
+    kept_inputs = {i.name for i in reduced.graph.input}
+    shapes = " ".join(f"--input-dim {d}" for d in args.input_dim if d.split("=")[0] in kept_inputs)
+    note(f"check it: fusegraph verify {args.output} --target {target} {shapes}".rstrip())
     return 0
