@@ -44,7 +44,7 @@ def compile_phases(loaded: Any, manager: Any) -> list[tuple[str, int, int]]:
 
 
 def run(args: argparse.Namespace, loaded: Any, feeds: dict, manager: Any, target: str) -> None:
-    from ...profile import by_kernel, by_onnx_op, step_rows, write_chrome_trace
+    from ...profile import write_chrome_trace
     from ...profile.summary import as_dict
     from ..report import show, status
 
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace, loaded: Any, feeds: dict, manager: Any, target
         prof = loaded.program.executable.profile(feeds, runs=runs, warmup=min(args.warmup, 1))
     prof.meta["phases"] = compile_phases(loaded, manager)
     if args.profile:
-        show(*profile_tables(prof, f"{args.model} on {target}", by_onnx_op, by_kernel, step_rows))
+        show(*profile_tables(prof, f"{args.model} on {target}"))
     if args.trace is not None:
         write_chrome_trace(prof, args.trace, args.model)
         show(f"trace: {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
@@ -61,7 +61,9 @@ def run(args: argparse.Namespace, loaded: Any, feeds: dict, manager: Any, target
         args.profile_json.write_text(json.dumps({"model": args.model, **as_dict(prof)}, indent=2) + "\n")
 
 
-def profile_tables(prof: Any, title: str, by_onnx_op, by_kernel, step_rows) -> list[Any]:
+def profile_tables(prof: Any, title: str) -> list[Any]:
+    """The roll-ups by ONNX op type and by kernel, the slowest steps (and on gpu their launches)."""
+    from ...profile import by_kernel, by_onnx_op, step_rows
     from ..report import num, table
 
     def pct(x: float) -> str:
