@@ -95,6 +95,7 @@ class Loaded:
     target: str | None = None
     parse_s: float = 0.0
     compile_s: float = 0.0
+    start_ns: int = 0  # time.perf_counter_ns() when parsing began (a trace's compile phases)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[Any]:
         """The program's outputs for `feeds`, with a status line while it runs."""
@@ -110,14 +111,13 @@ class Loaded:
                             fill=fill, seed=seed)
 
 
-def load(args: argparse.Namespace, *, target: str | None = None, options: Any = None) -> Loaded:
-    """Resolve MODEL, parse it with the shapes the options ask for, and compile it for `target`."""
-    from ..onnx import parse_onnx
-    from .inputs import load_input_files, parse_dim_specs, resolve_input_dims
+def load(args: argparse.Namespace, *, target: str | None = None, options: Any = None, manager: Any = None) -> Loaded:
+    """Resolve MODEL, parse it with the shapes the options ask for, and compile it for `target`
+    (`manager`, a PassManager, records the passes)."""
+    from .inputs import load_input_files
     from .models import resolve_model
     from .report import status
 
-    dims = parse_dim_specs(args.input_dim)
     files = load_input_files(getattr(args, "input", []))
     with status(f"loading {args.model}"):
         t0 = time.perf_counter()
@@ -125,21 +125,34 @@ def load(args: argparse.Namespace, *, target: str | None = None, options: Any = 
         load_s = time.perf_counter() - t0
     if source.compiled is not None:
         return _load_compiled(args, source, files, target, load_s)
+    return load_source(args, source, files, target=target, options=options, manager=manager)
+
+
+def load_source(args: argparse.Namespace, source: Any, files: dict[str, np.ndarray], *, target: str | None = None,
+                options: Any = None, manager: Any = None) -> Loaded:
+    """`load` of an ONNX ModelSource resolved already (verify --per-layer: the model with every tensor
+    marked as an output)."""
+    from ..onnx import parse_onnx
+    from .inputs import parse_dim_specs, resolve_input_dims
+    from .report import status
+
+    dims = parse_dim_specs(args.input_dim)
     samples = source.sample_inputs(args.batch or 1, args.seed)
     map_dims = resolve_input_dims(source.proto, input_dims=dims, files=files, samples=samples,
                                   batch=args.batch, default_dim=args.default_dim)
     with status(f"parsing {args.model}"):
         t0 = time.perf_counter()
+        start_ns = time.perf_counter_ns()
         program = parse_onnx(source.proto, map_input_dims=map_dims, default_dim_value=args.default_dim)
         parse_s = time.perf_counter() - t0
-    loaded = Loaded(source, program, files, samples, parse_s=parse_s)
+    loaded = Loaded(source, program, files, samples, parse_s=parse_s, start_ns=start_ns)
     if target is not None:
         from ..targets import get_target
 
         tgt = get_target(target)
         with status(f"compiling for {target}"):
             t0 = time.perf_counter()
-            program.compile(tgt, options)
+            program.compile(tgt, options, manager)
             loaded.compile_s = time.perf_counter() - t0
         loaded.target = target
     return loaded

@@ -16,13 +16,15 @@ import numpy as np
 from ..errors import FusegraphError, IRError, ShapeError
 from .builtin import GetTupleElem, Literal, Param, Return
 from .op import Op, OpKind
+from .provenance import OnnxNode, inherit
 from .shape import AnyShape
 
 _ids = itertools.count()
 
 
 class Instruction:
-    __slots__ = ("op", "inputs", "shape", "module_args", "users", "module", "uid")
+    # origin: the ONNX nodes it computes; tensor: the ONNX tensor it equals (ir/provenance.py)
+    __slots__ = ("op", "inputs", "shape", "module_args", "users", "module", "uid", "origin", "tensor")
 
     def __init__(self, op: Op, inputs: Sequence[Instruction], shape: AnyShape,
                  module_args: Sequence[Module] = ()):
@@ -33,6 +35,8 @@ class Instruction:
         self.users: list[Instruction] = []
         self.module: Module | None = None
         self.uid = next(_ids)  # creation order; stable tie-breaker for passes
+        self.origin: tuple[OnnxNode, ...] = ()
+        self.tensor: str | None = None
 
     @property
     def name(self) -> str:
@@ -135,6 +139,7 @@ class Module:
         """Make every user of `old` use `new` instead (old stays until dead-code elimination)."""
         if old is new:
             return
+        inherit(old, new)
         users = list(old.users)
         for u in users:
             u.inputs = [new if i is old else i for i in u.inputs]

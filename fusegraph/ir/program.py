@@ -102,16 +102,16 @@ class Program:
         return self.to_text(full=False)
 
     # -- compile and run --------------------------------------------------------------------------
-    def compile(self, target: Any, options: Any = None) -> Program:
+    def compile(self, target: Any, options: Any = None, manager: Any = None) -> Program:
         """Optimize this program for `target` (a target's name, or a target from `fusegraph.get_target`)
-        in place; build its executable."""
+        in place; build its executable. `manager` (a PassManager) collects per-pass records."""
         if isinstance(target, str):
             from ..targets import get_target
 
             target = get_target(target)
         if not hasattr(target, "compile"):
             raise CompileError(f"not a target: {target!r} (use fusegraph.get_target(name))")
-        self.executable = target.compile(self, options)
+        self.executable = target.compile(self, options, manager) if manager is not None else target.compile(self, options)
         self.target_name = target.name
         return self
 

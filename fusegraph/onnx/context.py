@@ -11,6 +11,7 @@ from ..errors import FusegraphError, ParseError, ShapeError, ValueDependentError
 from ..ir.dtypes import DType
 from ..ir.module import Instruction, Module
 from ..ir.op import Op, OpKind, make_op
+from ..ir.provenance import OnnxNode
 from ..ir.shape import Shape
 
 if TYPE_CHECKING:
@@ -42,9 +43,12 @@ class Context:
             if not isinstance(x, Instruction):
                 raise ParseError(f"{self._where()}input {i} of {op.name} is missing")
         try:
-            return self.module.add(op, *inputs, module_args=module_args)
+            ins = self.module.add(op, *inputs, module_args=module_args)
         except ShapeError as e:
             raise ShapeError(f"{self._where()}{e}") from None
+        if self.node is not None:  # provenance: the node this instruction computes (ir/provenance.py)
+            ins.origin = (OnnxNode(self.node.name, self.node.op_type),)
+        return ins
 
     def literal(self, value: Any, dtype: DType | None = None) -> Instruction:
         arr = np.asarray(value) if dtype is None else np.asarray(value, dtype=dtype.np)

@@ -153,6 +153,8 @@ class OnnxParser:
             for out_name, ins in zip(node.outputs, results):
                 if out_name:
                     scope[out_name] = ins
+                    if ins.tensor is None and ins.origin:  # not an input passed through (Identity)
+                        ins.tensor = out_name
         ctx.node = None
 
     def _convert(self, ctx: Context, node: Node, args: list[Instruction | None]) -> list[Instruction]:

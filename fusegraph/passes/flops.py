@@ -59,7 +59,8 @@ BY_NAME: dict[str, Callable[[Instruction], int]] = {
 def instruction_flops(ins: Instruction) -> int:
     if not isinstance(ins.shape, Shape) or ins.shape.is_dynamic:
         return 0
-    rule = BY_NAME.get(ins.op.name)
+    # a target's fused op counts as the op it extends (conv_epilogue: a convolution)
+    rule = next((BY_NAME[c.name] for c in type(ins.op).__mro__ if getattr(c, "name", None) in BY_NAME), None)
     if rule is not None:
         return int(rule(ins))
     if ins.op.kind is OpKind.POINTWISE:

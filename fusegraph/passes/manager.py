@@ -48,6 +48,7 @@ class PassRecord:
     seconds: float
     changed: bool
     stats: Any = None  # ProgramStats after the pass, when collected
+    start_ns: int = 0  # time.perf_counter_ns() when it began (the compile phases of a trace)
 
 
 class PassManager:
@@ -81,6 +82,7 @@ class PassManager:
         name = pass_name(p)
         if name in self.disabled:
             return False
+        start_ns = time.perf_counter_ns()
         t0 = time.perf_counter()
         changed = False
         for mod in program.modules_in_order():
@@ -95,7 +97,7 @@ class PassManager:
             from .stats import program_stats
 
             stats = program_stats(program)
-        self.records.append(PassRecord(name, seconds, changed, stats))
+        self.records.append(PassRecord(name, seconds, changed, stats, start_ns))
         if self.trace:
             print(f"[fusegraph] pass {name:<32} {seconds * 1e3:8.2f} ms  {'changed' if changed else '-'}"
                   f"  {len(program.main)} instructions")

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CompileError
+from ..errors import CompileError, TargetError
 from ..ir.program import Program
 from ..ir.shape import AnyShape
 from ..runtime.validate import check_inputs
@@ -62,6 +62,44 @@ class Executable:
 
     def execute(self, inputs: dict[str, Any]) -> list[np.ndarray]:
         raise NotImplementedError
+
+    # -- seeing inside: per-step times and values (fusegraph/profile) ---------------------------------
+    def execute_observed(self, inputs: dict[str, Any], observer: Any) -> list[Any]:
+        """`execute`, telling `observer` (a profile.Recorder) each kernel step's uid, start and end
+        times and value. A separate loop from `execute`'s: profiling off costs the hot loop nothing."""
+        raise TargetError(f"target {getattr(self.program, 'target_name', '?')!r} cannot report per-step times")
+
+    def recorder(self, capture: bool = False) -> Any:
+        """A Recorder over this program's instructions (a Capture, keeping every step's value, when
+        `capture`)."""
+        from ..passes.flops import instruction_flops
+        from ..profile import Capture, Recorder
+
+        instructions = {i.uid: i for m in self.program.modules.values() for i in m.instructions}
+        cls = Capture if capture else Recorder
+        return cls(getattr(self.program, "target_name", "") or "", instructions, instruction_flops)
+
+    def profile(self, inputs: Mapping[str, Any], runs: int = 10, warmup: int = 1) -> Any:
+        """`warmup` plain runs, then `runs` runs with every kernel step timed: a profile.Profile."""
+        checked = check_inputs(self.input_specs, inputs)
+        self._run_pending_checks()
+        for _ in range(warmup):
+            self.execute(checked)
+        rec = self.recorder()
+        for _ in range(runs):
+            rec.begin_run()
+            self.execute_observed(checked, rec)
+            rec.end_run()
+        return rec.profile()
+
+    def capture(self, inputs: Mapping[str, Any]) -> dict[int, Any]:
+        """One run keeping every kernel step's value, by uid (verify --bisect compares them)."""
+        checked = check_inputs(self.input_specs, inputs)
+        self._run_pending_checks()
+        rec = self.recorder(capture=True)
+        rec.begin_run()
+        self.execute_observed(checked, rec)
+        return rec.values
 
 
 class Target:

@@ -26,6 +26,7 @@ from ..common import (
     positive_int,
 )
 from ..timing import measure, ratio, summary
+from . import perf_profile
 
 HELP = "measure compile time, latency and throughput (--compare ort: against ONNX Runtime)"
 
@@ -44,6 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="let ONNX Runtime's idle workers spin (its default; off: they would hold a core through "
                         "fusegraph's runs)")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the results as JSON")
+    perf_profile.add_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,7 +55,15 @@ def run(args: argparse.Namespace) -> int:
 
     target = args.target or default_target()
     threads = args.threads or usable_cores()
-    loaded = load(args, target=target, options=compile_options(args, threads=threads))
+    manager = None
+    if perf_profile.wanted(args):  # the trace shows each pass: records with their start times
+        from ...passes.manager import PassManager
+
+        manager = PassManager()
+    options = compile_options(args, threads=threads)
+    if manager is not None:
+        manager.disabled |= set(options.disabled_passes)
+    loaded = load(args, target=target, options=options, manager=manager)
     target = loaded.target or target  # a compiled .fgx file runs on the target it was compiled for
     feeds = loaded.inputs(args.fill, args.seed)
     program = loaded.program
@@ -89,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
     if "onnxruntime" in results:
         show("compile: fusegraph parse + compile; ONNX Runtime session creation.",
              "ratio = fusegraph / ONNX Runtime: below 1 fusegraph is faster (for throughput: above 1).")
+    if perf_profile.wanted(args):
+        perf_profile.run(args, loaded, feeds, manager, target)
     if args.json is not None:
         meta = {"model": args.model, "target": target, "threads": threads, "batch": batch,
                 "iterations": args.iterations, "warmup": args.warmup}

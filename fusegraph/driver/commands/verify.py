@@ -27,6 +27,7 @@ from ..common import (
     load,
     load_on_target,
 )
+from . import verify_layers
 
 HELP = "compare a target's outputs with ONNX Runtime's (or the ref target's); exit 1 on mismatch"
 DEFAULT_ATOL = 1e-4
@@ -54,6 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rtol", type=_tolerance, default=DEFAULT_RTOL, help=f"relative tolerance (default {DEFAULT_RTOL})")
     p.add_argument("--fp16-tol", type=_tolerance, default=DEFAULT_FP16_TOL,
                    help=f"with --fp16: largest relative L2 error of an output (default {DEFAULT_FP16_TOL})")
+    verify_layers.add_arguments(p)
 
 
 @dataclasses.dataclass
@@ -116,6 +118,10 @@ def run(args: argparse.Namespace) -> int:
     from .. import ort
     from ..report import fmt, note, show, status, table
 
+    if args.per_layer:
+        return verify_layers.run_per_layer(args)
+    if args.bisect:
+        return verify_layers.run_bisect(args)
     loaded = load_on_target(args, compile_options(args))  # --fp16: against the float32 reference
     target = loaded.target
     feeds = loaded.inputs(args.fill, args.seed)

@@ -107,6 +107,19 @@ class ModuleSteps:
                 del env[dead]
         return [env[u] for u in self.outputs]
 
+    def run_observed(self, env: dict[int, Any], rows: Sequence[tuple], observer: Any) -> list[Any]:
+        """`run` with each step timed and reported to `observer` (a profile.Recorder); `run` itself
+        stays as it is, so profiling off costs the hot loop nothing."""
+        clock = observer.clock
+        for fn, args, uid, frees, needs_env, out in rows:
+            values = [env[a] for a in args]
+            t0 = clock()
+            env[uid] = fn(values, out, env) if needs_env else fn(values, out)
+            observer.step(uid, t0, clock(), env[uid])
+            for dead in frees:
+                del env[dead]
+        return [env[u] for u in self.outputs]
+
     def run_body(self, params: Mapping[str, Any] | Sequence[Any], outer: Mapping[int, Any]) -> list[Any]:
         """Run as a control-flow body: parameters by name or position, enclosing values from `outer`."""
         rows, static = self.thread_plan()
@@ -150,12 +163,23 @@ class CpuExecutable(Executable):
 
     def execute(self, inputs: dict[str, Any]) -> list[np.ndarray]:
         rows, static = self.main.thread_plan()
+        return self._results(self.main.run(self._env(inputs, static), rows))
+
+    def execute_observed(self, inputs: dict[str, Any], observer: Any) -> list[np.ndarray]:
+        rows, static = self.main.thread_plan()
+        return self._results(self.main.run_observed(self._env(inputs, static), rows, observer))
+
+    def _env(self, inputs: dict[str, Any], static: dict[int, Any]) -> dict[int, Any]:
         env: dict[int, Any] = dict(self.main.constants)
         env.update(static)
         for uid, name in self.main.params:
             env[uid] = inputs[name]
+        return env
+
+    @staticmethod
+    def _results(values: list[Any]) -> list[np.ndarray]:
         results = []
-        for r in self.main.run(env, rows):
+        for r in values:
             # outputs are never planned into the arena, but may be views of inputs or weights
             results.append(r if isinstance(r, np.ndarray) and r.flags.owndata and r.flags.c_contiguous else _copy(r))
         return results

@@ -111,9 +111,10 @@ class GpuTarget(Target):
         slots, activations, weights = allocate(plan, main, device)
         activations.zero_()  # inputs start as zeros: the warm-up run reads valid indices
         outputs = {plan.owner[o.uid] for o in main.outputs if o.uid in plan.owner}
-        steps = build_steps(plan, ctx, slots, outputs)
+        steps, step_uids = build_steps(plan, ctx, slots, outputs)
         exe = GpuExecutable(program, options, device, steps, slots, (activations, weights),
                             self.graph_mode, {}, fp32_exact=True)
+        exe.step_uids = step_uids
         exe.plan = plan
         exe.literal_tensors = {i.uid: slots[i.uid].t for i in main.instructions if i.is_literal}
         exe.warm_up()  # GEMM epilogues are autotuned here, at their first run

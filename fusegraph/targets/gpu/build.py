@@ -152,9 +152,10 @@ def _check_tensor_type(ins: Instruction) -> None:
 
 
 def build_steps(plan: Plan, ctx: BuildContext, slots: dict[int, Slot],
-                outputs: set[int]) -> list[Callable[[], None]]:
+                outputs: set[int]) -> tuple[list[Callable[[], None]], list[int | None]]:
     """The closures to run in order: one per step (none for views fixed at build time), each
-    transient released right after the last step that reads it (program outputs are kept)."""
+    transient released right after the last step that reads it (program outputs are kept); and
+    beside each, the uid of the instruction it computes (None for a release), for profiles."""
     releases: dict[int, list[Slot]] = {}
     per_step: list[list[Callable[[], None]]] = []
     for k, step in enumerate(plan.steps):
@@ -181,10 +182,14 @@ def build_steps(plan: Plan, ctx: BuildContext, slots: dict[int, Slot],
         if owner not in outputs:
             releases.setdefault(max(plan.last_use.get(owner, k), k), []).append(slot)
     steps: list[Callable[[], None]] = []
+    uids: list[int | None] = []
     for k, runs in enumerate(per_step):
         steps.extend(runs)
-        steps.extend(_release(s) for s in releases.get(k, ()))
-    return steps
+        uids.extend([plan.steps[k].ins.uid] * len(runs))
+        done = releases.get(k, ())
+        steps.extend(_release(s) for s in done)
+        uids.extend([None] * len(done))
+    return steps, uids
 
 
 def _fixed(plan: Plan, x: Instruction) -> bool:

@@ -50,6 +50,8 @@ class GpuExecutable(DeviceDoor, Executable):
         self._inputs = {p.op.param_name: (slots[p.uid].t, p.shape.dtype) for p in main.parameters}
         self._outputs = [(slots[o.uid], o.shape.dtype) for o in main.outputs]
         self._lock = threading.Lock()
+        self._slots = slots
+        self.step_uids: list[int | None] = [None] * len(steps)  # set by the build: each step's instruction
         self._fp32_exact = fp32_exact
         self.graph = None
         self.graph_mode = graph_mode and device.type == "cuda"
@@ -99,14 +101,41 @@ class GpuExecutable(DeviceDoor, Executable):
 
     def execute(self, inputs: dict[str, Any]) -> list[np.ndarray]:
         """numpy in (already checked by `run`), numpy out."""
+        return self._host_run(inputs, self._launch)
+
+    def execute_observed(self, inputs: dict[str, Any], observer: Any) -> list[np.ndarray]:
+        """`execute` step by step, never as the graph: each step's device time from CUDA events, and
+        its launch (host) time on a lane of its own (gpu/profile.py)."""
+        from .profile import observe_steps
+
+        captured: dict[int, Any] = {}
+
+        def launch() -> None:
+            # steps that make their own tensors set them anew: the graph's replays read the captured ones
+            captured.update({uid: slot.t for uid, slot in self._slots.items()})
+            with self._precision():
+                observe_steps(self.device, self.steps, self.step_uids, self._slots, observer)
+
+        def restore() -> None:
+            if self.graph is not None:
+                for uid, t in captured.items():
+                    self._slots[uid].t = t
+
+        return self._host_run(inputs, launch, restore)
+
+    def _host_run(self, inputs: dict[str, Any], launch: Callable[[], None],
+                  after: Callable[[], None] | None = None) -> list[np.ndarray]:
         with self._lock:
             for name, value in inputs.items():
                 buf, dt = self._inputs[name]
                 _copy_in(buf, value, dt)
             if not self._warm:
                 self.warm_up()
-            self._launch()
-            return [to_host(slot.t, dt) for slot, dt in self._outputs]
+            launch()
+            outputs = [to_host(slot.t, dt) for slot, dt in self._outputs]
+            if after is not None:
+                after()
+            return outputs
 
     def run_device(self, inputs: Mapping[str, Any] | None = None, stream: Any = None,
                    copy_outputs: bool = False) -> list[Any]:

@@ -11,6 +11,9 @@ class RefExecutable(Executable):
     def execute(self, inputs):
         return run_module(self.program.main, inputs)
 
+    def execute_observed(self, inputs, observer):
+        return run_module(self.program.main, inputs, observer=observer)
+
 
 class RefTarget(Target):
     name = "ref"

@@ -32,9 +32,10 @@ def last_uses(module: Module) -> dict[int, list[int]]:
 
 
 def run_module(module: Module, params: Mapping[str, Any] | Sequence[Any],
-               outer: Mapping[int, Any] | None = None) -> list[Any]:
+               outer: Mapping[int, Any] | None = None, observer: Any = None) -> list[Any]:
     """Evaluate `module`. `params` maps parameter names (or positions) to values; `outer` holds the
-    values of enclosing modules that a submodule may use."""
+    values of enclosing modules that a submodule may use; `observer` (a profile.Recorder) is told
+    each instruction's times and value."""
     env: dict[int, Any] = dict(outer) if outer else {}
     frees = last_uses(module)
     keep = {i.uid for i in module.outputs}
@@ -57,7 +58,12 @@ def run_module(module: Module, params: Mapping[str, Any] | Sequence[Any],
             env[ins.uid] = op.value
             continue
         args = [env[i.uid] for i in ins.inputs]
-        env[ins.uid] = evaluate(ins, args, env)
+        if observer is None:
+            env[ins.uid] = evaluate(ins, args, env)
+        else:
+            t0 = observer.clock()
+            env[ins.uid] = evaluate(ins, args, env)
+            observer.step(ins.uid, t0, observer.clock(), env[ins.uid])
         for uid in frees.get(pos, ()):
             if uid not in keep:
                 env.pop(uid, None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ....ir import provenance
 from ....ir.dtypes import DType
 from ....ir.module import Instruction, Module
 from ....ops.movement import Reshape, Slice
@@ -44,6 +45,7 @@ def _merge(module: Module, group: list[Instruction]) -> None:
     extra = [module.add_literal(np.concatenate([_bias(i) for i in group]))] if has_bias else []
     op = DotEpilogue(has_bias=has_bias, activations=_key(first)[1])
     merged = module.insert(first, op, a, module.add_literal(weights), *extra)
+    merged.origin = provenance.merged(*(i.origin for i in group))  # one product computes every node
     offset, last = 0, merged.shape.ndim - 1
     for ins in group:
         n = ins.inputs[1].shape.lens[1]

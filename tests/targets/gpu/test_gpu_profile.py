@@ -1,0 +1,35 @@
+"""Per-step profiles and captures of the gpu target (CUDA events on a GPU, host times through
+Triton's interpreter elsewhere): every step named by its ONNX nodes, the outputs those of a plain run."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import fusegraph
+from fusegraph.profile import by_onnx_op, chrome_trace
+from tests.profile.models import feeds, small_cnn
+
+
+def test_profile_names_steps_and_keeps_outputs(gpu_target):
+    p = fusegraph.parse_onnx(small_cnn())
+    p.compile(gpu_target)
+    expected = p.run(feeds())
+    prof = p.executable.profile(feeds(), runs=3)
+    assert len(prof.runs) == 3
+    named = {n.name for info in prof.steps for n in info.origin}
+    assert {"conv", "pool", "fc"} <= named
+    assert all(min(ts) >= 0 for ts in prof.step_times().values())
+    assert any("Conv" in r.key for r in by_onnx_op(prof))
+    if p.executable.device.type == "cuda":  # device times from events, launches on a host lane
+        assert prof.lanes["host"] and len(prof.lanes["host"]) == 3
+        lanes = {e["tid"] for e in chrome_trace(prof)["traceEvents"] if e["ph"] == "X"}
+        assert len(lanes) == 2
+    np.testing.assert_allclose(p.run(feeds())[0], expected[0], rtol=0, atol=0)  # the graph still replays
+
+
+def test_capture_keeps_every_step_value(gpu_target):
+    p = fusegraph.parse_onnx(small_cnn())
+    p.compile(gpu_target)
+    values = p.executable.capture(feeds())
+    out = p.main.outputs[0]
+    np.testing.assert_allclose(np.asarray(values[out.uid]), p.run(feeds())[0], rtol=1e-6, atol=1e-6)
