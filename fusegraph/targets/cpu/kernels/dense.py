@@ -5,6 +5,7 @@ convolutions in numpy (small.py); numpy's matmul for the dtypes oneDNN lacks."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -91,7 +92,7 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
 
     def make(standard: bool, post: bool):
         src = Operand(ins.inputs[0].shape, channels_last, standard=standard)
-        prim = cls(src.desc(), w, bias, dst_layout=dst.desc(), post_ops=eltwise_post_ops(activations if post else ()), **kw)
+        prim = cls(src.desc(), w, bias, dst_layout=dst.desc(), post_ops=Chain(activations, post).post_ops, **kw)
         if "ref:" in prim.impl:  # e.g. "conv:any+ref:any": a deconvolution over a reference convolution
             raise CompileError(f"oneDNN has only its reference kernel ({prim.impl}) for {ins.op}")
         return src, prim
@@ -110,14 +111,13 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
         break
     if prim is None:  # numpy's im2col + BLAS where oneDNN has only its reference kernel
         return _small(ins, w, bias, activations) if conv and not channels_last else reference_kernel(ins, ctx)
-    after = numpy_chain(activations) if not post and activations else None  # compiled once, in place
+    chain = Chain(activations, post)  # the steps the primitive leaves, compiled once, in place
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
 
     def run(args, out):
-        out = _destination(out, lens, dtype, args[-1] if n_res else None)
+        out, residuals = chain.destination(out, lens, dtype, args)
         prim(src.view(args[0]), out=dst.view(out))
-        if after is not None:
-            after(out, ())
+        chain.finish(out, residuals)
         return out
 
     return run
@@ -134,26 +134,50 @@ def _small(ins: Instruction, w: np.ndarray, bias: np.ndarray | None, activations
     return run
 
 
-# epilogue activation -> the oneDNN eltwise post-op (onednn.postops.ELTWISE_KINDS) and whether it
-# takes the step's alpha/beta (the others keep oneDNN's defaults, which are ONNX's)
-_ELTWISE = {"relu": ("relu", False), "leaky_relu": ("leaky_relu", True), "clip": ("clip", True),
-            "sigmoid": ("sigmoid", False), "tanh": ("tanh", False), "silu": ("silu", False),
-            "hard_sigmoid": ("hardsigmoid", True), "hard_swish": ("hardswish", False),
-            "gelu_erf": ("gelu_erf", False), "linear": ("linear", True)}
+# epilogue activation -> the oneDNN eltwise post-ops (onednn.postops.ELTWISE_KINDS) computing it as
+# the reference does, NaN and +-inf included, as (kind, alpha, beta), None for the kind's defaults
+# (ONNX's). relu is elu with alpha 0 (x > 0 ? x : 0 * (exp(x) - 1), which keeps a NaN), then abs
+# (0 * negative is -0): oneDNN's own relu with alpha 0, its clip and its hardsigmoid are vmaxps/vminps,
+# which return the bound for a NaN. Activations not here, from the first one on, run in numpy after.
+_RELU = [("elu", 0.0, None), ("abs", None, None)]
+_ELTWISE: dict[str, Callable[[float, float], list[tuple[str, float | None, float | None]]]] = {
+    "relu": lambda a, b: _RELU,
+    "leaky_relu": lambda a, b: [("leaky_relu", a, b)] if a else _RELU,  # oneDNN's slope 0 is its relu
+    "sigmoid": lambda a, b: [("sigmoid", None, None)], "tanh": lambda a, b: [("tanh", None, None)],
+    "silu": lambda a, b: [("silu", None, None)], "hard_swish": lambda a, b: [("hardswish", None, None)],
+    "gelu_erf": lambda a, b: [("gelu_erf", None, None)], "linear": lambda a, b: [("linear", a, b)],
+}
 
 
-def eltwise_post_ops(activations) -> list:
-    """An epilogue's chain as oneDNN post-ops; its residual step is a Sum onto `out`'s contents."""
-    from .. import onednn
+class Chain:
+    """An epilogue's steps split where oneDNN stops computing them exactly: `head` as the primitive's
+    post-ops (its residual step a Sum onto the destination's contents), the rest applied after the
+    product by `after(y, residuals)`, in place; `residual_first`: the residual is in the head, so the
+    destination must hold it before the primitive runs."""
 
-    out = []
-    for name, alpha, beta in activations:
-        if name == RESIDUAL:
-            out.append(onednn.Sum())
-            continue
-        kind, takes = _ELTWISE[name]
-        out.append(onednn.Eltwise(kind, alpha, beta) if takes else onednn.Eltwise(kind))
-    return out
+    def __init__(self, activations, post: bool = True):
+        from .. import onednn
+
+        cut = next((i for i, (name, _, _) in enumerate(activations)
+                    if name != RESIDUAL and name not in _ELTWISE), len(activations)) if post else 0
+        head, tail = activations[:cut], activations[cut:]
+        self.post_ops = [onednn.Sum() if name == RESIDUAL else onednn.Eltwise(*step)
+                         for name, a, b in head for step in ([None] if name == RESIDUAL else _ELTWISE[name](a, b))]
+        self.residual_first = any(name == RESIDUAL for name, _, _ in head)
+        self.residual_after = any(name == RESIDUAL for name, _, _ in tail)
+        self.after = numpy_chain(tail) if tail else None
+
+    def destination(self, out: np.ndarray | None, lens, dtype, args) -> tuple[np.ndarray, tuple]:
+        """The buffer the primitive writes (see `_destination`) and the residuals `after` adds."""
+        if not self.residual_after:
+            return _destination(out, lens, dtype, args[-1] if self.residual_first else None), ()
+        out = _destination(out, lens, dtype, None)
+        res = args[-1]
+        return out, (res.copy() if np.shares_memory(res, out) else res,)  # the primitive overwrites out
+
+    def finish(self, out: np.ndarray, residuals: tuple) -> None:
+        if self.after is not None:
+            self.after(out, residuals)
 
 
 @lowering("pooling", "pooling_channels_last")
@@ -175,8 +199,14 @@ def pooling(ins: Instruction, ctx: LowerContext) -> Kernel:
                           count_include_pad=op.count_include_pad, dst_layout=dst.desc(),
                           threads=ctx.threads_for(ins.shape.elements * math.prod(kernel)))
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
+    # oneDNN's max pooling skips a NaN (its max is vmaxps), where the reference's max is NaN. A NaN
+    # in the input makes its sum NaN (so does +inf beside -inf): one vectorized read, and only then
+    # the reference kernel. Average pooling sums, so it keeps NaN itself.
+    exact = reference_kernel(ins, ctx) if op.mode == "max" else None
 
     def run(args, out):
+        if exact is not None and np.isnan(np.add.reduce(args[0], axis=None)):
+            return exact(args, out)
         if out is None:
             out = np.empty(lens, dtype)
         prim(src.view(args[0]), out=dst.view(out))
@@ -234,14 +264,15 @@ def dot_epilogue(ins: Instruction, ctx: LowerContext) -> Kernel:
     if not _f32(ins) or w is None or ins.shape.is_dynamic or op.n_residual > 1:
         return reference_kernel(ins, ctx)  # oneDNN sums one residual in place
     bias = ctx.const(ins.inputs[2]) if op.has_bias else None
-    post = eltwise_post_ops(op.activations)
-    prim, av, _ = _matmul(ins, ctx, w, bias=bias, post_ops=post)
-    lens, dtype, n_res = ins.shape.lens, ins.shape.dtype.np, op.n_residual
+    chain = Chain(op.activations)
+    prim, av, _ = _matmul(ins, ctx, w, bias=bias, post_ops=chain.post_ops)
+    lens, dtype = ins.shape.lens, ins.shape.dtype.np
     product = prim.out_shape  # a @ b's lens; the output is its reshape (`out_lens`), same bytes
 
     def run(args, out):
-        out = _destination(out, lens, dtype, args[-1] if n_res else None)
+        out, residuals = chain.destination(out, lens, dtype, args)
         prim(av.view(args[0]), out=out.reshape(product))
+        chain.finish(out, residuals)
         return out
 
     return run
