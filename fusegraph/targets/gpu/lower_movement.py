@@ -133,7 +133,7 @@ def gather(ctx, step):
     n = step.inputs[0].shape.lens[axis]
 
     def run(out, data, idx):
-        picked = data.index_select(axis, wrap_indices(t, idx, n).reshape(-1))
+        picked = data.index_select(axis, wrap_indices(t, idx, n, step.ins.op).reshape(-1))
         out.copy_(picked.reshape(out.shape))
     return run
 
@@ -145,7 +145,7 @@ def gather_elements(ctx, step):
     n = step.inputs[0].shape.lens[axis]
 
     def run(out, data, idx):
-        t.gather(data, axis, wrap_indices(t, idx, n), out=out)
+        t.gather(data, axis, wrap_indices(t, idx, n, step.ins.op), out=out)
     return run
 
 
