@@ -31,7 +31,8 @@ def work_dtype(dt: np.dtype) -> np.dtype:
 
 
 def saturate(y: np.ndarray, dt: np.dtype) -> np.ndarray:
-    """Cast interpolated values back: integers rounded (half to even), every type clipped to range."""
+    """Cast interpolated values back: integers rounded (half to even), every type clipped to range
+    (an infinite float excepted)."""
     if dt.kind in "iu":
         info = np.iinfo(dt)
         return np.clip(np.round(y), info.min, info.max).astype(dt)
@@ -40,7 +41,9 @@ def saturate(y: np.ndarray, dt: np.dtype) -> np.ndarray:
     import ml_dtypes
 
     info = ml_dtypes.finfo(dt)
-    return np.clip(y, float(info.min), float(info.max)).astype(dt)
+    # finite values past the type's range saturate (cubic overshoot); an infinity stays one
+    clipped = np.clip(y, float(info.min), float(info.max))
+    return np.where(np.isinf(y), y, clipped).astype(dt)
 
 
 def cubic_weights(t: np.ndarray, a: float) -> np.ndarray:
