@@ -50,6 +50,15 @@ def test_a_fused_reduction_keeps_a_nan(op, cols, gpu_target):
     assert_same_nonfinite(run_gpu(model, {"x": x}, gpu_target)[0], run_fusegraph(model, {"x": x}, "ref")[0])
 
 
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_resize_sums_the_references_taps(mode, gpu_target):
+    # an interpolation matrix would multiply every far tap's inf by 0: NaN across the whole axis
+    x = np.array([1, np.inf, np.inf, 2, -np.inf, 3, np.nan, 4], F).reshape(1, 1, 1, 8)
+    model = make_model([n("Resize", ["x", "", "s"], ["y"], mode=mode)], {"x": x}, ["y"],
+                       {"s": np.array([1, 1, 1, 2], F)})
+    assert_same_nonfinite(run_gpu(model, {"x": x}, gpu_target)[0], run_fusegraph(model, {"x": x}, "ref")[0])
+
+
 @pytest.mark.gpu
 def test_a_1x1_convolution_with_bias_and_relu_keeps_a_nan(gpu_target):
     # the conv_gemm pattern: cuBLASLt's bias + ReLU epilogue on channels-last rows
