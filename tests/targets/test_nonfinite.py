@@ -157,6 +157,33 @@ def test_cpu_gives_the_references_nan_and_inf(name):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_one_compiled_program_takes_finite_and_nan_inputs_in_turn():
+    # the cpu kernels pick oneDNN's own relu/clip for a finite input and the exact form otherwise
+    import fusegraph
+
+    nodes = conv_then(("Relu", [], {}), ("MaxPool", [], {"kernel_shape": [2, 2], "strides": [2, 2]}))
+    finite_x = np.random.default_rng(10).standard_normal(X4.shape).astype(F)
+    model = make_model(nodes, {"x": X4}, ["y"], {"w": W})
+    p = fusegraph.parse_onnx(model)
+    p.compile(fusegraph.get_target("cpu"))
+    for x in (finite_x, X4, finite_x, X4):
+        got, want = p.run({"x": x})[0], run_fusegraph(model, {"x": x}, "ref")[0]
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bad", [NAN, INF])
+def test_a_non_finite_weight_reaches_the_output(bad):
+    w = W.copy()
+    w[2, 1, 1, 1] = bad
+    x = np.random.default_rng(11).standard_normal(X4.shape).astype(F)
+    model = make_model(conv_then(("Relu", [], {})), {"x": x}, ["y"], {"w": w})
+    got, want = run_fusegraph(model, {"x": x}, "cpu")[0], run_fusegraph(model, {"x": x}, "ref")[0]
+    assert np.isnan(want).any() or np.isinf(want).any()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_max_pool_window_with_a_nan_anywhere_is_nan():
     # the reference's rule ONNX Runtime applies by position: [nan, 1] and [1, nan] alike
     x = np.array([[NAN, 1, 1, NAN], [2, 3, 4, 5]], F).reshape(1, 1, 2, 4)

@@ -242,7 +242,7 @@ class _Emitter:
         nan = op in ("max", "min") and self.rb.acc_type.is_float
         keep = ", propagate_nan=tl.PropagateNan.ALL" if nan else ""
         combine = {"sum": "{a} + {b}", "mean": "{a} + {b}", "prod": "{a} * {b}",
-                   "max": "tl.maximum({a}, {b}%s)" % keep, "min": "tl.minimum({a}, {b}%s)" % keep}[op]
+                   "max": "tl.maximum({a}, {b}" + keep + ")", "min": "tl.minimum({a}, {b}" + keep + ")"}[op]
         final = {"sum": "tl.sum({x}, axis=1)", "mean": "tl.sum({x}, axis=1)", "max": "tl.max({x}, axis=1)",
                  "min": "tl.min({x}, axis=1)", "prod": "tl.reduce({x}, 1, _prod)"}[op]
         self.count += 1
