@@ -49,6 +49,11 @@ class InputError(FusegraphError):
     """A run was given a missing, unknown, wrong-shape or wrong-dtype input."""
 
 
+class ExecutionError(FusegraphError):
+    """A run failed on the values it was given: an index out of range, an op's reference failing on
+    actual data; names the op or instruction and the input."""
+
+
 class CompileError(FusegraphError):
     """A program could not be compiled for a target (e.g. an op with no lowering)."""
 

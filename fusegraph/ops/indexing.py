@@ -1,8 +1,8 @@
 """Indexing ops: gathers and scatters in their ONNX flavours, one-hot, sequence reversal, cache writes.
 
 Index tensors are run-time inputs. Negative indices count from the end of their axis and are wrapped
-here (the frontend can only do it for constants); an index still out of range after wrapping is an
-error, as in ONNX (numpy raises IndexError, which the target reports naming the instruction).
+here (the frontend can only do it for constants); an index outside [-n, n) is an ExecutionError naming
+the op and the input (numpy would wrap -n-1 to the last position, or raise a bare IndexError).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ExecutionError, ShapeError
 from ..ir.dtypes import DType
 from ..ir.op import Op, OpKind, register_op
 from ..ir.shape import Dim, Shape
@@ -41,6 +41,35 @@ def wrap(indices: np.ndarray, n: int | np.ndarray) -> np.ndarray:
     """Indices as int64 with negative ones counted from the end (`n` broadcasts against them)."""
     idx = np.asarray(indices).astype(np.int64, copy=False)
     return np.where(idx < 0, idx + n, idx)
+
+
+def check_range(op: Op, indices: np.ndarray, n: int | Sequence[int], what: str = "indices",
+                low: int | None = None) -> None:
+    """ExecutionError naming `op` and its input `what` unless every index is in [low, n), low being
+    -n by default (ONNX's negative indices). `n` is one extent, or one per position of the last axis
+    (GatherND's tuples). One vectorized min and max."""
+    idx = np.asarray(indices)
+    if idx.size == 0:
+        return
+    per_axis = np.ndim(n) > 0
+    axes = tuple(range(idx.ndim - 1)) if per_axis else None
+    ext = np.asarray(n, np.int64)
+    floor = -ext if low is None else np.full_like(ext, low)
+    mins, maxs = idx.min(axis=axes), idx.max(axis=axes)
+    bad = np.reshape((mins < floor) | (maxs >= ext), -1)
+    if not bad.any():
+        return
+    k = int(np.argmax(bad))
+    e, lo, mn, mx = (int(np.reshape(a, -1)[k]) for a in (ext, floor, mins, maxs))
+    where = f" at position {k} of its last axis" if per_axis else ""
+    raise ExecutionError(f"{op}: input {what!r} holds {mn if mn < lo else mx}{where}, outside [{lo}, {e - 1}] "
+                         f"for an axis of length {e}")
+
+
+def checked(op: Op, indices: np.ndarray, n: int | Sequence[int]) -> np.ndarray:
+    """`wrap(indices, n)` once `check_range` has passed them."""
+    check_range(op, indices, n)
+    return wrap(indices, np.asarray(n) if np.ndim(n) else n)
 
 
 def _element_index(idx: np.ndarray, axis: int) -> tuple[np.ndarray, ...]:
@@ -73,7 +102,7 @@ class Gather(IndexingOp):
 
     def compute(self, args):
         data, idx = args
-        return np.take(data, wrap(idx, data.shape[self.axis]), axis=self.axis)
+        return np.take(data, checked(self, idx, data.shape[self.axis]), axis=self.axis)
 
 
 @register_op
@@ -93,7 +122,7 @@ class GatherElements(IndexingOp):
 
     def compute(self, args):
         data, idx = args
-        return data[_element_index(wrap(idx, data.shape[self.axis]), self.axis)]
+        return data[_element_index(checked(self, idx, data.shape[self.axis]), self.axis)]
 
 
 @register_op
@@ -120,7 +149,7 @@ class GatherND(IndexingOp):
         b, m = self.batch_dims, idx.shape[-1]
         n_batch = int(np.prod(data.shape[:b], dtype=np.int64))
         flat_data = data.reshape((n_batch,) + data.shape[b:])
-        flat_idx = wrap(idx.reshape(n_batch, -1, m), np.array(data.shape[b:b + m]))
+        flat_idx = checked(self, idx.reshape(n_batch, -1, m), data.shape[b:b + m])
         picked = flat_data[(np.arange(n_batch)[:, None],) + tuple(np.moveaxis(flat_idx, -1, 0))]
         return picked.reshape(idx.shape[:-1] + data.shape[b + m:])
 
@@ -146,7 +175,7 @@ class ScatterElements(IndexingOp):
     def compute(self, args):
         data, idx, upd = args
         out = np.array(data, copy=True)
-        _scatter(out, _element_index(wrap(idx, data.shape[self.axis]), self.axis), upd, self.reduction)
+        _scatter(out, _element_index(checked(self, idx, data.shape[self.axis]), self.axis), upd, self.reduction)
         return out
 
 
@@ -170,7 +199,7 @@ class ScatterND(IndexingOp):
     def compute(self, args):
         data, idx, upd = args
         m = idx.shape[-1]
-        flat_idx = wrap(idx.reshape(-1, m), np.array(data.shape[:m]))
+        flat_idx = checked(self, idx.reshape(-1, m), data.shape[:m])
         out = np.array(data, copy=True)
         _scatter(out, tuple(flat_idx.T), upd.reshape((-1,) + data.shape[m:]), self.reduction)
         return out
@@ -260,6 +289,8 @@ class TensorScatter(IndexingOp):
             [-1 if k == self.axis else 1 for k in range(cache.ndim)])
         if self.circular:
             pos = pos % cache.shape[self.axis]
+        else:  # every written position inside the cache: no wrapping of negative ones
+            check_range(self, pos, cache.shape[self.axis], "write_indices", low=0)
         out = np.array(cache, copy=True)
         np.put_along_axis(out, np.broadcast_to(pos, upd.shape), upd, axis=self.axis)
         return out

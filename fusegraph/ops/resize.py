@@ -31,7 +31,8 @@ def work_dtype(dt: np.dtype) -> np.dtype:
 
 
 def saturate(y: np.ndarray, dt: np.dtype) -> np.ndarray:
-    """Cast interpolated values back: integers rounded (half to even), every type clipped to range."""
+    """Cast interpolated values back: integers rounded (half to even), every type clipped to range
+    (an infinite float excepted)."""
     if dt.kind in "iu":
         info = np.iinfo(dt)
         return np.clip(np.round(y), info.min, info.max).astype(dt)
@@ -40,7 +41,9 @@ def saturate(y: np.ndarray, dt: np.dtype) -> np.ndarray:
     import ml_dtypes
 
     info = ml_dtypes.finfo(dt)
-    return np.clip(y, float(info.min), float(info.max)).astype(dt)
+    # finite values past the type's range saturate (cubic overshoot); an infinity stays one
+    clipped = np.clip(y, float(info.min), float(info.max))
+    return np.where(np.isinf(y), y, clipped).astype(dt)
 
 
 def cubic_weights(t: np.ndarray, a: float) -> np.ndarray:
@@ -212,7 +215,19 @@ class Resize(Interpolation):
         return np.take(y, np.clip(pick, 0, y.shape[axis] - 1).astype(np.intp), axis=axis)
 
     def _interpolate(self, y: np.ndarray, axis: int, x: np.ndarray) -> np.ndarray:
-        n_in, scale = y.shape[axis], self.scales[axis]
+        idx, w = self.taps(y.shape[axis], axis, x)
+        w = w.astype(y.dtype)
+        out = None
+        for k in range(idx.shape[1]):
+            term = np.take(y, idx[:, k], axis=axis) * _along(axis, y.ndim, w[:, k])
+            out = term if out is None else out + term
+        return out
+
+    def taps(self, n_in: int, axis: int, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The source positions idx[o, k] (edge-clamped) and float64 weights w[o, k] of output o at
+        source coordinates `x`: out[o] = sum over k of w[o, k] * in[idx[o, k]], in k's order. A
+        target computes the same sum (a dense matrix product would make 0 * inf of the far taps)."""
+        scale = self.scales[axis]
         base = np.floor(x)
         exact = x == base
         # an exact source coordinate is taken as fraction 1 from the previous pixel (the reference's
@@ -230,13 +245,7 @@ class Resize(Interpolation):
             w = np.where((idx < 0) | (idx >= n_in), 0.0, w)
             total = w.sum(axis=1, keepdims=True)
             w = w / np.where(total == 0, 1.0, total)
-        idx = np.clip(idx, 0, n_in - 1).astype(np.intp)  # clamping == edge padding
-        w = w.astype(y.dtype)
-        out = None
-        for k in range(taps):
-            term = np.take(y, idx[:, k], axis=axis) * _along(axis, y.ndim, w[:, k])
-            out = term if out is None else out + term
-        return out
+        return np.clip(idx, 0, n_in - 1).astype(np.intp), w  # clamping == edge padding
 
 
 @register_op

@@ -133,7 +133,7 @@ def gather(ctx, step):
     n = step.inputs[0].shape.lens[axis]
 
     def run(out, data, idx):
-        picked = data.index_select(axis, wrap_indices(t, idx, n).reshape(-1))
+        picked = data.index_select(axis, wrap_indices(t, idx, n, step.ins.op).reshape(-1))
         out.copy_(picked.reshape(out.shape))
     return run
 
@@ -145,11 +145,11 @@ def gather_elements(ctx, step):
     n = step.inputs[0].shape.lens[axis]
 
     def run(out, data, idx):
-        t.gather(data, axis, wrap_indices(t, idx, n), out=out)
+        t.gather(data, axis, wrap_indices(t, idx, n, step.ins.op), out=out)
     return run
 
 
-@lowering("resize", mode="value", note="per-axis index maps (nearest) or interpolation matrices")
+@lowering("resize", mode="value", note="per-axis index maps (nearest) or the reference's weighted taps")
 def resize(ctx, step):
     op = step.ins.op
     x_shape = step.inputs[0].shape
@@ -160,13 +160,12 @@ def resize(ctx, step):
         if op.scales and np.isclose(op.scales[axis], 1.0) and n_in == n_out and roi == (0.0, 1.0):
             continue
         src, outside = op._source(axis, n_in, n_out, roi)
-        eye = np.eye(n_in, dtype=np.float64)
         if op.mode == "nearest":  # the reference picks rows of the identity: recover the indices
-            picked = op._nearest(eye, 0, src)
+            picked = op._nearest(np.eye(n_in, dtype=np.float64), 0, src)
             plan.append((axis, "index", ctx.constant(picked.argmax(axis=1).astype(np.int64)), None))
-        else:
-            m = op._interpolate(eye, 0, src)  # (n_out, n_in): the axis' interpolation matrix
-            plan.append((axis, "matrix", ctx.constant(m), None))
+        else:  # the reference's taps, summed in its order (a matrix product makes 0 * inf)
+            idx, w = op.taps(n_in, axis, src)
+            plan.append((axis, "taps", (ctx.constant(idx.astype(np.int64)), ctx.constant(w)), None))
         if outside is not None and outside.any():
             plan[-1] = plan[-1][:3] + (ctx.constant(outside),)
     t = torch()
@@ -183,8 +182,13 @@ def resize(ctx, step):
                 y = y.index_select(axis, arg)
             else:  # float32 math (float64 for float64 and integers), as the reference
                 work = t.float32 if y.dtype in (t.float16, t.bfloat16, t.float32) else t.float64
-                yf = y.to(work)
-                y = t.movedim(t.tensordot(arg.to(work), yf, dims=([1], [axis])), 0, axis)
+                yf, (idx, w) = y.to(work), arg
+                shape = [1] * r
+                shape[axis] = -1
+                y = None
+                for k in range(idx.shape[1]):
+                    term = yf.index_select(axis, idx[:, k]) * w[:, k].to(work).reshape(shape)
+                    y = term if y is None else y + term
             if outside is not None:
                 shape = [1] * r
                 shape[axis] = -1

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import CompileError
+from ...ops.indexing import check_range
 from .device import torch, torch_dtype
 from .lowering import lowering
 
@@ -51,9 +52,14 @@ def top_k(ctx, step):
     return run
 
 
-def wrap_indices(t, idx, n):
-    """ONNX indices, which count from the end when negative, as int64 positions in [0, n)."""
+def wrap_indices(t, idx, n, op=None):
+    """ONNX indices, which count from the end when negative, as int64 positions in [0, n). With `op`,
+    one outside [-n, n) is the op's ExecutionError (ops/indexing.check_range), not a device-side
+    assert: the check reads one flag back, so it is skipped while a CUDA graph is being captured."""
     idx = idx.to(t.int64)
+    if op is not None and not (idx.is_cuda and t.cuda.is_current_stream_capturing()):
+        if bool(((idx < -n) | (idx >= n)).any()):
+            check_range(op, idx.cpu().numpy(), n if isinstance(n, int) else n.cpu().numpy().tolist())
     return t.where(idx < 0, idx + n, idx)
 
 
@@ -68,7 +74,7 @@ def scatter_elements(ctx, step):
 
     def run(out, data, idx, upd):
         out.copy_(data)
-        idx = wrap_indices(t, idx, n)
+        idx = wrap_indices(t, idx, n, op)
         if op.reduction == "none":
             out.scatter_(op.axis, idx, upd)
         else:
@@ -87,7 +93,7 @@ def scatter_nd(ctx, step):
 
     def run(out, data, idx, upd):
         res = data.contiguous().clone()
-        flat = wrap_indices(t, idx.reshape(-1, m), dims)
+        flat = wrap_indices(t, idx.reshape(-1, m), dims, op)
         lin = t.zeros(flat.shape[0], dtype=t.int64, device=idx.device)
         for k in range(m):  # row-major offset of each index tuple in the leading m dims
             lin = lin * data_shape[k] + flat[:, k]
@@ -117,7 +123,7 @@ def gather_nd(ctx, step):
         for d in data_shape[:b]:
             n_batch *= d
         flat_data = data.reshape(n_batch, *data_shape[b:])
-        flat_idx = wrap_indices(t, idx.reshape(n_batch, -1, m), dims)
+        flat_idx = wrap_indices(t, idx.reshape(n_batch, -1, m), dims, op)
         batch = t.arange(n_batch, device=idx.device)[:, None]
         picked = flat_data[(batch, *flat_idx.unbind(-1))]
         out.copy_(picked.reshape(out.shape))

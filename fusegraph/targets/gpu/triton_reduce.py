@@ -237,8 +237,12 @@ class _Emitter:
         """Emit one stage: reduce `value` (optionally transformed) over the columns; return the
         name of the [XBLOCK, 1] result."""
         init = _INIT[op]
+        # a NaN wins a float max or min, as numpy's: tl.maximum's default, tl.max and tl.min keep the
+        # number (PTX max.f32), so the loop combines with NaN propagated and the row's NaN is counted
+        nan = op in ("max", "min") and self.rb.acc_type.is_float
+        keep = ", propagate_nan=tl.PropagateNan.ALL" if nan else ""
         combine = {"sum": "{a} + {b}", "mean": "{a} + {b}", "prod": "{a} * {b}",
-                   "max": "tl.maximum({a}, {b})", "min": "tl.minimum({a}, {b})"}[op]
+                   "max": "tl.maximum({a}, {b}" + keep + ")", "min": "tl.minimum({a}, {b}" + keep + ")"}[op]
         final = {"sum": "tl.sum({x}, axis=1)", "mean": "tl.sum({x}, axis=1)", "max": "tl.max({x}, axis=1)",
                  "min": "tl.min({x}, axis=1)", "prod": "tl.reduce({x}, 1, _prod)"}[op]
         self.count += 1
@@ -259,7 +263,11 @@ class _Emitter:
             self.in_loop = False
             src = acc
         name = f"red{n}"
-        self.emit(f"{name} = {final.format(x=f'({src}).to({self.acc})')}[:, None]")
+        if nan:
+            self.emit(f"{name}_in = ({src}).to({self.acc})")
+            src = f"{name}_in"
+            final = f'tl.where(tl.max(({{x}} != {{x}}).to(tl.int8), axis=1) > 0, float("nan"), {final})'
+        self.emit(f"{name} = {final.format(x=src if nan else f'({src}).to({self.acc})')}[:, None]")
         if op == "mean":
             self.emit(f"{name} = {name} / R")
         return name

@@ -7,14 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import FusegraphError, InputError
+from ...errors import ExecutionError, FusegraphError, InputError
 from ...ir.builtin import Literal, Param, Return
 from ...ir.module import Instruction, Module
 from ...passes.memory_coloring import reads
 
-
-class ExecutionError(FusegraphError):
-    """An op's reference failed on actual data (names the instruction)."""
+__all__ = ["ExecutionError", "run_module", "evaluate", "last_uses"]
 
 
 def last_uses(module: Module) -> dict[int, list[int]]:

@@ -9,6 +9,7 @@ import numpy as np
 from ....errors import CompileError, InputError
 from ....ir.module import Instruction
 from ....ir.shape import Shape, same_steps
+from ....ops.indexing import check_range
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
 
 
@@ -142,12 +143,15 @@ def _repeat(in_lens, out_lens, axes, dtype) -> Kernel:
 @lowering("gather")
 def gather(ins: Instruction, ctx: LowerContext) -> Kernel:
     """numpy's take straight into the planned buffer: its negative indices count from the end, as
-    ONNX's do, and out-of-range ones raise (the reference first normalizes them: a copy more)."""
+    ONNX's do (the reference first normalizes them: a copy more); the op's range check first, so an
+    index out of range is its ExecutionError, not numpy's IndexError."""
     if not isinstance(ins.shape, Shape) or ins.shape.is_dynamic:
         return reference_kernel(ins, ctx)
-    axis = ins.op.axis
+    op = ins.op
+    axis, n = op.axis, ins.inputs[0].shape.lens[op.axis]
 
     def run(args, out):
+        check_range(op, args[1], n)
         if out is None:
             return np.take(args[0], args[1], axis=axis)
         return np.take(args[0], args[1], axis=axis, out=out)
