@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     target = args.target or default_target()
     threads = args.threads or usable_cores()
-    loaded = load(args, target=target, options=compile_options(args, threads=threads))
+    loaded = load(args, target=target, options=compile_options(args, threads=threads), warn_defaults=True)
     target = loaded.target or target  # a compiled .fgx file runs on the target it was compiled for
     feeds = loaded.inputs(args.fill, args.seed)
     program = loaded.program
