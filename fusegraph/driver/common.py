@@ -170,6 +170,7 @@ def _load_compiled(args: argparse.Namespace, source: Any, files: dict[str, np.nd
                    load_s: float) -> Loaded:
     """An .fgx file holds a program compiled already: its input shapes and its target were fixed then."""
     from ..errors import InputError
+    from .bounds import index_bounds
 
     program = source.compiled
     fixed = [o for o, v in (("--input-dim", args.input_dim), ("--batch", args.batch),
@@ -192,7 +193,5 @@ def _load_compiled(args: argparse.Namespace, source: Any, files: dict[str, np.nd
     first = next(iter(program.get_parameter_shapes().values()), None)
     batch = first.dims[0].min if getattr(first, "dims", None) else 1
     samples = source.sample_inputs(batch, args.seed)  # None unless it was compiled from a built-in model
-    from .bounds import index_bounds
-
     return Loaded(source, program, files, samples, target=program.target_name, parse_s=load_s,
                   bounds=index_bounds(program))
