@@ -191,7 +191,7 @@ def test_builtin_models_take_their_sample_shapes():
     from fusegraph.driver.inputs import resolve_input_dims
 
     samples = models.sample_inputs("bert_small", batch=2)
-    dims = resolve_input_dims(models.get_model("bert_small"), input_dims={"input_ids": [2, 16]}, files={},
+    dims, _, _ = resolve_input_dims(models.get_model("bert_small"), input_dims={"input_ids": [2, 16]}, files={},
                               samples=samples, batch=2, default_dim=None)
     assert dims == {"input_ids": [2, 16], "attention_mask": [2, 128], "token_type_ids": [2, 128]}
 

@@ -88,6 +88,20 @@ def test_shape_inference_failure_names_node_and_shapes():
     assert "[2,3]" in message(e) and "[4]" in message(e)
 
 
+def test_shape_error_from_a_defaulted_dim_names_it():
+    reshape = [helper.make_node("Reshape", ["x", "s"], ["z"], name="r")]
+    shape = helper.make_tensor("s", TensorProto.INT64, [4], [-1, 3, 8, 8])
+    m = model(reshape, {"x": ["batch", 3, "height", "width"]})
+    m.graph.initializer.append(shape)
+    with pytest.raises(ShapeError) as e:
+        fusegraph.parse_onnx(m)
+    assert "default_dim_value=1: x: 'batch', 'height', 'width'" in message(e) and "map_input_dims" in message(e)
+    fusegraph.parse_onnx(m, map_input_dims={"x": [2, 3, 8, 8]})  # the hint was right
+    with pytest.raises(ShapeError) as e:
+        fusegraph.parse_onnx(m, map_input_dims={"x": [1, 3, 2, 2]})  # no default: no hint
+    assert "default_dim_value" not in message(e)
+
+
 def test_map_input_dims_of_an_unknown_input():
     with pytest.raises(FusegraphError) as e:
         fusegraph.parse_onnx(relu_model(), map_input_dims={"y": [1, 3]})

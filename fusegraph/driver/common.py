@@ -83,7 +83,7 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
                    help="read input NAME from a .npy file (repeatable); its shape fixes the input's")
     p.add_argument("--fill", default="random", choices=FILLS,
                    help="value of inputs not given: random (built-in models: realistic samples; "
-                        "integers: 0..9), 0 or 1 (default random)")
+                        "integers: below the tables they index, else 0..9), 0 or 1 (default random)")
 
 
 @dataclasses.dataclass
@@ -96,6 +96,7 @@ class Loaded:
     parse_s: float = 0.0
     compile_s: float = 0.0
     start_ns: int = 0  # time.perf_counter_ns() when parsing began (a trace's compile phases)
+    bounds: dict[str, int] = dataclasses.field(default_factory=dict)  # integer input -> tables' length
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[Any]:
         """The program's outputs for `feeds`, with a status line while it runs."""
@@ -108,12 +109,14 @@ class Loaded:
         from .inputs import build_inputs
 
         return build_inputs(self.program.get_parameter_shapes(), files=self.files, samples=self.samples,
-                            fill=fill, seed=seed)
+                            fill=fill, seed=seed, bounds=self.bounds)
 
 
-def load(args: argparse.Namespace, *, target: str | None = None, options: Any = None, manager: Any = None) -> Loaded:
+def load(args: argparse.Namespace, *, target: str | None = None, options: Any = None, manager: Any = None,
+         warn_defaults: bool = False) -> Loaded:
     """Resolve MODEL, parse it with the shapes the options ask for, and compile it for `target`
-    (`manager`, a PassManager, records the passes)."""
+    (`manager`, a PassManager, records the passes). `warn_defaults`: once it compiled, name on stderr
+    the symbolic dims that took the default 1."""
     from .inputs import load_input_files
     from .models import resolve_model
     from .report import status
@@ -125,27 +128,37 @@ def load(args: argparse.Namespace, *, target: str | None = None, options: Any = 
         load_s = time.perf_counter() - t0
     if source.compiled is not None:
         return _load_compiled(args, source, files, target, load_s)
-    return load_source(args, source, files, target=target, options=options, manager=manager)
+    return load_source(args, source, files, target=target, options=options, manager=manager,
+                       warn_defaults=warn_defaults)
 
 
 def load_source(args: argparse.Namespace, source: Any, files: dict[str, np.ndarray], *, target: str | None = None,
-                options: Any = None, manager: Any = None) -> Loaded:
+                options: Any = None, manager: Any = None, warn_defaults: bool = False) -> Loaded:
     """`load` of an ONNX ModelSource resolved already (verify --per-layer: the model with every tensor
     marked as an output)."""
+    from ..errors import ShapeError
     from ..onnx import parse_onnx
-    from .inputs import parse_dim_specs, resolve_input_dims
-    from .report import status
+    from .bounds import index_bounds
+    from .inputs import defaulted_advice, parse_dim_specs, resolve_input_dims
+    from .report import note, status
 
     dims = parse_dim_specs(args.input_dim)
     samples = source.sample_inputs(args.batch or 1, args.seed)
-    map_dims = resolve_input_dims(source.proto, input_dims=dims, files=files, samples=samples,
+    resolved = resolve_input_dims(source.proto, input_dims=dims, files=files, samples=samples,
                                   batch=args.batch, default_dim=args.default_dim)
+    advice = defaulted_advice(resolved)
     with status(f"parsing {args.model}"):
         t0 = time.perf_counter()
         start_ns = time.perf_counter_ns()
-        program = parse_onnx(source.proto, map_input_dims=map_dims, default_dim_value=args.default_dim)
+        try:
+            program = parse_onnx(source.proto, map_input_dims=resolved.dims, default_dim_value=args.default_dim)
+        except ShapeError as e:
+            if not advice:
+                raise
+            raise ShapeError(f"{e} (the cause may be symbolic dims set by default: {'; '.join(advice)})") from None
         parse_s = time.perf_counter() - t0
-    loaded = Loaded(source, program, files, samples, parse_s=parse_s, start_ns=start_ns)
+    # before compiling: the passes may fold or fuse the gathers that tell an index's range
+    loaded = Loaded(source, program, files, samples, parse_s=parse_s, start_ns=start_ns, bounds=index_bounds(program))
     if target is not None:
         from ..targets import get_target
 
@@ -155,19 +168,23 @@ def load_source(args: argparse.Namespace, source: Any, files: dict[str, np.ndarr
             program.compile(tgt, options, manager)
             loaded.compile_s = time.perf_counter() - t0
         loaded.target = target
+    if warn_defaults and args.default_dim is None:  # an explicit --default-dim is the user's choice
+        for line in advice:
+            note(f"warning: {line}")
     return loaded
 
 
 def load_on_target(args: argparse.Namespace, options: Any = None) -> Loaded:
     """`load` compiled for the target --target names (by default `default_target()`). The result's
     `target` is where it runs: a compiled .fgx file runs on the target it was compiled for."""
-    return load(args, target=args.target or default_target(), options=options)
+    return load(args, target=args.target or default_target(), options=options, warn_defaults=True)
 
 
 def _load_compiled(args: argparse.Namespace, source: Any, files: dict[str, np.ndarray], target: str | None,
                    load_s: float) -> Loaded:
     """An .fgx file holds a program compiled already: its input shapes and its target were fixed then."""
     from ..errors import InputError
+    from .bounds import index_bounds
 
     program = source.compiled
     fixed = [o for o, v in (("--input-dim", args.input_dim), ("--batch", args.batch),
@@ -190,4 +207,5 @@ def _load_compiled(args: argparse.Namespace, source: Any, files: dict[str, np.nd
     first = next(iter(program.get_parameter_shapes().values()), None)
     batch = first.dims[0].min if getattr(first, "dims", None) else 1
     samples = source.sample_inputs(batch, args.seed)  # None unless it was compiled from a built-in model
-    return Loaded(source, program, files, samples, target=program.target_name, parse_s=load_s)
+    return Loaded(source, program, files, samples, target=program.target_name, parse_s=load_s,
+                  bounds=index_bounds(program))

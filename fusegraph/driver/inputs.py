@@ -2,14 +2,20 @@
 
 Input shapes are decided before parsing (they become `parse_onnx(map_input_dims=...)`), from, in
 order: `--input-dim`, the shape of a `--input` file, a built-in model's sample inputs, and finally
-the declared ONNX dims with symbolic ones set by `--batch` (first dim) or `--default-dim`.
+the declared ONNX dims with symbolic ones set by `--batch` (first dim) or `--default-dim` (1): the
+dims set so are `defaulted`, and the commands name them.
+
+Generated integer inputs stay below the length of the tables they index (bounds.py); an integer
+input named like an attention mask gets ones followed by padding zeros.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
+import ml_dtypes
 import numpy as np
 import onnx
 
@@ -87,15 +93,23 @@ def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [vi for vi in model.graph.input if vi.name not in inits]
 
 
+class ResolvedDims(NamedTuple):
+    dims: dict[str, list[int]]        # the map_input_dims for parse_onnx
+    defaulted: dict[str, list[tuple[int, str]]]  # input -> (axis, symbol) of dims set to `default`
+    default: int                      # the value they were set to
+
+
 def resolve_input_dims(model: onnx.ModelProto, *, input_dims: Mapping[str, Sequence[int]],
                        files: Mapping[str, np.ndarray], samples: Mapping[str, np.ndarray] | None,
-                       batch: int | None, default_dim: int | None) -> dict[str, list[int]]:
+                       batch: int | None, default_dim: int | None) -> ResolvedDims:
     """The `map_input_dims` for parse_onnx (see the module docstring for the order of precedence)."""
     inputs = {vi.name: vi for vi in graph_inputs(model)}
     unknown = sorted((set(input_dims) | set(files)) - set(inputs))
     if unknown:
         raise InputError(f"the model has no input(s) {unknown}; its inputs are {list(inputs)}")
+    fill = 1 if default_dim is None else default_dim
     out: dict[str, list[int]] = {}
+    defaulted: dict[str, list[tuple[int, str]]] = {}
     for name, vi in inputs.items():
         declared = declared_dims(vi)
         if name in input_dims:
@@ -105,10 +119,24 @@ def resolve_input_dims(model: onnx.ModelProto, *, input_dims: Mapping[str, Seque
         elif samples and name in samples and default_dim is None:
             out[name] = list(samples[name].shape)
         elif any(isinstance(d, str) for d in declared):
-            fill = 1 if default_dim is None else default_dim
-            out[name] = [d if isinstance(d, int) else (batch if k == 0 and batch else fill)
-                         for k, d in enumerate(declared)]
-    return out
+            by_batch = [k == 0 and bool(batch) for k in range(len(declared))]
+            out[name] = [d if isinstance(d, int) else (batch if b else fill) for d, b in zip(declared, by_batch)]
+            axes = [(k, d) for k, (d, b) in enumerate(zip(declared, by_batch)) if isinstance(d, str) and not b]
+            if axes:
+                defaulted[name] = axes
+    return ResolvedDims(out, defaulted, fill)
+
+
+def defaulted_advice(resolved: ResolvedDims) -> list[str]:
+    """One line per input whose symbolic dims took the default, saying how to choose them."""
+    lines = []
+    for name, axes in resolved.defaulted.items():
+        symbols = dict(axes)
+        spec = ",".join(f"<{symbols[k]}>" if k in symbols else str(d) for k, d in enumerate(resolved.dims[name]))
+        quoted = ", ".join(f"'{s}'" for s in symbols.values())
+        lines.append(f"{name}: dim{'s' if len(axes) > 1 else ''} {quoted} set to {resolved.default}; "
+                     f"pass --input-dim {name}={spec}")
+    return lines
 
 
 def _file_dims(name: str, declared: list[int | str], lens: tuple[int, ...]) -> list[int]:
@@ -128,7 +156,10 @@ def concrete_lens(spec: Shape) -> tuple[int, ...]:
     return tuple(d.optimals[0] if d.optimals else max(d.min, 1) for d in spec.dims)
 
 
-def fill_array(spec: AnyShape, name: str, fill: str, rng: np.random.Generator) -> np.ndarray:
+def fill_array(spec: AnyShape, name: str, fill: str, rng: np.random.Generator,
+               high: int | None = None) -> np.ndarray:
+    """A `fill` of the parameter; random integers lie in [0, high) (`high`: the length of the tables
+    the input indexes, else INT_FILL_HIGH)."""
     if not isinstance(spec, Shape):
         raise InputError(f"input {name!r} is a {spec}, which cannot be filled; pass it with --input")
     dtype, lens = spec.dtype, concrete_lens(spec)
@@ -142,12 +173,25 @@ def fill_array(spec: AnyShape, name: str, fill: str, rng: np.random.Generator) -
         return rng.random(lens) < 0.5
     if dtype.is_float:
         return rng.standard_normal(lens, dtype=np.float32).astype(dtype.np)
-    return rng.integers(0, INT_FILL_HIGH, size=lens).astype(dtype.np)
+    if "mask" in name.lower() and high is None:
+        return _attention_mask(lens, rng).astype(dtype.np)
+    top = min(high or INT_FILL_HIGH, int(ml_dtypes.iinfo(dtype.np).max) + 1)
+    return rng.integers(0, top, size=lens).astype(dtype.np)
+
+
+def _attention_mask(lens: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Ones then padding zeros along the last axis (at least one 1 per row), as tokenizers give."""
+    if not lens or lens[-1] == 0:
+        return np.ones(lens, np.int64)
+    kept = rng.integers(1, lens[-1] + 1, size=lens[:-1] + (1,))
+    return (np.arange(lens[-1]) < kept).astype(np.int64)
 
 
 def build_inputs(specs: Mapping[str, AnyShape], *, files: Mapping[str, np.ndarray],
-                 samples: Mapping[str, np.ndarray] | None, fill: str, seed: int) -> dict[str, np.ndarray]:
-    """One array per program parameter: a file's, else a matching sample's, else a `fill`."""
+                 samples: Mapping[str, np.ndarray] | None, fill: str, seed: int,
+                 bounds: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
+    """One array per program parameter: a file's, else a matching sample's, else a `fill` (integers
+    below `bounds[name]`, the length of the tables they index, where known)."""
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for name, spec in specs.items():
@@ -156,7 +200,7 @@ def build_inputs(specs: Mapping[str, AnyShape], *, files: Mapping[str, np.ndarra
         elif fill == "random" and samples and name in samples and _fits(spec, samples[name]):
             feeds[name] = samples[name]
         else:
-            feeds[name] = fill_array(spec, name, fill, rng)
+            feeds[name] = fill_array(spec, name, fill, rng, (bounds or {}).get(name))
     return feeds
 
 

@@ -92,7 +92,7 @@ def show(*renderables: Any) -> None:
 
 def note(message: str) -> None:
     """A remark for the user (on stderr, so stdout stays results only)."""
-    console(stderr=True).print(message, markup=False)
+    console(stderr=True).print(message, markup=False, soft_wrap=True)  # one line, however long
 
 
 def fmt(x: float | None, digits: int = 6) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
-from ..errors import FusegraphError, InputError, ModelLoadError, ParseError, UnsupportedOpError
+from ..errors import FusegraphError, InputError, ModelLoadError, ParseError, ShapeError, UnsupportedOpError
 from ..ir.dtypes import DType
 from ..ir.module import Instruction, Module
 from ..ir.program import Program
@@ -57,6 +57,7 @@ class OnnxParser:
         self.map_dyn_input_dims = dict(map_dyn_input_dims or {})
         self.default_dim_value = 1 if default_dim_value is None else int(default_dim_value)
         self.skip_unknown_operators = skip_unknown_operators
+        self.defaulted: dict[str, list[str]] = {}  # input -> its symbolic dims set to default_dim_value
         self.program = Program()
         self.const_cache: dict[int, Any] = {}
         self.opsets: dict[str, int] = {}
@@ -82,7 +83,14 @@ class OnnxParser:
                 scope[vi.name] = ctx.literal(self._fixed_value(vi))
                 continue
             scope[vi.name] = main.add_parameter(vi.name, self._input_shape(vi))
-        self._parse_nodes(graph, ctx, [scope])
+        try:
+            self._parse_nodes(graph, ctx, [scope])
+        except ShapeError as e:
+            if not self.defaulted:
+                raise
+            named = "; ".join(f"{k}: {', '.join(repr(s) for s in v)}" for k, v in self.defaulted.items())
+            raise ShapeError(f"{e} (the cause may be symbolic dims set to default_dim_value="
+                             f"{self.default_dim_value}: {named}; map_input_dims chooses them)") from None
         outs = []
         for o in graph.output:
             if o.name not in scope:
@@ -115,6 +123,9 @@ class OnnxParser:
             return Shape.dynamic(dtype, [_dim(d) for d in self.map_dyn_input_dims[name]])
         lens = [d.dim_value if d.HasField("dim_value") else self.default_dim_value
                 for d in tt.shape.dim]
+        symbols = [d.dim_param or "?" for d in tt.shape.dim if not d.HasField("dim_value")]
+        if symbols:
+            self.defaulted[name] = symbols
         return Shape.of(dtype, lens)
 
     def _fixed_value(self, vi: onnx.ValueInfoProto) -> np.ndarray:

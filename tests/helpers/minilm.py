@@ -199,12 +199,16 @@ def export_minilm(path: Path, seq_len: int = 128) -> Path:
     ``seq_len`` is the sequence length of the tracing example; the exported graph accepts any
     sequence length up to 512.
     """
+    return export_bert(load_torch_model(), path, sample_inputs(batch=1, seq=seq_len, seed=0))
+
+
+def export_bert(model: Any, path: Path, example: dict[str, np.ndarray]) -> Path:
+    """Export a transformers BertModel to ``path`` as export_minilm does, traced on ``example``."""
     import torch
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    wrapper = _onnx_wrapper(load_torch_model())
-    example = sample_inputs(batch=1, seq=seq_len, seed=0)
+    wrapper = _onnx_wrapper(model)
     args = tuple(torch.from_numpy(example[name]) for name in INPUT_NAMES)
     dynamic_axes: dict[str, dict[int, str]] = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
     dynamic_axes["last_hidden_state"] = {0: "batch", 1: "sequence"}

@@ -84,6 +84,22 @@ def test_float8_rounds_half_to_even():
     np.testing.assert_array_equal(got, [16.0, 20.0, 0.5, 0.625])
 
 
+@pytest.mark.parametrize("saturate", [1, 0])
+@pytest.mark.parametrize("src", FLOAT8, ids=str)
+def test_float8_to_float8_reads_the_input_exactly(src, saturate):
+    # The clamp to the target's range must not round its bounds to the narrow source type (57344 is
+    # nan in e4m3fn under ml_dtypes 0.7's weak scalars); e5m2's 256 saturates to e4m3fnuz's 240.
+    with np.errstate(all="ignore"):
+        x = {"x": np.array([0, 1, -3.5, 240, 256, 448, -448, 3e4, 57344, 1e-3, np.inf, np.nan],
+                           np.float32).astype(src.np)}
+    for to in FLOAT8:
+        if to is not src:
+            model = make_model([helper.make_node("Cast", ["x"], ["y"], to=to.onnx, saturate=saturate)],
+                               x, ["y"], opset=21)
+            reference_check(model, x)
+            assert_close(run_fusegraph(model, x, target="cpu"), run_fusegraph(model, x), rtol=0, atol=0)
+
+
 def test_int_to_float8_saturates():
     x = {"x": np.array([-100000, -3, 0, 7, 100000], np.int32)}
     check_vs_ort(_cast_chain(x["x"], DType.float8_e4m3fn, DType.float32), x, rtol=0, atol=0)

@@ -89,8 +89,10 @@ def test_conv_integer_and_qlinear_conv():
     w = rng.integers(-100, 100, (4, 3, 3, 3), dtype=np.int8)
     node_check("ConvInteger", {"x": x}, {"pads": [1, 1, 1, 1]}, opset=10,
                initializers={"w": w, "xz": np.uint8(128), "wz": np.int8(3)})
+    # 7-bit weights, as ORT's quantizer makes them (reduce_range): on AVX2 without VNNI its u8s8
+    # kernel adds pairs of u8*s8 products in int16, which saturates for |w| near 100 (off by ~20)
     node_check("QLinearConv", {"x": x}, {"strides": [2, 2]},
-               initializers={"xs": np.float32(0.02), "xz": np.uint8(120), "w": w,
+               initializers={"xs": np.float32(0.02), "xz": np.uint8(120), "w": w // 2,
                              "ws": np.abs(randn(4)) * 0.01 + 1e-3, "wz": np.zeros(4, np.int8),
                              "ys": np.float32(0.05), "yz": np.uint8(110),
                              "b": rng.integers(-500, 500, 4).astype(np.int32)}, opset=10)

@@ -47,7 +47,7 @@ class _Check:
         names = {vi.name for vi in graph_inputs(model)}
         dims = resolve_input_dims(model, input_dims={k: v for k, v in self.dims.items() if k in names}, files={},
                                   samples=None, batch=self.args.batch, default_dim=self.args.default_dim)
-        return parse_onnx(model, map_input_dims=dims, default_dim_value=self.args.default_dim)
+        return parse_onnx(model, map_input_dims=dims.dims, default_dim_value=self.args.default_dim)
 
     def feeds(self, program: Any) -> dict[str, np.ndarray]:
         from ..inputs import build_inputs

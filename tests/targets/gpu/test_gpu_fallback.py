@@ -49,8 +49,9 @@ def test_unlowered_op_runs_on_the_host_and_says_so(gpu_target):
     assert_close(p.run(x), run_ort(model, x), rtol=1e-4, atol=1e-5)  # runs again from fresh tensors
 
 
-def test_host_fallback_off_is_a_compile_error_naming_the_op():
-    target = GpuTarget(device="cpu", host_fallback=False)
+def test_host_fallback_off_is_a_compile_error_naming_the_op(gpu_target):
+    # gpu_target: skipped without triton, which GpuTarget needs; else sets Triton's interpreter up
+    target = GpuTarget(device=gpu_target.device, host_fallback=False)
     with pytest.raises(CompileError, match="no lowering for op 'lrn'"):
         compile_with(target, lrn_model())
 
