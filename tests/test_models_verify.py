@@ -1,5 +1,6 @@
-"""Every built-in and real model on fusegraph matches ONNX Runtime — as parsed, and after the
-generic optimization pipeline. fp32 tolerance: rtol 1e-3, atol 1e-4."""
+"""Every built-in and real model on fusegraph matches ONNX Runtime — as parsed, after the generic
+optimization pipeline, and (real models) compiled for the cpu target. fp32 tolerance: rtol 1e-3,
+atol 1e-4."""
 
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ from tests.util import assert_close, run_ort
 BUILTIN = ["resnet50", "bert_small", pytest.param("bert_base", marks=pytest.mark.slow), "yolov8n", "unet"]
 
 
-def _run(model, feeds, optimize: bool, **parse_kwargs):
+def _run(model, feeds, optimize: bool | str, **parse_kwargs):
+    """On ref as parsed (False) or after the generic pipeline (True), or compiled for target `optimize`."""
     p = fusegraph.parse_onnx(model, **parse_kwargs)
+    if isinstance(optimize, str):
+        return p.compile(fusegraph.get_target(optimize)).run(feeds)
     if optimize:
         PassManager(verify="full").run(p, generic_pipeline())
     return p.compile(fusegraph.get_target("ref"), fusegraph.CompileOptions(optimize=False)).run(feeds)
@@ -39,7 +43,7 @@ def test_builtin_model_matches_ort(name, optimize, ort_cache):
     assert_close(_run(model, feeds, optimize, map_input_dims=dims), ort_cache[name], rtol=1e-3, atol=1e-4)
 
 
-@pytest.mark.parametrize("optimize", [False, True], ids=["parsed", "optimized"])
+@pytest.mark.parametrize("optimize", [False, True, "cpu"], ids=["parsed", "optimized", "cpu"])
 @pytest.mark.parametrize("name", list(REAL_MODELS))
 def test_real_model_matches_ort(name, optimize, ort_cache):
     rm = REAL_MODELS[name]
@@ -53,6 +57,29 @@ def test_real_model_matches_ort(name, optimize, ort_cache):
 
         ort_cache[key] = run_ort(onnx.load(str(path)), feeds)
     assert_close(_run(str(path), feeds, optimize, map_input_dims=rm.input_dims), ort_cache[key], rtol=1e-3, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def resnet50_dynamic_int8(tmp_path_factory):
+    """The zoo's ResNet-50 through onnxruntime's quantize_dynamic: ConvInteger over uint8 weights,
+    each activation quantized at run time by DynamicQuantizeLinear."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    d = tmp_path_factory.mktemp("resnet50_int8")
+    onnx.save(models.get_model("resnet50"), d / "fp32.onnx")
+    quantize_dynamic(d / "fp32.onnx", d / "int8.onnx", weight_type=QuantType.QUInt8)
+    return onnx.load(d / "int8.onnx")
+
+
+@pytest.mark.parametrize("optimize", [pytest.param(False, marks=pytest.mark.slow), "cpu"], ids=["parsed", "cpu"])
+def test_dynamically_quantized_resnet50_matches_ort(optimize, resnet50_dynamic_int8, ort_cache):
+    feeds = models.sample_inputs("resnet50", batch=1)
+    if "resnet50_int8" not in ort_cache:
+        ort_cache["resnet50_int8"] = run_ort(resnet50_dynamic_int8, feeds)
+    dims = {k: list(v.shape) for k, v in feeds.items()}
+    got = _run(resnet50_dynamic_int8, feeds, optimize, map_input_dims=dims)
+    assert_close(got, ort_cache["resnet50_int8"], rtol=1e-3, atol=1e-4)
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ A region is keyed by the reduced input's lens and the reduced axes. Its members 
 (reduce_* and softmax/log_softmax) over exactly those axes of those lens, pointwise ops on the full
 or the reduced lens, and broadcasts into them. A region grows from a reduction through producers
 used only inside it (prologue) and through consumers whose other inputs come from before it
-(epilogue), and is kept only if exactly one of its values is used outside. Layer norm (two means and
+(epilogue), and is kept only if exactly one of its values, a tensor, is used outside. Layer norm (two means and
 their arithmetic, plus the residual add before it) and softmax with its scaling and mask become one
 kernel each; the body is a submodule, so the fused program still runs on the reference target.
 """
@@ -130,7 +130,9 @@ def fuse_reduce(module: Module) -> bool:
         if len(outs) != 1:
             region.drop_epilogue(seed)
             outs = region.outputs(module)
-        if len(region.members) < 2 or len(outs) != 1:
+        # a fused_reduce is one tensor: moments fused with its prologue alone, its mean and variance
+        # read outside, would give the op a tuple (no kernel writes one; the gpu plan cannot place it)
+        if len(region.members) < 2 or len(outs) != 1 or not isinstance(outs[0].shape, Shape):
             continue
         done |= set(region.members)
         fused = _build(module, region, outs[0], len(module.program.modules))

@@ -1,8 +1,9 @@
 """Algebraic rewrites over constants, written as a table of rules.
 
 After it: no multiplication or addition by an identity constant; chains of constant adds and
-multiplies are merged; constant subtractions/divisions are additions/multiplications; a constant
-per-output-channel scale after a convolution or a dot is folded into its weights. Together with
+multiplies are merged; constant subtractions are additions, divisions by a power of two are
+multiplications (any other reciprocal rounds); a constant per-output-channel scale after a
+convolution or a dot is folded into its weights. Together with
 constant propagation this removes inference batch-norm arithmetic: (x - mean) * s + b after a conv
 becomes conv with scaled weights, then one bias add.
 """
@@ -63,11 +64,23 @@ def sub_const_to_add(m: Module, ins: Instruction):  # x-c -> x+(-c)
     return None
 
 
-def div_const_to_mul(m: Module, ins: Instruction):  # x/c -> x*(1/c)
+def _exact_reciprocal(c: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
+    """1/c when x * (1/c) rounds exactly as x / c for every x: c is a power of two whose reciprocal
+    `dtype` holds. Any other reciprocal is itself rounded, and the product is then off by an ulp
+    now and then: enough to move a quantized value (DynamicQuantizeLinear's span / 255) by one step."""
+    c64 = c.astype(np.float64)
+    if not np.all(np.abs(np.frexp(c64)[0]) == 0.5):
+        return None
+    r = 1 / c64
+    return r if np.all(r.astype(dtype).astype(np.float64) == r) else None
+
+
+def div_const_to_mul(m: Module, ins: Instruction):  # x/c -> x*(1/c), c a power of two
     if ins.op.name == "div" and _float(ins):
         c = small_constant(ins.inputs[1])
-        if c is not None and small_constant(ins.inputs[0]) is None and np.all(c != 0):
-            return m.insert(ins, make_op("mul"), ins.inputs[0], materialize(m, ins, 1 / c.astype(np.float64), ins.shape))
+        r = _exact_reciprocal(c, ins.shape.dtype.np) if c is not None else None
+        if r is not None and small_constant(ins.inputs[0]) is None:
+            return m.insert(ins, make_op("mul"), ins.inputs[0], materialize(m, ins, r, ins.shape))
     return None
 
 

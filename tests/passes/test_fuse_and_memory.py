@@ -204,6 +204,24 @@ def test_reduction_with_two_outside_users_keeps_only_prologue():
     assert ops.count("fused_reduce") == 1 and "exp" not in ops and "neg" in ops and "sqrt" in ops
 
 
+def test_moments_whose_mean_and_variance_are_read_outside_stay_unfused():
+    # the prologue alone would fuse with moments, whose value is a tuple: a fused_reduce is one
+    # tensor (the gpu plan met such a tuple in a vision transformer's layer norm)
+    from fusegraph.passes import fuse_reduce
+
+    p, _ = apply("""
+        module main
+          %0 = @param[param_name='x'] : float32[2,8]
+          %1 = exp(%0) : float32[2,8]
+          %2 = moments[axes=(1,)](%1) : (float32[2,1], float32[2,1])
+          %3 = get_tuple_elem[index=0](%2) : float32[2,1]
+          %4 = get_tuple_elem[index=1](%2) : float32[2,1]
+          @return(%3, %4)
+    """, fuse_reduce, eliminate_dead_code)
+    assert all(isinstance(i.shape, Shape) for i in p.main.instructions if i.op.name == "fused_reduce")
+    assert [i.op.name for i in p.main.instructions].count("moments") == 1
+
+
 def test_schedule_lowers_peak_memory_of_badly_ordered_branches():
     from fusegraph.passes import schedule_for_memory
     from fusegraph.passes.memory_coloring import max_live

@@ -141,6 +141,33 @@ def test_algebra_identities():
     assert body(text)[-2:] == ["relu(%0) : float32[2,3]", "@return(%1)"]
 
 
+def test_division_becomes_a_product_only_when_the_reciprocal_is_exact():
+    # x / 255 is DynamicQuantizeLinear's scale: x * (1/255) is an ulp off for some x, and the value
+    # it quantizes then lands on the next integer. x / 4 is x * 0.25 exactly
+    import numpy as np
+
+    from fusegraph.passes import simplify_algebra
+    from fusegraph.targets.ref.interpreter import run_module
+
+    p, text = apply("""
+        module main
+          %0 = @param[param_name='x'] : float32[4096]
+          %1 = @literal[255.0] : float32[1]
+          %2 = broadcast[out_lens=(4096,)](%1) : float32[4096]@[0]
+          %3 = div(%0, %2) : float32[4096]
+          %4 = @literal[4.0] : float32[1]
+          %5 = broadcast[out_lens=(4096,)](%4) : float32[4096]@[0]
+          %6 = div(%0, %5) : float32[4096]
+          @return(%3, %6)
+    """, simplify_algebra, eliminate_dead_code)
+    ops = [line.split("(")[0] for line in body(text) if line.startswith(("div", "mul"))]
+    assert ops == ["div", "mul"], ops
+    x = np.random.default_rng(0).random(4096, dtype=np.float32) * 100
+    got = run_module(p.main, {"x": x})
+    np.testing.assert_array_equal(got[0], x / np.float32(255))
+    np.testing.assert_array_equal(got[1], x / np.float32(4))
+
+
 def test_batchnorm_arithmetic_folds_into_conv():
     import numpy as np
 
@@ -161,9 +188,10 @@ def test_batchnorm_arithmetic_folds_into_conv():
 
     mean, var = rng.standard_normal(4), rng.random(4) + 0.5
     scale, bias = rng.standard_normal(4), rng.standard_normal(4)
-    # y' = (y - mean) / sqrt(var + eps) * scale + bias, as the frontend spells inference batch norm
+    # y' = (y - mean) * rsqrt(var + eps) * scale + bias (the frontend folds it into one multiply-add;
+    # a graph may spell it out). A division would stay one: see the next test
     t = m.add(make_op("sub"), y, channel_const(mean))
-    t = m.add(make_op("div"), t, m.add(make_op("sqrt"), channel_const(var + 1e-5)))
+    t = m.add(make_op("mul"), t, m.add(make_op("rsqrt"), channel_const(var + 1e-5)))
     t = m.add(make_op("mul"), t, channel_const(scale))
     t = m.add(make_op("add"), t, channel_const(bias))
     m.add_return(m.add(make_op("relu"), t))

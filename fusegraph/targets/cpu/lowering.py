@@ -88,7 +88,13 @@ def reference_kernel(ins: Instruction, ctx: LowerContext) -> Kernel:
         subs = ins.module_args
 
         def control(args, out, env):
-            return op.compute_control(args, subs, lambda m, p: run_module(m, p, env))
+            r = op.compute_control(args, subs, lambda m, p: run_module(m, p, env))
+            # a planned result (a fused_reduce the generator left to numpy) lives in its buffer: the
+            # views of it the executable made once read that buffer, not what the interpreter returned
+            if out is None:
+                return r
+            np.copyto(out, r)
+            return out
 
         control.needs_env = True  # type: ignore[attr-defined]
         return control

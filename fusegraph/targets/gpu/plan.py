@@ -92,6 +92,10 @@ def make_plan(module: Module, mode_of: Callable[[Step], str]) -> Plan:
         if any(s.is_dynamic for s in _shapes(ins.shape)):
             raise CompileError(f"target 'gpu' compiles static shapes only: {ins.op} has shape {ins.shape} "
                                "(give the input dims when parsing, e.g. map_input_dims)")
+        if mode == ARENA and not isinstance(ins.shape, Shape):
+            # one arena buffer holds one tensor; a lowering writing a tuple has no place to write it
+            raise CompileError(f"target 'gpu' cannot plan {ins.op}: its lowering writes one tensor, "
+                               f"the instruction yields {ins.shape}")
         steps.append(step)
         storage[ins.uid] = mode
         owner[ins.uid] = owner[ins.inputs[0].uid] if mode == VIEW else ins.uid

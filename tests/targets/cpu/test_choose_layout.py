@@ -94,3 +94,16 @@ def test_conv_read_in_channel_slices_becomes_one_conv_per_slice():
     assert_close(got, run_ort(model, {"x": x}))
     names = _names(p)
     assert "slice" not in names and names.count("conv_epilogue") == 3
+
+
+def test_fused_reduction_over_a_transposed_view_of_a_conv_keeps_its_layout():
+    # a TF-exported classifier (open_nsfw): conv + relu, transposed to N, H, W, C, then a spatial
+    # mean: the fused reduction reads a strided view of the conv, and its body is typed for that view
+    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    nodes = [n("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1]), n("Relu", ["a"], ["r"]),
+             n("Transpose", ["r"], ["t"], perm=[0, 2, 3, 1]), n("Exp", ["t"], ["e"]),
+             n("ReduceMean", ["e"], ["out"], axes=[1, 2], keepdims=0)]
+    model = make_model(nodes, {"x": x}, ["out"], {"w": _w(16, 8, 3, 3)})
+    p, got = _compile(model, {"x": x})
+    assert_close(got, run_ort(model, {"x": x}), rtol=1e-5, atol=1e-6)
+    assert any(i.op.name == "conv_epilogue" and i.op.channels_last for i in p.main.instructions)

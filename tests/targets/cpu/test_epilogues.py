@@ -25,6 +25,8 @@ n = helper.make_node
      [("hard_swish", 0.0, 0.0), ("linear", 3.0, 0.0)]),
     # GELU with its 0.5 outside, and the affine 'x * 0.5 * 2' steps cancelling
     ("mul(mul(add(x0, x1), add(erf(mul(add(x0, x1), 0.7071067811865476)), 1)), 0.5)", [("gelu_erf", 0.0, 0.0)]),
+    # ... and with x / sqrt(2), a division simplify_algebra keeps (its reciprocal is not exact)
+    ("mul(mul(add(x0, x1), add(erf(div(add(x0, x1), 1.4142135381698608)), 1)), 0.5)", [("gelu_erf", 0.0, 0.0)]),
     # PP-LCNet's learnable affine block after a hard-sigmoid: scale then shift
     ("add(mul(max(min(add(mul(x0, 0.2), 0.5), 1), 0), 2.5), -1)",
      [("hard_sigmoid", 0.2, 0.5), ("linear", 2.5, -1.0)]),

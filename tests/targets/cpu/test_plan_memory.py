@@ -76,3 +76,21 @@ def test_residual_read_later_keeps_its_buffer():
         if i.op.name == "conv_epilogue" and i.op.n_residual and i.inputs[-1].uid in plan.buffers:
             assert plan.buffers[i.uid] is not plan.buffers[i.inputs[-1].uid]
     _plan_is_sound(p.main)
+
+
+def test_residual_that_is_also_the_convolutions_input_keeps_its_buffer():
+    # r + conv(r) (PP-OCRv6's depthwise blocks): r dies with the epilogue, but the convolution reads
+    # it while writing its result; sharing r's buffer would read neighbours it has overwritten already
+    x = {"x": rng.standard_normal((1, 8, 12, 12)).astype(np.float32)}
+    nodes = [n("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]), n("Relu", ["a"], ["r"]),
+             n("Conv", ["r", "w"], ["c"], pads=[1, 1, 1, 1], group=8), n("Add", ["c", "r"], ["s"]),
+             n("Conv", ["s", "w1"], ["y"])]
+    model = make_model(nodes, x, ["y"], {"w0": _w(8, 8, 3, 3), "w": _w(8, 1, 3, 3), "w1": _w(8, 8, 1, 1)})
+    p = fusegraph.parse_onnx(model)
+    p.compile(fusegraph.get_target("cpu"))
+    plan = p.main.memory_plan
+    fused = [i for i in p.main.instructions if i.op.name == "conv_epilogue" and i.op.n_residual]
+    assert len(fused) == 1 and fused[0].inputs[0] is fused[0].inputs[-1]
+    assert plan.buffers[fused[0].uid] is not plan.buffers[fused[0].inputs[-1].uid]
+    assert_close(p.run(x), run_ort(model, x))
+    _plan_is_sound(p.main)

@@ -103,3 +103,25 @@ def test_pointwise_input_whose_size_1_dim_has_another_stride():
     got = p.run({"x": a})[0]
     np.testing.assert_array_equal(got, p.run({"x": standard})[0])  # the same kernel, the same bits
     np.testing.assert_allclose(got, np.exp(np.maximum(a, 0)), rtol=1e-6)
+
+
+def test_fused_reduction_left_to_numpy_writes_its_planned_buffer():
+    # a reduction over a leading axis has no generated kernel: its body runs on the interpreter.
+    # The reshape after it is a view the executable makes once over the reduction's planned buffer
+    # (open_nsfw's spatial mean before its classifier), so the result must land in that buffer
+    p = Program.from_text(textwrap.dedent("""\
+        module main
+          %0 = @param[param_name='x'] : float32[4,3]
+          %1 = fused_reduce[axes=(0,)](%0) <body> : float32[1,3]
+          %2 = reshape[dims=(3,)](%1) : float32[3]
+          %3 = exp(%2) : float32[3]
+          @return(%3)
+        module body parent main
+          %4 = @param[param_name='x0'] : float32[4,3]
+          %5 = exp(%4) : float32[4,3]
+          %6 = reduce_sum[axes=(0,)](%5) : float32[1,3]
+          @return(%6)
+    """))
+    p.compile(fusegraph.get_target("cpu"), fusegraph.CompileOptions(optimize=False))
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    np.testing.assert_allclose(p.run({"x": x})[0], np.exp(np.exp(x).sum(0)), rtol=1e-6)

@@ -92,6 +92,30 @@ def test_missing_lowering_is_a_compile_error_naming_the_op():
         make_plan(p.main, storage_mode)
 
 
+def test_a_tuple_written_into_the_arena_is_a_compile_error_naming_the_op():
+    # a fused_reduce whose body returns moments (what fuse_reduce no longer builds) yields a tuple:
+    # one arena buffer cannot hold it. A typed error, which sends the static mode to the dynamic one
+    import textwrap
+
+    from fusegraph.ir import Program
+
+    p = Program.from_text(textwrap.dedent("""\
+        module main
+          %0 = @param[param_name='x'] : float32[2,8]
+          %1 = fused_reduce[axes=(1,)](%0) <body> : (float32[2,1], float32[2,1])
+          %2 = get_tuple_elem[index=0](%1) : float32[2,1]
+          %3 = get_tuple_elem[index=1](%1) : float32[2,1]
+          @return(%2, %3)
+        module body parent main
+          %4 = @param[param_name='x0'] : float32[2,8]
+          %5 = exp(%4) : float32[2,8]
+          %6 = moments[axes=(1,), centered=True](%5) : (float32[2,1], float32[2,1])
+          @return(%6)
+    """))
+    with pytest.raises(CompileError, match="fused_reduce.*yields"):
+        make_plan(p.main, storage_mode)
+
+
 def test_dynamic_shapes_are_refused_with_advice():
     p = fusegraph.parse_onnx(get_model("resnet50"), map_dyn_input_dims={"input": [Dim(1, 4), 3, 64, 64]})
     run_pipeline(p, generic_pipeline())

@@ -18,6 +18,7 @@ from ....ir.module import Instruction, Module
 from ....ir.op import Op, OpKind
 from ....ir.shape import Shape
 from ....ops.movement import Contiguous, Transpose
+from ....passes.memory_coloring import is_view
 from ....passes.simplify_reshapes import simplify_reshapes
 from ..ops import ConvEpilogue, DeconvEpilogue, PoolingChannelsLast, to_channels_first, to_channels_last
 
@@ -60,10 +61,17 @@ def _transpose(module: Module, before: Instruction, x: Instruction, perm: tuple[
     return module.insert(before, Transpose(perm=perm), x)
 
 
+def _picky(ins: Instruction) -> bool:
+    """Whether `ins` needs its input's layout kept: a fused op with a body (fused_reduce, control
+    flow) takes its inputs' layout as part of its type, and so does anything it reads through views
+    (a transposed view of a convolution, reduced over H and W: TF-exported classifiers)."""
+    return bool(ins.module_args) or (is_view(ins) and any(_picky(u) for u in ins.users))
+
+
 def _redirect(module: Module, old: Instruction, new: Instruction) -> None:
-    """Users of `old` read `new` (the same values, strided). Fused ops with a body (fused_reduce,
-    control flow) take their inputs' layout as part of their type: they read a standard copy."""
-    picky = [u for u in old.users if u.module_args]
+    """Users of `old` read `new` (the same values, strided). Picky users (see _picky) read a
+    standard copy, so the views between it and a fused op's body see the layout they saw before."""
+    picky = [u for u in old.users if _picky(u)]
     if picky:
         copy = module.insert_after(new, Contiguous(), new)  # before every reader of `old`
         for u in picky:

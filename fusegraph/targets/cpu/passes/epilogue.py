@@ -4,7 +4,7 @@ step of the chain may also add a tensor (a residual after the activation: YOLO's
 shortcuts are spelled both ways).
 
 Exporters spell the same activation several ways (hard-swish as x * relu6(x + 3) / 6, GELU with its
-0.5 outside, BatchNorm and PP-LCNet's learnable affine block as a scalar scale and shift around it),
+0.5 outside or its x / sqrt(2), BatchNorm and PP-LCNet's learnable affine block as a scalar scale and shift around it),
 and the frontend hands small constants to the body as broadcast inputs. So inputs that hold one
 value are substituted into the body first; then activation templates (ops.ACTIVATIONS and the
 ALIASES below, commutative calls matched either way round) and scalar affine steps ('linear') are
@@ -73,6 +73,7 @@ def _match(t: Expr, e: Expr, b: dict[int, Expr]) -> bool:
         return True
     if isinstance(t, Const):
         return isinstance(e, Const) and math.isclose(float(e.value), float(t.value), rel_tol=1e-6, abs_tol=1e-12)
+    e = _as_product(t, e)
     if not (isinstance(e, Call) and e.fn == t.fn and len(e.args) == len(t.args)):
         return False
     orders = [e.args, e.args[::-1]] if e.fn in _COMMUTATIVE and len(e.args) == 2 else [e.args]
@@ -82,6 +83,16 @@ def _match(t: Expr, e: Expr, b: dict[int, Expr]) -> bool:
             b.update(trial)
             return True
     return False
+
+
+def _as_product(t: Expr, e: Expr) -> Expr:
+    """x / c read as x * (1/c) where the template multiplies by a constant: simplify_algebra keeps
+    a division by anything but a power of two (GELU's x / sqrt(2)), and the fused activation is
+    computed by its own formula anyway."""
+    if (isinstance(t, Call) and t.fn == "mul" and any(isinstance(a, Const) for a in t.args)
+            and isinstance(e, Call) and e.fn == "div" and isinstance(e.args[1], Const) and float(e.args[1].value)):
+        return Call("mul", (e.args[0], Const(1.0 / float(e.args[1].value))))
+    return e
 
 
 def add_terms(e: Expr) -> list[Expr]:

@@ -1,5 +1,6 @@
 """The cpu target's memory plan: memory_coloring's interval colouring, where an epilogue op whose
-residual dies with it (ResNet's and YOLO's shortcuts) writes its result over that residual.
+residual dies with it (ResNet's and YOLO's shortcuts) writes its result over that residual, unless
+it also reads that buffer through another input.
 
 oneDNN's sum post-op adds what the output buffer holds: with its own buffer, the residual is first
 copied in (3 MB per block at ResNet-50's first stage); sharing the residual's buffer, it is already
@@ -35,9 +36,11 @@ def plan_memory(module: Module, body: bool = False) -> bool:
             continue
         res = ins.inputs[-1]
         shared, own = of.get(res.uid), of[ins.uid]
-        # the residual owns its buffer (it is no view), dies here, and is laid out as the result
+        # the residual owns its buffer (it is no view), dies here, and is laid out as the result; and
+        # no other input lives there (r + conv(r)): the kernel would read what it has overwritten
         if (shared is None or shared.end != k or shared.size != own.size or not res.shape.standard
-                or res.shape.lens != ins.shape.lens):
+                or res.shape.lens != ins.shape.lens
+                or any(of.get(_root(x).uid) is shared for x in ins.inputs[:-1])):
             continue
         shared.end = own.end
         of[ins.uid] = shared
