@@ -81,9 +81,12 @@ class Target:
         bulk data, verified like the weights (before the first run, unless the load is eager)."""
         return {}
 
-    def load(self, program: Program, options: CompileOptions, artifacts: Mapping[str, memoryview]) -> Executable:
+    def load(self, program: Program, options: CompileOptions, artifacts: Mapping[str, memoryview], *,
+             trusted: bool = False) -> Executable:
         """Rebuild the executable of an already-optimized `program` from its saved `artifacts`, running
-        no passes. Raise TargetError when this machine cannot run the target (e.g. no GPU)."""
+        no passes. Raise TargetError when this machine cannot run the target (e.g. no GPU). `trusted`:
+        the file's signature was verified; otherwise an artifact is used only where it is checked
+        against the IR, and none may make a kernel touch memory outside its buffers."""
         return self.lower(program, options)
 
     def compile(self, program: Program, options: CompileOptions | None = None, manager: Any = None) -> Executable:

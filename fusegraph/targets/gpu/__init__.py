@@ -134,16 +134,20 @@ class GpuTarget(Target):
         out.update(export_binaries(sources, getattr(executable, "gemm_kernels", ())))
         return out
 
-    def load(self, program: Program, options: CompileOptions, artifacts: Mapping[str, memoryview]) -> Executable:
-        # Kernels are regenerated from the IR (the saved sources document what ran); their saved
-        # binaries serve as Triton's cache meanwhile (binaries.py), so none is compiled again on the
-        # same Triton and GPU architecture. Recorded GEMM choices are reused, not timed again.
+    def load(self, program: Program, options: CompileOptions, artifacts: Mapping[str, memoryview], *,
+             trusted: bool = False) -> Executable:
+        # Kernels are regenerated from the IR (the saved sources document what ran); a signed file's
+        # saved binaries serve as Triton's cache meanwhile (binaries.py), so none is compiled again on
+        # the same Triton and GPU architecture. An unsigned file's binaries are never run: nothing ties
+        # a cubin to its source but the writer's word. Recorded GEMM choices are reused, not timed
+        # again: each names one of the candidates generated here for its GEMM, or is ignored.
+        from .autotune import read_recorded
         from .binaries import saved_kernels
         from .device import resolve_device
 
-        recorded = artifacts.get("autotune.json")
-        with saved_kernels(artifacts, resolve_device(self.device)):
-            return self._lower(program, options, json.loads(bytes(recorded)) if recorded is not None else {})
+        recorded = read_recorded(artifacts.get("autotune.json"))
+        with saved_kernels(artifacts if trusted else {}, resolve_device(self.device)):
+            return self._lower(program, options, recorded)
 
 
 def _fits_static(program: Program) -> bool:
