@@ -38,6 +38,21 @@ class InputError(FusegraphError):
     """A run was given a missing, unknown, wrong-shape or wrong-dtype input."""
 
 
+class ResourceError(FusegraphError):
+    """A size beyond what fusegraph or this machine can hold: a dim or element count past the kernels'
+    index types, a tensor or a compile's peak memory past `CompileOptions.max_memory`. Names the size
+    and the culprit (the instruction, the ONNX node)."""
+
+
+class ExecutionError(FusegraphError):
+    """A run could not complete as asked: a Loop past `max_loop_iterations`, control flow nested too
+    deep, an output that would exceed the memory limit. Names the instruction."""
+
+
+class DeadlineExceeded(ExecutionError):
+    """A run passed its `deadline` (seconds); checked between steps, so it stops within one step."""
+
+
 class CompileError(FusegraphError):
     """A program could not be compiled for a target (e.g. an op with no lowering)."""
 
