@@ -170,6 +170,7 @@ def _load(c: Container, verify_key: signing.Key | None, integrity: str) -> Progr
     if not trusted:
         _check_parameters(c, program)
     artifacts = {n[len(_ARTIFACT):]: c.part(n) for n in kinds["artifact"]}
+    target.check_memory(program, options)  # sized from the IR before a kernel is built
     exe = target.load(program, options, artifacts, trusted=trusted)
     program.executable, program.target_name = exe, target.name
     if not eager and bulk:

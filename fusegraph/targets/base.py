@@ -26,6 +26,7 @@ class CompileOptions:
     exhaustive_tune: bool = False
     device_resident: bool = False  # gpu: keep inputs/outputs on the device
     disabled_passes: tuple[str, ...] = ()
+    max_memory: int | None = None  # bytes a run may hold (weights, intermediates, outputs); None: the target's memory
 
 
 class Executable:
@@ -106,7 +107,22 @@ class Target:
                     passes = [fp16_pass(options.keep_fp32), *passes]
 
             run_pipeline(program, passes, options, manager)
+        self.check_memory(program, options)
         return self.lower(program, options)
+
+    def memory_capacity(self) -> int:
+        """The bytes a program may hold by default (`CompileOptions.max_memory` None): the machine's RAM."""
+        from ..ir.limits import physical_memory
+
+        return physical_memory()
+
+    def check_memory(self, program: Program, options: CompileOptions) -> Any:
+        """ResourceError, before anything is lowered, when one run of `program` would hold more than
+        `options.max_memory` (targets/resources.py); else what it holds (a MemoryUse)."""
+        from .resources import check_memory
+
+        limit = options.max_memory if options.max_memory is not None else self.memory_capacity()
+        return check_memory(program, limit, f"target {self.name!r}: the program")
 
     def __repr__(self) -> str:
         return f"<target {self.name}>"

@@ -59,6 +59,15 @@ class GpuTarget(Target):
     def lower(self, program: Program, options: CompileOptions) -> Executable:
         return self._lower(program, options, {})
 
+    def memory_capacity(self) -> int:
+        """The device's memory (weights and arena live there); the host's RAM on Triton's interpreter."""
+        from .device import resolve_device, torch
+
+        device = resolve_device(self.device)
+        if device.type == "cuda":
+            return int(torch().cuda.get_device_properties(device).total_memory)
+        return super().memory_capacity()
+
     def _lower(self, program: Program, options: CompileOptions, recorded: Mapping[str, dict]) -> Executable:
         from ...errors import CompileError
         from .autotune import Tuner

@@ -7,14 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import FusegraphError, InputError
+from ...errors import ExecutionError, FusegraphError, InputError
 from ...ir.builtin import Literal, Param, Return
 from ...ir.module import Instruction, Module
 from ...passes.memory_coloring import reads
-
-
-class ExecutionError(FusegraphError):
-    """An op's reference failed on actual data (names the instruction)."""
 
 
 def last_uses(module: Module) -> dict[int, list[int]]:
