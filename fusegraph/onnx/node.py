@@ -5,14 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from onnx import AttributeProto, NodeProto, numpy_helper
+from onnx import AttributeProto, NodeProto, external_data_helper, numpy_helper
 
-from ..errors import ParseError
+from ..errors import ModelLoadError, ParseError
 
 _REQUIRED = object()
 
 
 def tensor_to_array(t) -> np.ndarray:
+    if external_data_helper.uses_external_data(t):
+        # loading.py reads every external tensor it may; numpy_helper would read this one from the
+        # working directory
+        raise ModelLoadError(f"tensor {t.name!r} keeps its data in an external file, which is not read here "
+                             f"(external data is read for initializers and node attributes only)")
     arr = numpy_helper.to_array(t)
     if arr.dtype.kind in "SU":
         arr = arr.astype(object)
@@ -42,11 +47,9 @@ def decode_attribute(a: AttributeProto) -> Any:
     if a.type == T.GRAPHS:
         return list(a.graphs)
     if a.type == T.SPARSE_TENSOR:
-        from onnx.numpy_helper import to_array
-
-        dense = np.zeros(tuple(a.sparse_tensor.dims), dtype=to_array(a.sparse_tensor.values).dtype)
-        idx = to_array(a.sparse_tensor.indices)
-        vals = to_array(a.sparse_tensor.values)
+        vals = tensor_to_array(a.sparse_tensor.values)
+        dense = np.zeros(tuple(a.sparse_tensor.dims), dtype=vals.dtype)
+        idx = tensor_to_array(a.sparse_tensor.indices)
         if idx.ndim == 1:
             dense.reshape(-1)[idx] = vals
         else:
