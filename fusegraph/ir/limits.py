@@ -13,9 +13,10 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-from ..errors import ResourceError
+from ..errors import IRError, ResourceError
 from .dtypes import DType
 
 # Every kernel addresses bytes with int64 (numpy's intp, the generated C's int64_t, oneDNN's dims):
@@ -55,3 +56,24 @@ def check_tensor(lens: Sequence[int], dtype: DType, what: str, limit: int | None
         which = "the machine's memory" if limit is None else "the memory limit"
         raise ResourceError(f"{what}: its output {dtype}[{','.join(map(str, lens))}] would take "
                             f"{format_bytes(need)}, more than {which} ({format_bytes(cap)})")
+
+
+# Control flow nests bodies in bodies; every level costs each target a few Python frames when it runs
+# (the cpu target about six), so past this a run would end in RecursionError. ONNX models cannot nest
+# deeper than about 48 (protobuf's decoder stops at 100 nested messages, two per level).
+MAX_NESTING = 100
+
+
+def check_nesting(modules: Iterable[Any]) -> None:
+    """IRError unless every module's chain of parents is finite (no cycle) and at most MAX_NESTING long."""
+    for m in modules:
+        depth, seen, p = 0, {id(m)}, m.parent
+        while p is not None:
+            depth += 1
+            if id(p) in seen:
+                raise IRError(f"module {m.name}: its parents form a cycle")
+            if depth > MAX_NESTING:
+                raise IRError(f"module {m.name} is nested more than {MAX_NESTING} bodies deep (control flow "
+                              f"in control flow), more than fusegraph runs")
+            seen.add(id(p))
+            p = p.parent

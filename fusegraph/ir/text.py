@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import IRError
 from .builtin import Literal
 from .dtypes import DType
+from .limits import check_nesting
 from .module import Instruction
 from .op import Op, get_op_class
 from .shape import AnyShape, Dim, OptionalShape, SequenceShape, Shape, TupleShape
@@ -305,6 +306,7 @@ def parse_program(text: str, literal_reader: LiteralReader | None = None, check_
         if current is None:
             raise IRError(f"line {lineno}: instruction outside a module")
         blocks[current.name].append((lineno, line))
+    check_nesting(program.modules.values())  # before the recursive parse below: a cycle or a depth past it
     values: dict[str, Instruction] = {}
     parsed: set[str] = set()
     memo: dict[str, Any] = {}  # shape and op texts already read (see _read)

@@ -10,7 +10,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import CompileError
+from ..ir.limits import check_nesting
 from ..ir.program import Program
+from ..ir.run_limits import DEFAULT_MAX_LOOP_ITERATIONS, running
 from ..ir.shape import AnyShape
 from ..runtime.validate import check_inputs
 
@@ -27,6 +29,7 @@ class CompileOptions:
     device_resident: bool = False  # gpu: keep inputs/outputs on the device
     disabled_passes: tuple[str, ...] = ()
     max_memory: int | None = None  # bytes a run may hold (weights, intermediates, outputs); None: the target's memory
+    max_loop_iterations: int = DEFAULT_MAX_LOOP_ITERATIONS  # a Loop past this fails (ir/run_limits.py says why 10**6)
 
 
 class Executable:
@@ -41,9 +44,12 @@ class Executable:
     # Checks that must pass before the first run (a loaded file's weight checksums: see runtime/serialize.py).
     _pending_checks: tuple[Callable[[], None], ...] = ()
 
-    def run(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+    def run(self, inputs: Mapping[str, Any], *, deadline: float | None = None) -> list[np.ndarray]:
+        """Run on `inputs`; with `deadline` (seconds), DeadlineExceeded once it has passed, checked
+        between steps (and Loop iterations) on every target."""
         self._run_pending_checks()
-        return self.execute(check_inputs(self.input_specs, inputs))
+        with running(deadline, self.options.max_loop_iterations):
+            return self.execute(check_inputs(self.input_specs, inputs))
 
     def defer_check(self, check: Callable[[], None]) -> None:
         """Make `check` (which raises on failure) run once, before the first `run`; until it passes,
@@ -94,6 +100,7 @@ class Target:
         """Run the target's pipeline on `program` in place, then lower it. `manager` (a PassManager)
         may be given to collect per-pass records."""
         options = options or CompileOptions()
+        check_nesting(program.modules.values())  # deeper bodies would end a run in RecursionError
         if options.keep_fp32 and not options.fp16:
             raise CompileError("keep_fp32 names ops to keep in float32 when computing in float16: it needs fp16=True")
         if options.optimize:
