@@ -14,7 +14,14 @@ import pytest
 from onnx import TensorProto, helper
 
 import fusegraph
-from fusegraph.errors import DeadlineExceeded, ExecutionError, InputError, IRError, ModelLoadError, TargetError
+from fusegraph.errors import (
+    DeadlineExceeded,
+    ExecutionError,
+    InputError,
+    IRError,
+    ModelLoadError,
+    TargetError,
+)
 from fusegraph.ir import DType, Program, Shape, make_op
 from fusegraph.ir.limits import MAX_NESTING
 from fusegraph.ir.text import parse_program, print_program
