@@ -21,7 +21,8 @@ I64 = np.int64
 TARGETS = ["ref", "cpu"]
 
 
-def _target(name: str):
+def target_or_skip(name: str):
+    """The target, or a skip where it cannot run here (the cpu target without oneDNN)."""
     try:
         return fusegraph.get_target(name)
     except TargetError as e:
@@ -50,7 +51,7 @@ def test_a_resize_by_1e5_is_refused_at_compile(target):
                        {"sc": np.array([1, 1, 1e5, 1e5], np.float32)})
     p = fusegraph.parse_onnx(model)
     with pytest.raises(ResourceError, match=r"more than max_memory .*largest tensor is resize : float32\[1,1,400000,400000\]"):
-        p.compile(_target(target))
+        p.compile(target_or_skip(target))
 
 
 RUN_TIME = {  # ops that make a tensor from values, fed values that ask for terabytes
@@ -67,7 +68,7 @@ RUN_TIME = {  # ops that make a tensor from values, fed values that ask for tera
 def test_ops_that_make_tensors_from_values_check_their_size_at_run(op, target):
     nodes, feeds = RUN_TIME[op]
     inits = {"v": np.array([0, 1], np.float32)} if op == "OneHot" else None
-    p = fusegraph.parse_onnx(make_model(nodes, feeds, ["y"], inits)).compile(_target(target))
+    p = fusegraph.parse_onnx(make_model(nodes, feeds, ["y"], inits)).compile(target_or_skip(target))
     start = time.perf_counter()
     with pytest.raises(ResourceError, match="would take .* more than the machine's memory"):
         p.run(feeds)  # before: MemoryError (OneHot: after 40-50 s of work)
@@ -79,8 +80,8 @@ def test_a_compile_past_max_memory_names_its_largest_tensor():
     # the product, alive until the relu, and the relu's output: 64 KiB each, and the weight
     with pytest.raises(ResourceError, match=r"needs 128.5 KiB \(weights 512 B, intermediates 64.0 KiB, outputs "
                                             r"64.0 KiB\), more than max_memory 10.0 KiB; its largest tensor is dot"):
-        p.compile(_target("ref"), CompileOptions(max_memory=10 << 10))
-    p.compile(_target("ref"), CompileOptions(max_memory=1 << 20))
+        p.compile(target_or_skip("ref"), CompileOptions(max_memory=10 << 10))
+    p.compile(target_or_skip("ref"), CompileOptions(max_memory=1 << 20))
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -88,20 +89,20 @@ def test_a_batch_of_2_40_is_refused_before_the_kernels_are_built(target):
     # before (cpu): SIGFPE inside oneDNN's matmul creation for every batch from 2**32 to about 2**60
     p = fusegraph.parse_onnx(mlp(), map_input_dims={"x": [2**40, 8]})
     with pytest.raises(ResourceError, match="more than max_memory"):
-        p.compile(_target(target))
+        p.compile(target_or_skip(target))
     assert physical_memory() < 2**40 * 16 * 4
 
 
 def test_onednn_is_never_given_a_dim_its_kernels_truncate():
     p = fusegraph.parse_onnx(mlp(), map_input_dims={"x": [2**32, 8]})
     with pytest.raises(ResourceError, match="oneDNN: a tensor of dims .* past 2147483647"):
-        p.compile(_target("cpu"), CompileOptions(max_memory=2**62))  # past the memory check on purpose
+        p.compile(target_or_skip("cpu"), CompileOptions(max_memory=2**62))  # past the memory check on purpose
 
 
 def test_a_tensor_past_64_bit_byte_offsets_is_refused_whatever_the_limit():
     p = fusegraph.parse_onnx(mlp(), map_input_dims={"x": [2**61, 8]})
     with pytest.raises(ResourceError, match="64-bit byte offsets"):
-        p.compile(_target("ref"), CompileOptions(max_memory=2**63))
+        p.compile(target_or_skip("ref"), CompileOptions(max_memory=2**63))
 
 
 def test_the_cli_reports_a_resource_error_as_a_user_error(tmp_path, capsys):

@@ -20,22 +20,13 @@ from fusegraph.errors import (
     InputError,
     IRError,
     ModelLoadError,
-    TargetError,
 )
 from fusegraph.ir import DType, Program, Shape, make_op
 from fusegraph.ir.limits import MAX_NESTING
 from fusegraph.ir.text import parse_program, print_program
 from fusegraph.targets import CompileOptions
+from tests.targets.test_resources import TARGETS, target_or_skip
 from tests.util import make_model
-
-TARGETS = ["ref", "cpu"]
-
-
-def _target(name: str):
-    try:
-        return fusegraph.get_target(name)
-    except TargetError as e:
-        pytest.skip(f"{name} target unavailable: {e}")
 
 
 def loop_model(data_cond: bool) -> onnx.ModelProto:
@@ -59,7 +50,7 @@ def feeds(trips: int) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_loop_of_2_62_trips_fails_before_its_first(target):
-    p = fusegraph.parse_onnx(loop_model(data_cond=False)).compile(_target(target))
+    p = fusegraph.parse_onnx(loop_model(data_cond=False)).compile(target_or_skip(target))
     start = time.perf_counter()
     with pytest.raises(ExecutionError, match=r"would run 4611686018427387904 iterations, more than max_loop_iterations=1000000"):
         p.run(feeds(2**62))  # before: spun until killed
@@ -69,7 +60,7 @@ def test_a_loop_of_2_62_trips_fails_before_its_first(target):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_loop_its_condition_keeps_going_stops_at_the_bound(target):
-    p = fusegraph.parse_onnx(loop_model(data_cond=True)).compile(_target(target), CompileOptions(max_loop_iterations=50))
+    p = fusegraph.parse_onnx(loop_model(data_cond=True)).compile(target_or_skip(target), CompileOptions(max_loop_iterations=50))
     with pytest.raises(ExecutionError, match="ran past 50 iterations"):
         p.run(feeds(2**62))
     assert p.run(feeds(50))[0].tolist() == [50.0]
@@ -77,7 +68,7 @@ def test_a_loop_its_condition_keeps_going_stops_at_the_bound(target):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_deadline_stops_a_run_between_steps(target):
-    p = fusegraph.parse_onnx(loop_model(data_cond=True)).compile(_target(target))
+    p = fusegraph.parse_onnx(loop_model(data_cond=True)).compile(target_or_skip(target))
     start = time.perf_counter()
     with pytest.raises(DeadlineExceeded, match="deadline of 0.3 s"):
         p.run(feeds(2**62), deadline=0.3)
@@ -92,7 +83,7 @@ def test_a_deadline_is_checked_in_straight_line_code_too(target):
     nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Exp", ["a"], ["b"]),
              helper.make_node("Neg", ["b"], ["y"])]
     x = np.ones((4, 4), np.float32)
-    p = fusegraph.parse_onnx(make_model(nodes, {"x": x}, ["y"])).compile(_target(target), CompileOptions(optimize=False))
+    p = fusegraph.parse_onnx(make_model(nodes, {"x": x}, ["y"])).compile(target_or_skip(target), CompileOptions(optimize=False))
     with pytest.raises(DeadlineExceeded):
         p.run({"x": x}, deadline=1e-9)  # passed before the first step's check
 
@@ -119,7 +110,7 @@ def nested_ifs(depth: int) -> Program:
 @pytest.mark.parametrize("target", TARGETS)
 def test_control_flow_nested_to_the_bound_runs(target):
     p = parse_program(print_program(nested_ifs(MAX_NESTING - 1)))
-    p.compile(_target(target))
+    p.compile(target_or_skip(target))
     # before (cpu): KeyError from two levels of nesting on (a body's body read x through its parent)
     assert p.run({"x": np.ones(1, np.float32), "c": np.array(True)})[0].tolist() == [2.0]
 
@@ -127,7 +118,7 @@ def test_control_flow_nested_to_the_bound_runs(target):
 def test_control_flow_nested_past_the_bound_is_a_typed_error():
     p = nested_ifs(120)
     with pytest.raises(IRError, match=f"nested more than {MAX_NESTING} bodies deep"):
-        p.compile(_target("ref"))
+        p.compile(target_or_skip("ref"))
     with pytest.raises(IRError, match=f"nested more than {MAX_NESTING}"):
         parse_program(print_program(p))
 
