@@ -41,6 +41,8 @@ class Executable:
         self.input_specs: dict[str, AnyShape] = program.get_parameter_shapes()
         self.output_shapes = program.get_output_shapes()
 
+    peak_memory: Any = None  # what one run holds by the IR (targets/resources.py MemoryUse), set by compile and load
+
     # Checks that must pass before the first run (a loaded file's weight checksums: see runtime/serialize.py).
     _pending_checks: tuple[Callable[[], None], ...] = ()
 
@@ -114,8 +116,10 @@ class Target:
                     passes = [fp16_pass(options.keep_fp32), *passes]
 
             run_pipeline(program, passes, options, manager)
-        self.check_memory(program, options)
-        return self.lower(program, options)
+        use = self.check_memory(program, options)
+        exe = self.lower(program, options)
+        exe.peak_memory = use
+        return exe
 
     def memory_capacity(self) -> int:
         """The bytes a program may hold by default (`CompileOptions.max_memory` None): the machine's RAM."""

@@ -111,3 +111,12 @@ def test_a_signed_file_loads_with_its_key():
     q = fusegraph.load_buffer(fusegraph.save_buffer(p, sign_key=KEY), verify_key=KEY)
     x = {"x": np.ones((2, 20), np.float32)}
     assert [a.tobytes() for a in q.run(x)] == [a.tobytes() for a in p.run(x)]
+
+
+@pytest.mark.parametrize("recorded", [b"[1]", b'{"mm": 3}', b'{"mm": {"name": 7}}', b"not json"])
+def test_a_gpu_files_recorded_choices_are_a_table_or_refused(recorded):
+    from fusegraph.targets.gpu.autotune import read_recorded
+
+    assert read_recorded(memoryview(b'{"mm": {"name": "library"}}')) == {"mm": {"name": "library"}}
+    with pytest.raises(CompiledFileError, match="autotune.json"):  # before: AttributeError or a JSON error
+        read_recorded(memoryview(recorded))

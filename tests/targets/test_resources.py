@@ -82,6 +82,8 @@ def test_a_compile_past_max_memory_names_its_largest_tensor():
                                             r"64.0 KiB\), more than max_memory 10.0 KiB; its largest tensor is dot"):
         p.compile(target_or_skip("ref"), CompileOptions(max_memory=10 << 10))
     p.compile(target_or_skip("ref"), CompileOptions(max_memory=1 << 20))
+    use = p.executable.peak_memory  # every compile knows what it holds
+    assert (use.weights, use.intermediates, use.outputs) == (512, 64 << 10, 64 << 10)
 
 
 @pytest.mark.parametrize("target", TARGETS)
