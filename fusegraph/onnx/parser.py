@@ -16,7 +16,7 @@ from ..ir.shape import Dim, Shape
 from . import converters  # noqa: F401  (registers every converter)
 from .context import Context
 from .loading import ModelSource, load_model
-from .node import Node, tensor_to_array
+from .node import Node, sparse_to_dense, tensor_to_array
 from .registry import lookup
 
 DimSpec = Any  # int | Dim | (min, max) | (min, max, optimals)
@@ -47,7 +47,7 @@ class OnnxParser:
         for init in graph.initializer:
             scope[init.name] = ctx.literal(self._initializer(init))
         for sparse in graph.sparse_initializer:
-            scope[sparse.values.name] = ctx.literal(_sparse_to_dense(sparse))
+            scope[sparse.values.name] = ctx.literal(sparse_to_dense(sparse))
         for vi in graph.input:
             if vi.name in scope:
                 continue  # an initializer listed as an input (opset < 9 style): a constant
@@ -209,19 +209,6 @@ def _dim(d: DimSpec) -> Dim:
         return Dim.fixed(d)
     d = tuple(d)
     return Dim(int(d[0]), None if d[1] is None else int(d[1]), tuple(d[2]) if len(d) > 2 else ())
-
-
-def _sparse_to_dense(sparse: onnx.SparseTensorProto):
-    import numpy as np
-
-    vals = tensor_to_array(sparse.values)
-    idx = tensor_to_array(sparse.indices)
-    dense = np.zeros(tuple(sparse.dims), dtype=vals.dtype)
-    if idx.ndim == 1:
-        dense.reshape(-1)[idx] = vals
-    else:
-        dense[tuple(idx.T)] = vals
-    return dense
 
 
 def parse_onnx(model: ModelSource, *,

@@ -44,6 +44,14 @@ def test_range_folded_at_parse_is_refused_before_it_allocates():
         fusegraph.parse_onnx(model)  # before: MemoryError from np.arange
 
 
+def test_a_sparse_constant_is_sized_before_it_is_made_dense():
+    vals = onnx.numpy_helper.from_array(np.ones(1, np.float32), "w")
+    sparse = helper.make_sparse_tensor(vals, onnx.numpy_helper.from_array(np.zeros(1, I64), "i"), [2**40])
+    model = make_model([helper.make_node("Constant", [], ["y"], sparse_value=sparse)], {"x": np.zeros(1, np.float32)}, ["y"])
+    with pytest.raises(ResourceError, match="sparse tensor 'w'"):  # before: MemoryError from np.zeros
+        fusegraph.parse_onnx(model)
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_resize_by_1e5_is_refused_at_compile(target):
     nodes = [helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="nearest")]
