@@ -49,9 +49,20 @@ class InputError(FusegraphError):
     """A run was given a missing, unknown, wrong-shape or wrong-dtype input."""
 
 
+class ResourceError(FusegraphError):
+    """A size beyond what fusegraph or this machine can hold: a dim or element count past the kernels'
+    index types, a tensor or a compile's peak memory past `CompileOptions.max_memory`. Names the size
+    and the culprit (the instruction, the ONNX node)."""
+
+
 class ExecutionError(FusegraphError):
-    """A run failed on the values it was given: an index out of range, an op's reference failing on
-    actual data; names the op or instruction and the input."""
+    """A run failed on the values it was given or could not complete as asked: an index out of range,
+    an op's reference failing on actual data, a Loop past `max_loop_iterations`, control flow nested
+    too deep. Names the op or instruction and the input."""
+
+
+class DeadlineExceeded(ExecutionError):
+    """A run passed its `deadline` (seconds); checked between steps, so it stops within one step."""
 
 
 class CompileError(FusegraphError):

@@ -12,6 +12,7 @@ import onnx
 
 from ..errors import ModelLoadError, UnknownModelError
 from ..onnx import load_model
+from ..onnx.loading import regular_file
 
 # Suffixes that are surely meant as files: such a MODEL that does not exist is a missing file,
 # not an unknown model name.
@@ -80,6 +81,8 @@ def resolve_model(arg: str) -> ModelSource:
         return LOADERS.get(path.suffix.lower(), _load_onnx)(path, arg)
     if path.is_dir():
         raise ModelLoadError(f"{arg} is a directory, not a model file")
+    if path.exists():  # a FIFO, a socket, a device: said so by stat, never opened
+        regular_file(path)
     if _is_builtin(arg):
         from ..models import get_model
 

@@ -119,7 +119,8 @@ class Program:
     def is_compiled(self) -> bool:
         return self.executable is not None
 
-    def run(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+    def run(self, inputs: Mapping[str, Any], *, deadline: float | None = None) -> list[np.ndarray]:
+        """Run the compiled program; `deadline`: seconds after which it stops with DeadlineExceeded."""
         if self.executable is None:
             raise CompileError("the program is not compiled: call program.compile(target) first")
-        return self.executable.run(inputs)
+        return self.executable.run(inputs, deadline=deadline)

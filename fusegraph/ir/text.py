@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import IRError
 from .builtin import Literal
 from .dtypes import DType
+from .limits import check_nesting
 from .module import Instruction
 from .op import Op, get_op_class
 from .shape import AnyShape, Dim, OptionalShape, SequenceShape, Shape, TupleShape
@@ -305,6 +306,7 @@ def parse_program(text: str, literal_reader: LiteralReader | None = None, check_
         if current is None:
             raise IRError(f"line {lineno}: instruction outside a module")
         blocks[current.name].append((lineno, line))
+    check_nesting(program.modules.values())  # before the recursive parse below: a cycle or a depth past it
     values: dict[str, Instruction] = {}
     parsed: set[str] = set()
     memo: dict[str, Any] = {}  # shape and op texts already read (see _read)
@@ -373,9 +375,15 @@ def _add_ins(mod: Module, name: str, opname: str, attrs_text: str, inputs: list[
     shape = _read(memo, parse_shape, shape_text)
     if opname == "@literal" and not check_shapes:
         ins = mod._attach(Instruction(Literal(_parse_literal(attrs_text, shape, reader)), [], shape), None)
-    elif opname == "@literal":
-        ins = mod.add_literal(_parse_literal(attrs_text, shape, reader))
-        ins.op = Literal(ins.op.value.reshape(shape.lens)) if ins.shape != shape else ins.op
+    elif opname == "@literal":  # in text order, as written (positions name literals: cpu/artifacts.py)
+        value = np.asarray(_parse_literal(attrs_text, shape, reader))
+        if value.shape != tuple(shape.lens):
+            value = value.reshape(shape.lens)
+        op = Literal(value)
+        derived = op.compute_shape([])
+        if str(derived) != str(shape):
+            raise IRError(f"@literal: text says {shape}, its value is {derived}")
+        ins = mod._attach(Instruction(op, [], shape), None)
     elif opname == "@param":
         pname = parse_value(attrs_text.split("=", 1)[1])
         ins = mod.add_parameter(pname, shape)
@@ -384,10 +392,28 @@ def _add_ins(mod: Module, name: str, opname: str, attrs_text: str, inputs: list[
         if not check_shapes:
             ins = mod._attach(Instruction(op, inputs, shape, module_args), None)
         else:
-            ins = mod.add(op, *inputs, module_args=module_args)
-            if str(ins.shape) != str(shape):
-                raise IRError(f"{opname}: text says {shape}, the shape rule gives {ins.shape}")
+            ins = _add_checked(mod, op, inputs, module_args, shape, memo)
     values[name] = ins
+
+
+def _add_checked(mod: Module, op: Op, inputs: list[Instruction], module_args: list[Module], shape: AnyShape,
+                 memo: dict[str, Any] | None) -> Instruction:
+    """Add an instruction with the shape its op's rule gives, which must be the text's. A rule's result
+    is remembered by the op and its inputs' shapes, all objects of `memo` (one per text, kept alive
+    there, so their ids stay theirs): a model repeats its layers, and the rule runs once per kind."""
+    key = None
+    if memo is not None and not module_args:  # a rule that reads submodules is not a function of shapes
+        key = ("rule", id(op), *(id(i.shape) for i in inputs))
+        seen = memo.get(key)
+        if seen is not None and seen[0] is shape:
+            return mod._attach(Instruction(op, inputs, shape, module_args), None)
+    ins = mod.add(op, *inputs, module_args=module_args)
+    if str(ins.shape) != str(shape):
+        raise IRError(f"{op.name}: text says {shape}, the shape rule gives {ins.shape}")
+    ins.shape = shape  # equal, and memo's object: the key of the instructions that read it
+    if key is not None:
+        memo[key] = (shape, op, [i.shape for i in inputs])
+    return ins
 
 
 def parse_op(text: str) -> Op:

@@ -5,18 +5,38 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from onnx import AttributeProto, NodeProto, numpy_helper
+from onnx import AttributeProto, NodeProto, external_data_helper, numpy_helper
 
-from ..errors import ParseError
+from ..errors import ModelLoadError, ParseError
+from ..ir.dtypes import DType
+from ..ir.limits import check_tensor
 
 _REQUIRED = object()
 
 
 def tensor_to_array(t) -> np.ndarray:
+    if external_data_helper.uses_external_data(t):
+        # loading.py reads every external tensor it may; numpy_helper would read this one from the
+        # working directory
+        raise ModelLoadError(f"tensor {t.name!r} keeps its data in an external file, which is not read here "
+                             f"(external data is read for initializers and node attributes only)")
     arr = numpy_helper.to_array(t)
     if arr.dtype.kind in "SU":
         arr = arr.astype(object)
     return arr
+
+
+def sparse_to_dense(sparse) -> np.ndarray:
+    """A SparseTensorProto as a dense array; its dims are checked before the zeros are made."""
+    vals = tensor_to_array(sparse.values)
+    idx = tensor_to_array(sparse.indices)
+    check_tensor(list(sparse.dims), DType.from_numpy(vals.dtype), f"sparse tensor {sparse.values.name!r}")
+    dense = np.zeros(tuple(sparse.dims), dtype=vals.dtype)
+    if idx.ndim == 1:
+        dense.reshape(-1)[idx] = vals
+    else:
+        dense[tuple(idx.T)] = vals
+    return dense
 
 
 def decode_attribute(a: AttributeProto) -> Any:
@@ -42,16 +62,7 @@ def decode_attribute(a: AttributeProto) -> Any:
     if a.type == T.GRAPHS:
         return list(a.graphs)
     if a.type == T.SPARSE_TENSOR:
-        from onnx.numpy_helper import to_array
-
-        dense = np.zeros(tuple(a.sparse_tensor.dims), dtype=to_array(a.sparse_tensor.values).dtype)
-        idx = to_array(a.sparse_tensor.indices)
-        vals = to_array(a.sparse_tensor.values)
-        if idx.ndim == 1:
-            dense.reshape(-1)[idx] = vals
-        else:
-            dense[tuple(idx.T)] = vals
-        return dense
+        return sparse_to_dense(a.sparse_tensor)
     if a.type == T.TYPE_PROTO:
         return a.tp
     if a.type == T.TYPE_PROTOS:

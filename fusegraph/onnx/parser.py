@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
 
 from ..errors import FusegraphError, InputError, ModelLoadError, ParseError, ShapeError, UnsupportedOpError
 from ..ir.dtypes import DType
@@ -18,33 +16,11 @@ from ..ir.program import Program
 from ..ir.shape import Dim, Shape
 from . import converters  # noqa: F401  (registers every converter)
 from .context import Context
-from .node import Node, tensor_to_array
+from .loading import ModelSource, load_model
+from .node import Node, sparse_to_dense, tensor_to_array
 from .registry import lookup
 
 DimSpec = Any  # int | Dim | (min, max) | (min, max, optimals)
-
-
-def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto:
-    """Read an ONNX model from a path, bytes or a ModelProto, with clear errors for bad input."""
-    if isinstance(model, onnx.ModelProto):
-        return model
-    try:
-        if isinstance(model, (bytes, bytearray, memoryview)):
-            proto = onnx.load_from_string(bytes(model))
-        else:
-            path = Path(model)
-            if not path.is_file():
-                raise ModelLoadError(f"no such model file: {path}")
-            proto = onnx.load(str(path), load_external_data=True)
-    except FusegraphError:
-        raise
-    except DecodeError as e:
-        raise ModelLoadError(f"not a valid ONNX model (malformed or truncated protobuf): {e}") from None
-    except (OSError, ValueError, RuntimeError, onnx.checker.ValidationError) as e:
-        raise ModelLoadError(f"cannot read ONNX model: {e}") from None
-    if not proto.HasField("graph") or (not proto.graph.node and not proto.graph.output):
-        raise ModelLoadError("not a valid ONNX model: it has no graph (empty, truncated or not ONNX)")
-    return proto
 
 
 class OnnxParser:
@@ -75,7 +51,7 @@ class OnnxParser:
         for init in graph.initializer:
             scope[init.name] = ctx.literal(self._initializer(init))
         for sparse in graph.sparse_initializer:
-            scope[sparse.values.name] = ctx.literal(_sparse_to_dense(sparse))
+            scope[sparse.values.name] = ctx.literal(sparse_to_dense(sparse))
         for vi in graph.input:
             if vi.name in scope:
                 continue  # an initializer listed as an input (opset < 9 style): a constant
@@ -103,7 +79,7 @@ class OnnxParser:
     def _initializer(self, t: onnx.TensorProto):
         try:
             return tensor_to_array(t)
-        except (ValueError, TypeError, OSError) as e:
+        except (ValueError, TypeError, OSError, onnx.checker.ValidationError) as e:
             raise ModelLoadError(f"initializer {t.name!r} cannot be read: {e}") from None
 
     def _input_shape(self, vi: onnx.ValueInfoProto) -> Shape:
@@ -269,23 +245,13 @@ def _dim(d: DimSpec) -> Dim:
     return Dim(int(d[0]), None if d[1] is None else int(d[1]), tuple(d[2]) if len(d) > 2 else ())
 
 
-def _sparse_to_dense(sparse: onnx.SparseTensorProto):
-    vals = tensor_to_array(sparse.values)
-    idx = tensor_to_array(sparse.indices)
-    dense = np.zeros(tuple(sparse.dims), dtype=vals.dtype)
-    if idx.ndim == 1:
-        dense.reshape(-1)[idx] = vals
-    else:
-        dense[tuple(idx.T)] = vals
-    return dense
-
-
-def parse_onnx(model: str | os.PathLike | bytes | onnx.ModelProto, *,
+def parse_onnx(model: ModelSource, *,
                map_input_dims: Mapping[str, Sequence[int]] | None = None,
                map_dyn_input_dims: Mapping[str, Sequence[DimSpec]] | None = None,
                default_dim_value: int | None = None,
                skip_unknown_operators: bool = False,
-               map_input_values: Mapping[str, Any] | None = None) -> Program:
+               map_input_values: Mapping[str, Any] | None = None,
+               external_data_dir: str | os.PathLike | None = None) -> Program:
     """Parse an ONNX model (path, bytes or ModelProto) into a Program.
 
     Inputs with symbolic or unknown dimensions take `default_dim_value` (1) unless
@@ -293,8 +259,10 @@ def parse_onnx(model: str | os.PathLike | bytes | onnx.ModelProto, *,
     `map_input_values` fixes the values of inputs (arrays of their declared type), as TensorRT fixes
     shape tensors: each becomes a constant, so shapes, ranks and branches that depend on it are
     resolved while parsing (see ValueDependentError), and the program no longer takes that input.
+    External data is read from the model's folder, or for bytes and a ModelProto only from
+    `external_data_dir` (loading.py says what is refused).
     """
-    proto = load_model(model)
+    proto = load_model(model, external_data_dir)
     parser = OnnxParser(map_input_dims, map_dyn_input_dims, default_dim_value, skip_unknown_operators,
                         map_input_values)
     unknown = set(map_input_dims or {}) | set(map_dyn_input_dims or {}) | set(map_input_values or {})

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ShapeError
+from ..ir import run_limits
 from ..ir.dtypes import DType
 from ..ir.module import Module
 from ..ir.op import Op, OpKind, register_op
@@ -124,8 +125,12 @@ class Loop(ControlOp):
         n = len(state)
         scan_shapes = [o.shape for o in body.outputs[n + 1:]]
         scans: list[list[np.ndarray]] = [[] for _ in scan_shapes]
+        if go and _condition_stays_true(body):  # it runs `limit` times: refused now, not after a million
+            run_limits.check_loop(limit, f"loop (body {body.name})", before=True)
         i = 0
         while go and i < limit:
+            run_limits.check_deadline(f"iteration {i} of loop body {body.name}")
+            run_limits.check_loop(i + 1, f"loop (body {body.name})")
             outs = run(body, [np.array(i, np.int64), np.array(go), *state])
             go = bool(np.asarray(outs[0]).reshape(-1)[0])
             state = outs[1:n + 1]
@@ -133,6 +138,17 @@ class Loop(ControlOp):
                 acc.append(v)
             i += 1
         return tuple(state) + tuple(stack(v, 0, s) for v, s in zip(scans, scan_shapes, strict=True))
+
+
+def _condition_stays_true(body: Module) -> bool:
+    """Whether a Loop body returns its condition unchanged (its parameter, or a literal true): the
+    loop then ends by its trip count alone."""
+    cond = body.outputs[0]
+    while cond.op.name in ("identity", "convert") and cond.inputs:
+        cond = cond.inputs[0]
+    if cond is body.parameters[1]:
+        return True
+    return cond.is_literal and bool(np.all(np.asarray(cond.literal)))
 
 
 @register_op
@@ -213,6 +229,7 @@ class Scan(ControlOp):
         out_shapes = [o.shape for o in body.outputs[self.n_states:]]
         outs: list[list[np.ndarray]] = [[] for _ in out_shapes]
         for t in range(steps):
+            run_limits.check_deadline(f"step {t} of scan body {body.name}")
             res = run(body, [*states, *(s[t] for s in slices)])
             states = res[:self.n_states]
             for acc, v in zip(outs, res[self.n_states:], strict=True):

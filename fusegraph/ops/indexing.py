@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import ExecutionError, ShapeError
 from ..ir.dtypes import DType
+from ..ir.limits import check_tensor
 from ..ir.op import Op, OpKind, register_op
 from ..ir.shape import Dim, Shape
 
@@ -228,6 +229,8 @@ class OneHot(IndexingOp):
     def compute(self, args):
         idx, values = args[0], args[-1]
         depth = self.depth if self.depth is not None else int(np.asarray(args[1]).reshape(-1)[0])
+        lens = [*np.shape(idx)[:self.axis], max(depth, 0), *np.shape(idx)[self.axis:]]
+        check_tensor(lens, DType.from_numpy(np.asarray(values).dtype), self.name)
         off, on = np.asarray(values).reshape(2)
         # float indices are truncated toward zero (the int64 cast), as ONNX Runtime does
         hot = np.expand_dims(wrap(idx, depth), self.axis)

@@ -14,6 +14,8 @@ import math
 import numpy as np
 
 from ..errors import ShapeError
+from ..ir.dtypes import DType
+from ..ir.limits import check_tensor
 from ..ir.op import register_op
 from ..ir.shape import Dim, Shape, TupleShape
 from .layout import PAD_MODES, pad_array
@@ -99,7 +101,9 @@ class ExpandDynamic(DynamicOp):
 
     def compute(self, args):
         x, shape = args
-        return np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(_ints(shape))))
+        out = np.broadcast_shapes(x.shape, tuple(_ints(shape)))
+        check_tensor(out, DType.from_numpy(x.dtype), self.name)  # a view here; a buffer in every consumer
+        return np.broadcast_to(x, out)
 
 
 @register_op
@@ -170,7 +174,10 @@ class TileDynamic(DynamicOp):
         return Shape.dynamic(x.dtype, unknown_dims(x.ndim))
 
     def compute(self, args):
-        return np.tile(args[0], _ints(args[1]))
+        x, repeats = np.asarray(args[0]), _ints(args[1])
+        if len(repeats) == x.ndim:  # np.tile's own rule for other lengths
+            check_tensor([n * max(r, 0) for n, r in zip(x.shape, repeats)], DType.from_numpy(x.dtype), self.name)
+        return np.tile(x, repeats)
 
 
 @register_op
@@ -193,6 +200,7 @@ class PadDynamic(DynamicOp):
         begins, ends = [0] * x.ndim, [0] * x.ndim
         for k, a in enumerate(axes):
             begins[a], ends[a] = pads[k], pads[k + len(axes)]
+        check_tensor([max(n + b + e, 0) for n, b, e in zip(x.shape, begins, ends)], DType.from_numpy(x.dtype), self.name)
         return pad_array(x, begins, ends, self.mode, value)
 
 

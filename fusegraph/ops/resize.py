@@ -15,6 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import ShapeError
+from ..ir.dtypes import DType
+from ..ir.limits import check_tensor
 from ..ir.op import Op, OpKind, register_op
 from ..ir.shape import Dim, Shape
 
@@ -162,6 +164,7 @@ class Resize(Interpolation):
 
     def compute(self, args):
         (x,) = args
+        check_tensor(self.output_lens(x.shape), DType.from_numpy(x.dtype), self.name)
         y = x if self.mode == "nearest" else x.astype(work_dtype(x.dtype))
         r = x.ndim
         for axis, (n_in, n_out) in enumerate(zip(x.shape, self.output_lens(x.shape))):

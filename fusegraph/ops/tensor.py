@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir.dtypes import DType
+from ..ir.limits import check_tensor
 from ..ir.op import Op, OpKind, register_op
 from ..ir.shape import Dim, Shape
 from .movement import unknown_dims
@@ -74,7 +75,9 @@ class ConstantOfShape(TensorOp):
     compute_dynamic_shape = compute_shape
 
     def compute(self, args):
-        return np.full([int(n) for n in args[0]], self.value, dtype=self.dtype.np)
+        lens = [int(n) for n in np.asarray(args[0]).reshape(-1)]
+        check_tensor(lens, self.dtype, self.name)
+        return np.full(lens, self.value, dtype=self.dtype.np)
 
 
 @register_op
@@ -97,4 +100,7 @@ class Range(TensorOp):
         start, limit, delta = (cast(np.asarray(a).item()) for a in args)
         if delta == 0:
             raise ShapeError("range: delta is 0")
+        if not all(math.isfinite(v) for v in (start, limit, delta)):
+            raise ShapeError(f"range: start {start}, limit {limit} and delta {delta} must be finite")
+        check_tensor([max(math.ceil((limit - start) / delta), 0)], DType.from_numpy(dtype), self.name)
         return np.arange(start, limit, delta).astype(dtype)

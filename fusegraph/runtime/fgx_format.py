@@ -24,6 +24,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO
 
+from .. import files
 from ..errors import CompiledFileError
 from . import signing
 
@@ -127,7 +128,7 @@ class Container:
     @classmethod
     def open(cls, path: str | os.PathLike) -> Container:
         try:
-            with open(path, "rb") as f:
+            with open(files.open_regular(path, "compiled program"), "rb") as f:  # a FIFO: refused, not waited on
                 if os.fstat(f.fileno()).st_size == 0:
                     raise CompiledFileError(f"{path}: the file is empty (not a compiled program)")
                 # the map outlives the file object: arrays made from it keep it alive

@@ -154,16 +154,25 @@ def _load(c: Container, verify_key: signing.Key | None, integrity: str) -> Progr
         kinds[part.kind].append(name)
     if kinds["ir"] != ["ir"]:
         raise c.error(f"it must hold one IR part named 'ir', it holds {kinds['ir']}")
-    eager = key is not None or integrity == "eager"
+    # Checksums prove a file intact, not honest: anyone can recompute them. Only a verified signature
+    # says a holder of the key wrote it; anything else is checked as hostile input (docs/fgx-format.md).
+    trusted = key is not None
+    eager = trusted or integrity == "eager"
     bulk = kinds["weights"] + [n for n in kinds["artifact"] if n.startswith(_BULK_ARTIFACT)]
     c.verify(kinds["ir"] + [n for n in kinds["artifact"] if n not in bulk] + (bulk if eager else []))
-    # The IR's shapes were derived and verified when it was compiled, and its checksum holds: re-derive
-    # them only when asked to check everything, or when another fusegraph (other shape rules) wrote it.
-    program = _parse_ir(c, check_shapes=eager or c.manifest.get("fusegraph_version") != __version__)
+    # A signed IR's shapes were derived and verified when it was compiled: re-derive them unless the
+    # signature holds and this fusegraph (these shape rules) wrote it, or when asked to check
+    # everything. Kernels, buffers and the memory plan are sized from these shapes.
+    as_written = trusted and integrity != "eager" and c.manifest.get("fusegraph_version") == __version__
+    program = _parse_ir(c, check_shapes=not as_written)
     program.metadata = metadata
     _check_specs(c, program)
+    if not trusted:
+        _check_parameters(c, program)
     artifacts = {n[len(_ARTIFACT):]: c.part(n) for n in kinds["artifact"]}
-    exe = target.load(program, options, artifacts)
+    use = target.check_memory(program, options)  # sized from the IR before a kernel is built
+    exe = target.load(program, options, artifacts, trusted=trusted)
+    exe.peak_memory = use
     program.executable, program.target_name = exe, target.name
     if not eager and bulk:
         exe.defer_check(lambda: c.verify(bulk))
@@ -239,6 +248,14 @@ def _parse_ir(c: Container, check_shapes: bool) -> Program:
     if "main" not in program.modules or any(m.return_ins is None for m in program.modules.values()):
         raise c.error("its IR is incomplete (no main module, or a module without @return)")
     return program
+
+
+def _check_parameters(c: Container, program: Program) -> None:
+    """The program's inputs are copied into buffers laid out as their shapes say: dense ones only."""
+    for ins in program.main.parameters:
+        if isinstance(ins.shape, Shape) and not ins.shape.standard:
+            raise c.error(f"its IR gives input {ins.op.param_name!r} the strided shape {ins.shape}: "
+                          f"program inputs are dense")
 
 
 def _check_specs(c: Container, program: Program) -> None:

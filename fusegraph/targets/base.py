@@ -10,7 +10,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import CompileError, TargetError
+from ..ir.limits import check_nesting
 from ..ir.program import Program
+from ..ir.run_limits import DEFAULT_MAX_LOOP_ITERATIONS, running
 from ..ir.shape import AnyShape
 from ..runtime.validate import check_inputs
 
@@ -26,6 +28,8 @@ class CompileOptions:
     exhaustive_tune: bool = False
     device_resident: bool = False  # gpu: keep inputs/outputs on the device
     disabled_passes: tuple[str, ...] = ()
+    max_memory: int | None = None  # bytes a run may hold (weights, intermediates, outputs); None: the target's memory
+    max_loop_iterations: int = DEFAULT_MAX_LOOP_ITERATIONS  # a Loop past this fails (ir/run_limits.py says why 10**6)
 
 
 class Executable:
@@ -37,12 +41,17 @@ class Executable:
         self.input_specs: dict[str, AnyShape] = program.get_parameter_shapes()
         self.output_shapes = program.get_output_shapes()
 
+    peak_memory: Any = None  # what one run holds by the IR (targets/resources.py MemoryUse), set by compile and load
+
     # Checks that must pass before the first run (a loaded file's weight checksums: see runtime/serialize.py).
     _pending_checks: tuple[Callable[[], None], ...] = ()
 
-    def run(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+    def run(self, inputs: Mapping[str, Any], *, deadline: float | None = None) -> list[np.ndarray]:
+        """Run on `inputs`; with `deadline` (seconds), DeadlineExceeded once it has passed, checked
+        between steps (and Loop iterations) on every target."""
         self._run_pending_checks()
-        return self.execute(check_inputs(self.input_specs, inputs))
+        with running(deadline, self.options.max_loop_iterations):
+            return self.execute(check_inputs(self.input_specs, inputs))
 
     def defer_check(self, check: Callable[[], None]) -> None:
         """Make `check` (which raises on failure) run once, before the first `run`; until it passes,
@@ -119,15 +128,19 @@ class Target:
         bulk data, verified like the weights (before the first run, unless the load is eager)."""
         return {}
 
-    def load(self, program: Program, options: CompileOptions, artifacts: Mapping[str, memoryview]) -> Executable:
+    def load(self, program: Program, options: CompileOptions, artifacts: Mapping[str, memoryview], *,
+             trusted: bool = False) -> Executable:
         """Rebuild the executable of an already-optimized `program` from its saved `artifacts`, running
-        no passes. Raise TargetError when this machine cannot run the target (e.g. no GPU)."""
+        no passes. Raise TargetError when this machine cannot run the target (e.g. no GPU). `trusted`:
+        the file's signature was verified; otherwise an artifact is used only where it is checked
+        against the IR, and none may make a kernel touch memory outside its buffers."""
         return self.lower(program, options)
 
     def compile(self, program: Program, options: CompileOptions | None = None, manager: Any = None) -> Executable:
         """Run the target's pipeline on `program` in place, then lower it. `manager` (a PassManager)
         may be given to collect per-pass records."""
         options = options or CompileOptions()
+        check_nesting(program.modules.values())  # deeper bodies would end a run in RecursionError
         if options.keep_fp32 and not options.fp16:
             raise CompileError("keep_fp32 names ops to keep in float32 when computing in float16: it needs fp16=True")
         if options.optimize:
@@ -141,7 +154,24 @@ class Target:
                     passes = [fp16_pass(options.keep_fp32), *passes]
 
             run_pipeline(program, passes, options, manager)
-        return self.lower(program, options)
+        use = self.check_memory(program, options)
+        exe = self.lower(program, options)
+        exe.peak_memory = use
+        return exe
+
+    def memory_capacity(self) -> int:
+        """The bytes a program may hold by default (`CompileOptions.max_memory` None): the machine's RAM."""
+        from ..ir.limits import physical_memory
+
+        return physical_memory()
+
+    def check_memory(self, program: Program, options: CompileOptions) -> Any:
+        """ResourceError, before anything is lowered, when one run of `program` would hold more than
+        `options.max_memory` (targets/resources.py); else what it holds (a MemoryUse)."""
+        from .resources import check_memory
+
+        limit = options.max_memory if options.max_memory is not None else self.memory_capacity()
+        return check_memory(program, limit, f"target {self.name!r}: the program")
 
     def __repr__(self) -> str:
         return f"<target {self.name}>"

@@ -214,7 +214,7 @@ def test_a_program_for_a_target_this_machine_lacks_is_a_target_error():
 def test_a_target_that_cannot_run_here_refuses_at_load(monkeypatch):
     from fusegraph.targets.ref import TARGET
 
-    def no_device(program, options, artifacts):
+    def no_device(program, options, artifacts, trusted=False):
         raise TargetError("target 'ref' needs a device, and this machine has none")
 
     monkeypatch.setattr(TARGET, "load", no_device)
@@ -239,14 +239,17 @@ def test_an_onnx_file_is_not_an_fgx_file(tmp_path):
         fusegraph.load(tmp_path / "missing.fgx")
 
 
-def test_shapes_are_re_derived_when_checking_everything_or_for_another_fusegraph():
+def test_shapes_are_re_derived_unless_signed_by_this_fusegraph():
     data = fusegraph.save_buffer(onnx_program())
     ir = bytes(Container.from_buffer(data).part("ir")).decode()
     wrong = ir.replace("add(%7, %8) : float32[{1..8},32]", "add(%7, %8) : float32[{1..8},33]")
     assert wrong != ir
-    bad = reseal(data, parts={"ir": wrong.encode()})
-    fusegraph.load_buffer(bad)  # same fusegraph, intact checksum: the recorded shapes are taken as printed
+    with pytest.raises(CompiledFileError, match="shape rule gives"):  # unsigned: anyone could have written it
+        fusegraph.load_buffer(reseal(data, parts={"ir": wrong.encode()}))
+    key = b"shapes-test-key"
+    signed = reseal(data, parts={"ir": wrong.encode()}, sign_key=key)
+    fusegraph.load_buffer(signed, verify_key=key)  # the key's holder vouches: shapes taken as printed
     with pytest.raises(CompiledFileError, match="shape rule gives"):
-        fusegraph.load_buffer(bad, integrity="eager")
+        fusegraph.load_buffer(signed, verify_key=key, integrity="eager")
     with pytest.raises(CompiledFileError, match="shape rule gives"):
-        fusegraph.load_buffer(reseal(bad, manifest={"fusegraph_version": "0.0.1"}))
+        fusegraph.load_buffer(reseal(signed, manifest={"fusegraph_version": "0.0.1"}, sign_key=key), verify_key=key)

@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from ...ir import run_limits
 from ...ir.builtin import Param
 from ...ir.module import Module
 from ...ir.op import OpKind
 from ...ir.program import Program
 from ...ir.shape import Shape, same_steps
+from ...passes.memory_coloring import reads
 from ..base import CompileOptions, Executable
 
 
@@ -50,9 +53,16 @@ class ModuleSteps:
         self._local = threading.local()
         self.params = [(i.uid, i.op.param_name) for i in module.instructions if isinstance(i.op, Param)]
         self.outputs = [i.uid for i in module.outputs]
-        own = {i.uid for i in module.instructions}
-        # values of enclosing modules this one reads (a body only copies those from its caller's env)
-        self.outer = sorted({u for s in steps for u in s.args if u not in own})
+        # values of enclosing modules this one reads, its own bodies' reads included (a body only
+        # copies those from its caller's env: a body nested two deep reads the main module's values
+        # through the one between)
+        enclosing: set[int] = set()
+        m = module.parent
+        while m is not None:
+            enclosing.update(i.uid for i in m.instructions)
+            m = m.parent
+        self.outer = sorted({u for s in steps for u in s.args if u in enclosing}
+                            | {u for i in module.instructions for u in reads(i) if u in enclosing})
         self._set_rows()
 
     def _set_rows(self) -> None:
@@ -100,6 +110,9 @@ class ModuleSteps:
         return plan
 
     def run(self, env: dict[int, Any], rows: Sequence[tuple]) -> list[Any]:
+        deadline = run_limits.current().deadline_at
+        if deadline is not None:
+            return self._run_until(env, rows, deadline)
         for fn, args, uid, frees, needs_env, out in rows:
             values = [env[a] for a in args]
             env[uid] = fn(values, out, env) if needs_env else fn(values, out)
@@ -116,6 +129,17 @@ class ModuleSteps:
             t0 = clock()
             env[uid] = fn(values, out, env) if needs_env else fn(values, out)
             observer.step(uid, t0, clock(), env[uid])
+            for dead in frees:
+                del env[dead]
+        return [env[u] for u in self.outputs]
+
+    def _run_until(self, env: dict[int, Any], rows: Sequence[tuple], deadline: float) -> list[Any]:
+        """`run` with the clock read before each step (a loop of its own: runs without a deadline pay nothing)."""
+        for fn, args, uid, frees, needs_env, out in rows:
+            if time.monotonic() > deadline:
+                run_limits.check_deadline(f"step %{uid} of module {self.module.name}")
+            values = [env[a] for a in args]
+            env[uid] = fn(values, out, env) if needs_env else fn(values, out)
             for dead in frees:
                 del env[dead]
         return [env[u] for u in self.outputs]

@@ -59,6 +59,15 @@ class GpuTarget(Target):
     def lower(self, program: Program, options: CompileOptions) -> Executable:
         return self._lower(program, options, {})
 
+    def memory_capacity(self) -> int:
+        """The device's memory (weights and arena live there); the host's RAM on Triton's interpreter."""
+        from .device import resolve_device, torch
+
+        device = resolve_device(self.device)
+        if device.type == "cuda":
+            return int(torch().cuda.get_device_properties(device).total_memory)
+        return super().memory_capacity()
+
     def _lower(self, program: Program, options: CompileOptions, recorded: Mapping[str, dict]) -> Executable:
         from ...errors import CompileError
         from .autotune import Tuner
@@ -135,16 +144,20 @@ class GpuTarget(Target):
         out.update(export_binaries(sources, getattr(executable, "gemm_kernels", ())))
         return out
 
-    def load(self, program: Program, options: CompileOptions, artifacts: Mapping[str, memoryview]) -> Executable:
-        # Kernels are regenerated from the IR (the saved sources document what ran); their saved
-        # binaries serve as Triton's cache meanwhile (binaries.py), so none is compiled again on the
-        # same Triton and GPU architecture. Recorded GEMM choices are reused, not timed again.
+    def load(self, program: Program, options: CompileOptions, artifacts: Mapping[str, memoryview], *,
+             trusted: bool = False) -> Executable:
+        # Kernels are regenerated from the IR (the saved sources document what ran); a signed file's
+        # saved binaries serve as Triton's cache meanwhile (binaries.py), so none is compiled again on
+        # the same Triton and GPU architecture. An unsigned file's binaries are never run: nothing ties
+        # a cubin to its source but the writer's word. Recorded GEMM choices are reused, not timed
+        # again: each names one of the candidates generated here for its GEMM, or is ignored.
+        from .autotune import read_recorded
         from .binaries import saved_kernels
         from .device import resolve_device
 
-        recorded = artifacts.get("autotune.json")
-        with saved_kernels(artifacts, resolve_device(self.device)):
-            return self._lower(program, options, json.loads(bytes(recorded)) if recorded is not None else {})
+        recorded = read_recorded(artifacts.get("autotune.json"))
+        with saved_kernels(artifacts if trusted else {}, resolve_device(self.device)):
+            return self._lower(program, options, recorded)
 
 
 def _fits_static(program: Program) -> bool:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ...errors import CompileError
+from ...errors import CompiledFileError, CompileError
 from . import kernels
 from .triton_gemm import GemmConfig
 
@@ -115,6 +115,22 @@ class TuningCache:
         tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"identity": self.identity, "choices": choices}, indent=1, sort_keys=True))
         os.replace(tmp, self.path)  # atomic: a concurrent compile reads the old or the new file
+
+
+def read_recorded(data: Any) -> dict[str, dict]:
+    """The choices a compiled file records (its autotune.json), each a table with a string "name";
+    CompiledFileError if the part is not that. A choice can only pick among the candidates generated
+    for its problem (`Tuner._choose`), so a file's record decides speed, never what memory is touched."""
+    if data is None:
+        return {}
+    try:
+        recorded = json.loads(bytes(data))
+    except (ValueError, RecursionError) as e:
+        raise CompiledFileError(f"gpu artifact autotune.json is not JSON: {e}") from None
+    if not isinstance(recorded, dict) or not all(
+            isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("name"), str) for k, v in recorded.items()):
+        raise CompiledFileError("gpu artifact autotune.json is not a table of recorded choices")
+    return recorded
 
 
 def device_identity(device: Any) -> dict[str, str]:

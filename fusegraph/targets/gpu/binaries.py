@@ -10,8 +10,9 @@ and the kernels compile from their saved sources, as before. The hash is Triton'
 source, the options and the software stack, so an entry can only serve the kernel it was built from;
 the folder belongs to the file (named by its entries' digest), so a file cannot plant a binary in
 the on-disk cache other programs compile with. (Within this process Triton keeps the kernels it
-loaded, and a later program generating the same source reuses them: a file's binaries are trusted
-as its weights are, which is what signing is for.) Kernels the dynamic mode compiles at run time
+loaded, and a later program generating the same source reuses them.) Nothing ties a cubin to its
+source but the writer's word, so only a file whose signature was verified gets here (`GpuTarget.load`
+passes an unsigned file's artifacts as none: its kernels compile from source). Kernels the dynamic mode compiles at run time
 (shapes met after the load) are not served: they compile from source, into Triton's usual cache.
 
 Each kernel also needs a host-side launcher, a C extension Triton builds with the system compiler at

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...errors import CompileError, FusegraphError
+from ...ir import run_limits
 from ...ir.module import Instruction, Module
 from ...ir.program import Program
 from ...ir.shape import AnyShape, Shape, TupleShape
@@ -217,9 +219,12 @@ class DynamicExecutable(DeviceDoor, Executable):
         env.update(self._literals)
         env.update(self._device_literals)
         hosted: dict[int, Any] = dict(self._literals)  # host copies of device values, made once per run
+        deadline = run_limits.current().deadline_at
         with self._lock, library_flags(self.device, exact=True):
             for run in self.runs:
                 ins = run.step.ins
+                if deadline is not None and time.monotonic() > deadline:
+                    run_limits.check_deadline(f"%{ins.uid} {ins.op.name}")
                 if run.place == DEVICE:
                     value = self._device_step(run, env, hosted)
                 else:

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from ...errors import InputError
+from ...ir import run_limits
 from ...ir.dtypes import DType
 from ...ir.program import Program
+from ...ir.run_limits import running
 from ..base import CompileOptions, Executable
 from .device import to_host, torch
 from .lowering import Slot
@@ -30,10 +33,11 @@ class DeviceDoor:
     numpy arrays out through Executable.run (checked like every target); device tensors (torch, or
     any DLPack producer) in -> device tensors out through the subclass's `run_device`."""
 
-    def run(self, inputs: Mapping[str, Any]) -> list[Any]:
+    def run(self, inputs: Mapping[str, Any], *, deadline: float | None = None) -> list[Any]:
         if inputs and any(is_device_tensor(v) for v in inputs.values()):
-            return self.run_device(inputs)  # type: ignore[attr-defined]
-        return super().run(inputs)  # type: ignore[misc]
+            with running(deadline, self.options.max_loop_iterations):  # type: ignore[attr-defined]
+                return self.run_device(inputs)  # type: ignore[attr-defined]
+        return super().run(inputs, deadline=deadline)  # type: ignore[misc]
 
 
 class GpuExecutable(DeviceDoor, Executable):
@@ -64,7 +68,10 @@ class GpuExecutable(DeviceDoor, Executable):
         return library_flags(self.device, self._fp32_exact)
 
     def _run_steps(self) -> None:
-        for step in self.steps:
+        deadline = run_limits.current().deadline_at
+        for k, step in enumerate(self.steps):
+            if deadline is not None and time.monotonic() > deadline:  # (launches are asynchronous)
+                run_limits.check_deadline(f"step {k} of {len(self.steps)}")
             step()
 
     def warm_up(self) -> None:
@@ -89,6 +96,7 @@ class GpuExecutable(DeviceDoor, Executable):
 
     def _launch(self) -> None:
         if self.graph is not None:
+            run_limits.check_deadline("the graph's launch")  # one step: the whole captured program
             self.graph.replay()
             return
         with self._precision():

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ...errors import ExecutionError, FusegraphError, InputError
+from ...ir import run_limits
 from ...ir.builtin import Literal, Param, Return
 from ...ir.module import Instruction, Module
 from ...passes.memory_coloring import reads
@@ -39,8 +41,11 @@ def run_module(module: Module, params: Mapping[str, Any] | Sequence[Any],
     keep = {i.uid for i in module.outputs}
     positional = not isinstance(params, Mapping)
     k_param = 0
+    deadline = run_limits.current().deadline_at
     for pos, ins in enumerate(module.instructions):
         op = ins.op
+        if deadline is not None and time.monotonic() > deadline:
+            run_limits.check_deadline(f"{module.name}[{pos}] {op.name}")
         if isinstance(op, Param):
             if positional:
                 env[ins.uid] = params[k_param]  # type: ignore[index]

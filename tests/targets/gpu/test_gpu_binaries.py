@@ -23,6 +23,7 @@ def _set_up(gpu_target):
     Triton decides at import whether its library functions are interpreted."""
 
 KEY = "ab" * 32  # a Triton cache key: 64 hex digits
+SIGN_KEY = "binaries-test-key"
 
 
 def artifacts(identity: dict | None, files: dict[str, bytes]) -> dict[str, memoryview]:
@@ -171,8 +172,34 @@ LOAD_AND_RUN = textwrap.dedent("""
 """)
 
 
+def test_an_unsigned_files_binaries_are_never_served(monkeypatch, gpu_target):
+    """Nothing ties a saved cubin to its source but the writer's word: only a verified signature is."""
+    import contextlib
+
+    import fusegraph
+    from fusegraph.targets.gpu import binaries
+    from tests.util import make_model
+
+    given = []
+
+    @contextlib.contextmanager
+    def spy(artifacts, device):
+        given.append(dict(artifacts))
+        yield 0
+
+    monkeypatch.setattr(binaries, "saved_kernels", spy)
+    x = np.ones((2, 8), np.float32)
+    p = fusegraph.parse_onnx(make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": x}, ["y"]))
+    p.compile(gpu_target)
+    files = artifacts(this_stack(), GOOD)
+    gpu_target.load(p, p.executable.options, files)
+    gpu_target.load(p, p.executable.options, files, trusted=True)
+    assert given == [{}, files]
+
+
 @pytest.mark.gpu
-def test_a_load_in_a_fresh_process_compiles_no_kernel(tmp_path):
+@pytest.mark.parametrize("signed", [True, False])
+def test_a_signed_load_in_a_fresh_process_compiles_no_kernel(tmp_path, signed):
     from tests.util import make_model
 
     rng = np.random.default_rng(0)
@@ -187,14 +214,21 @@ def test_a_load_in_a_fresh_process_compiles_no_kernel(tmp_path):
     x = rng.standard_normal((8, 64)).astype(np.float32)
     want = p.run({"x": x})[0]
     fgx = tmp_path / "m.fgx"
-    fusegraph.save(p, fgx)
+    fusegraph.save(p, fgx, sign_key=SIGN_KEY if signed else None)
     np.save(tmp_path / "x.npy", x)
     home = tmp_path / "home"  # empty caches: fusegraph's (under HOME) and Triton's
     env = {**os.environ, "HOME": str(home), "TRITON_CACHE_DIR": str(tmp_path / "triton"),
            "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("FUSEGRAPH_SIGN_KEY", None)
+    if signed:  # the load verifies the signature: only then are the file's binaries run
+        env["FUSEGRAPH_SIGN_KEY"] = SIGN_KEY
     subprocess.run([sys.executable, "-c", LOAD_AND_RUN, str(fgx), str(tmp_path / "x.npy"),
                     str(tmp_path / "y.npy")], env=env, check=True)
     assert np.load(tmp_path / "y.npy").tobytes() == want.tobytes()
+    if not signed:  # an unsigned file's kernels compile from the sources generated here
+        assert not (home / ".cache" / "fusegraph" / "triton_bin").exists()
+        assert any((tmp_path / "triton").iterdir())
+        return
     (served,) = (home / ".cache" / "fusegraph" / "triton_bin").iterdir()
     from fusegraph.runtime.fgx_format import Container
     from fusegraph.runtime.serialize import _ARTIFACT

@@ -44,10 +44,25 @@ class KernelSource:
 def finish(template: str, renderer: CRenderer, prefix: str, **fields) -> KernelSource:
     """Name a kernel by the hash of its code and signature (identical kernels share one definition)."""
     helpers = tuple(renderer.helpers.items())
-    signature = repr(sorted((k, str(v)) for k, v in fields.items()))  # bool and uint8 share C types
-    digest = hashlib.sha256((template + repr(helpers) + signature).encode()).hexdigest()[:16]
-    name = f"{prefix}_{digest}"
+    name = _content_name(prefix, template, helpers, fields)
     return KernelSource(name=name, code=template.replace("KNAME", name), helpers=helpers, **fields)
+
+
+def _content_name(prefix: str, template: str, helpers: tuple[tuple[str, str], ...], fields: dict) -> str:
+    signature = repr(sorted((k, str(v)) for k, v in fields.items()))  # bool and uint8 share C types
+    return f"{prefix}_{hashlib.sha256((template + repr(helpers) + signature).encode()).hexdigest()[:16]}"
+
+
+_SIGNATURE_FIELDS = ("in_dtypes", "out_dtype", "ndim", "in_shapes", "out_lens")
+
+
+def named_by_content(src: KernelSource) -> bool:
+    """Whether `src` is named as `finish` names it: by the hash of its code, helpers and fields. A
+    kernel read back from a file whose fields were edited (another kernel's shapes) fails this."""
+    prefix, _, _ = src.name.rpartition("_")
+    fields = {f: getattr(src, f) for f in _SIGNATURE_FIELDS if getattr(src, f) is not None}
+    template = src.code.replace(src.name, "KNAME")
+    return bool(prefix) and _content_name(prefix, template, src.helpers, fields) == src.name
 
 
 def expr_cost(expr: Expr) -> int:

@@ -7,6 +7,11 @@ plain values (a softmax's dtype, lens, axis: the kernel is a function of them) o
 program being lowered by its name (a fused reduction's body: unique within a program, and the same
 body when the program is read back from its file); kernels of modules outside that program are not
 cached. `KernelSource`s travel as JSON (`source_to_json` / `source_from_json`).
+
+A provided kernel is bound to its key only if it is the kernel generated for it would be in form: its
+fields (the dtypes, shapes and lens it reads and writes) equal those the generator's arguments give,
+and its name is the hash of its code and fields. A file whose entries were swapped or relabelled
+(checksums recomputed) would otherwise run a kernel over buffers of other sizes.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ....errors import CompiledFileError
 from ....ir.dtypes import DType
 from ....ir.module import Module
 from ....ir.shape import Shape
@@ -47,9 +53,10 @@ def kernel_cache(cache: KernelCache) -> contextlib.AbstractContextManager[Kernel
     return bound(_ACTIVE, cache)
 
 
-def cached(describe: Callable[..., tuple[Module | None, str]]):
+def cached(describe: Callable[..., tuple[Module | None, str]], expect: Callable[..., dict[str, Any]]):
     """Decorate a generator: `describe(*args, **kwargs)` gives the module the kernel is generated from
-    (or None) and the rest of the arguments as text; together they are its key in the active cache."""
+    (or None) and the rest of the arguments as text; together they are its key in the active cache.
+    `expect(*args, **kwargs)` gives the KernelSource fields the generated kernel has (its buffers)."""
 
     def deco(generate: Callable[..., KernelSource]) -> Callable[..., KernelSource]:
         @functools.wraps(generate)
@@ -58,13 +65,28 @@ def cached(describe: Callable[..., tuple[Module | None, str]]):
             key = cache.key(*describe(*args, **kwargs)) if cache is not None else None
             if key is None:
                 return generate(*args, **kwargs)
-            src = cache.provided.get(key) or generate(*args, **kwargs)
+            src = cache.provided.get(key)
+            if src is None:
+                src = generate(*args, **kwargs)
+            else:
+                check_provided(key, src, expect(*args, **kwargs))
             cache.kernels[key] = src
             return src
 
         return generator
 
     return deco
+
+
+def check_provided(key: str, src: KernelSource, want: Mapping[str, Any]) -> None:
+    """Raise CompiledFileError unless the provided `src` has the fields `want` and its own name."""
+    from .kernels import named_by_content
+
+    wrong = [k for k, v in want.items() if repr(getattr(src, k)) != repr(v)]
+    if wrong or not named_by_content(src):
+        why = f"its {', '.join(wrong)} disagree with the IR" if wrong else "its name is not the hash of its code"
+        raise CompiledFileError(f"cpu artifact kernels.json: the kernel saved for {key!r} ({src.name}) is not "
+                                f"one generated for it: {why}")
 
 
 def source_to_json(src: KernelSource) -> dict[str, Any]:

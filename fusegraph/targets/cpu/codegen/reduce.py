@@ -249,7 +249,19 @@ def _softmax_key(dtype: DType, lens: Sequence[int], *, axis: int = -1, log: bool
                   f"axis={axis} log={log} fast_math={fast_math}")
 
 
-@cached(_reduce_key)  # a compiled file keeps the kernel: loading it generates none (codegen/memo.py)
+def _reduce_fields(body: Module, axes: Sequence[int], *, fast_math: bool = True) -> dict:
+    params, (out,) = body.parameters, body.outputs
+    return {"in_dtypes": tuple(p.shape.dtype for p in params), "out_dtype": out.shape.dtype,
+            "in_shapes": tuple(p.shape for p in params), "out_lens": tuple(out.shape.lens)}
+
+
+def _softmax_fields(dtype: DType, lens: Sequence[int], *, axis: int = -1, log: bool = False,
+                    fast_math: bool = True, strides: Sequence[int] | None = None) -> dict:
+    return {"in_dtypes": (dtype,), "out_dtype": dtype, "in_shapes": (Shape.of(dtype, lens, strides),),
+            "out_lens": tuple(lens)}
+
+
+@cached(_reduce_key, _reduce_fields)  # a compiled file keeps the kernel: loading it generates none (codegen/memo.py)
 def reduce_kernel(body: Module, axes: Sequence[int], *, fast_math: bool = True) -> KernelSource:
     """A kernel for a fused_reduce body reducing `axes` (the instruction's attribute). Shapes and
     strides are baked in: p[1..] must be laid out as the body's parameters say, p[0] contiguous."""
@@ -262,7 +274,7 @@ def reduce_kernel(body: Module, axes: Sequence[int], *, fast_math: bool = True) 
                   out_lens=tuple(body.outputs[0].shape.lens))
 
 
-@cached(_softmax_key)
+@cached(_softmax_key, _softmax_fields)
 def softmax_kernel(dtype: DType, lens: Sequence[int], *, axis: int = -1, log: bool = False,
                    fast_math: bool = True, strides: Sequence[int] | None = None) -> KernelSource:
     """softmax (or log_softmax) of a `lens` tensor along `axis` (the last, or a trailing block of

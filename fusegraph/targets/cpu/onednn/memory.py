@@ -16,7 +16,7 @@ from ctypes import c_int, c_int64, c_void_p
 
 import numpy as np
 
-from ....errors import InputError
+from ....errors import InputError, ResourceError
 from . import _lib
 
 _DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.int32): "s32", np.dtype(np.int8): "s8",
@@ -40,6 +40,20 @@ def aligned_empty(nbytes: int, dtype=np.uint8, shape: Sequence[int] | None = Non
     start = -raw.ctypes.data % ALIGN
     buf = raw[start:start + nbytes].view(dtype)
     return buf.reshape(shape) if shape is not None else buf
+
+
+# oneDNN takes int64 dims but some of its kernels keep a dim in 32 bits: a matmul of 2**32 rows
+# (any multiple of 2**32 up to 2**60) divides by the truncated 0 and kills the process with SIGFPE.
+MAX_DIM = 2**31 - 1
+
+
+def check_dims(shape: Sequence[int]) -> tuple[int, ...]:
+    """The dims as ints; ResourceError before oneDNN sees one it cannot index."""
+    dims = tuple(int(d) for d in shape)
+    if any(d > MAX_DIM for d in dims):
+        raise ResourceError(f"oneDNN: a tensor of dims {list(dims)} has a dim past {MAX_DIM}, "
+                            f"more than its kernels index")
+    return dims
 
 
 class MemDesc:
@@ -77,7 +91,7 @@ class MemDesc:
     @classmethod
     def plain(cls, shape: Sequence[int], dtype="f32", strides: Sequence[int] | None = None) -> MemDesc:
         """A plain tensor; `strides` in elements (default: C-contiguous)."""
-        shape = tuple(int(d) for d in shape)
+        shape = check_dims(shape)
         if strides is None:
             strides = tuple(int(math.prod(shape[i + 1:])) for i in range(len(shape)))
         md = c_void_p()
@@ -105,6 +119,7 @@ class MemDesc:
     @classmethod
     def any(cls, shape: Sequence[int], dtype="f32") -> MemDesc:
         """A placeholder that lets the primitive choose its preferred (often blocked) layout."""
+        shape = check_dims(shape)
         md = c_void_p()
         _lib.check(_lib.load().dnnl_memory_desc_create_with_tag(
             ctypes.byref(md), len(shape), _lib.dims(shape), _lib.DT[dtype], _lib.FORMAT_TAG_ANY),
