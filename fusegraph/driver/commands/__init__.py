@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import analyze, compile, ops, params, perf, read, run, verify
+from . import analyze, compile, ops, params, perf, read, run, serve, verify
 
 COMMANDS: dict[str, ModuleType] = {"read": read, "params": params, "run": run, "verify": verify, "perf": perf,
-                               "analyze": analyze, "ops": ops, "compile": compile}
+                               "analyze": analyze, "ops": ops, "compile": compile, "serve": serve}

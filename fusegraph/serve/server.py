@@ -1,0 +1,90 @@
+"""A running server: the repository, the gRPC, HTTP and metrics front ends, and an orderly shutdown."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from .repository import Repository
+
+DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
+
+
+@dataclass
+class ServerOptions:
+    host: str = "127.0.0.1"       # loopback unless asked: a server is reachable from where it binds
+    http_port: int | None = 8000  # None: no such front end; 0: any free port
+    grpc_port: int | None = 8001
+    metrics_port: int | None = 8002
+    default_target: str = "cpu"
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    grpc_workers: int = 64        # concurrent gRPC calls (each open stream holds one)
+    cores: int | None = None      # cores the instances share (None: those this process may use)
+    load_models: tuple[str, ...] | None = None  # None: every model of the repository
+
+
+class Server:
+    def __init__(self, source: str | Path, options: ServerOptions | None = None):
+        self.options = options or ServerOptions()
+        self.repo = Repository(Path(source), self.options.default_target, self.options.cores)
+        self.http_port = self.grpc_port = self.metrics_port = None
+        self._http = self._grpc = self._metrics = None
+        self._stopped = threading.Event()  # stop() began
+        self._done = threading.Event()     # stop() finished
+
+    def start(self) -> Server:
+        """Load the models (a failed one is reported by its state), then open the front ends."""
+        o = self.options
+        if o.load_models is None:
+            self.repo.load_all()
+        else:
+            for name in o.load_models:
+                self.repo.load(name)
+        if o.grpc_port is not None:
+            from .grpc_server import start_grpc_server
+
+            self._grpc, self.grpc_port = start_grpc_server(self.repo, o.host, o.grpc_port, o.max_message_bytes,
+                                                           o.grpc_workers)
+        if o.http_port is not None:
+            from .http_server import start_http_server
+
+            self._http = start_http_server(self.repo, o.host, o.http_port, o.max_message_bytes)
+            self.http_port = self._http.server_port
+        if o.metrics_port is not None:
+            from .metrics import start_metrics_server
+
+            self._metrics, _ = start_metrics_server(self.repo, o.host, o.metrics_port)
+            self.metrics_port = self._metrics.server_port
+        return self
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Graceful: refuse new calls, let in-flight ones finish (up to `grace_s`), drain the queues."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        done = self._grpc.stop(grace_s) if self._grpc is not None else None
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+        self.repo.close(drain=True, timeout_s=grace_s)
+        if done is not None:
+            done.wait(grace_s)
+        if self._metrics is not None:
+            self._metrics.shutdown()
+            self._metrics.server_close()
+        self._done.set()
+
+    def wait(self) -> None:
+        """Serve until SIGINT or SIGTERM, then stop gracefully."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: threading.Thread(target=self.stop, daemon=True).start())
+        while not self._done.wait(0.5):
+            pass
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
