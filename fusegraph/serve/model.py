@@ -36,8 +36,12 @@ def usable_cores() -> int:
 def _onnx_dims(path: Path) -> tuple[dict[str, list[int | None]], dict[str, list[int | None]]]:
     """The declared dims of the graph's inputs and outputs (None: symbolic or unknown)."""
     import onnx
+    from google.protobuf.message import DecodeError
 
-    graph = onnx.load(str(path), load_external_data=False).graph
+    try:
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except DecodeError as e:
+        raise ModelConfigError(f"{path}: not an ONNX model ({e})") from None
     inits = {t.name for t in graph.initializer}
 
     def dims(v) -> list[int | None]:

@@ -72,6 +72,7 @@ class Repository:
             old = self._states.get(name)
             if old is None or old.loaded is None:
                 self._states[name] = ModelState("LOADING")
+        path = self.source
         try:
             entry = self._entry(name)
             version, path = entry.latest
@@ -84,8 +85,9 @@ class Repository:
             self._set_failed(name, str(e))
             raise
         except Exception as e:  # a model that fails to parse or compile is reported by its status
-            self._set_failed(name, f"{type(e).__name__}: {e}")
-            raise ModelConfigError(f"model {name!r} failed to load: {type(e).__name__}: {e}") from e
+            reason = f"{path}: {type(e).__name__}: {e}"
+            self._set_failed(name, reason)
+            raise ModelConfigError(f"model {name!r} failed to load: {reason}") from e
         stats = ModelStats(name, str(version))
         loaded = LoadedModel(model, Scheduler(model, stats), stats)
         with self._lock:
