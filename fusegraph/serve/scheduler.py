@@ -49,6 +49,9 @@ class Scheduler:
         self._closed = False
         self._threads = [threading.Thread(target=self._worker, name=f"fusegraph-serve-{model.name}-{k}", daemon=True)
                          for k in range(model.instances)]
+        # fails queued requests at their deadline even while every instance is busy
+        self._threads.append(threading.Thread(target=self._reaper, name=f"fusegraph-serve-{model.name}-timeouts",
+                                              daemon=True))
         for t in self._threads:
             t.start()
 
@@ -62,7 +65,7 @@ class Scheduler:
             if len(self._queue) >= self.max_queue:
                 raise QueueFullError(f"model {self.model.name!r}: queue full ({self.max_queue} pending requests)")
             self._queue.append(p)
-            self._cv.notify()
+            self._cv.notify_all()  # the instances and the reaper wait on the same condition
         return p.future
 
     def close(self, drain: bool = True, timeout_s: float = 30.0) -> None:
@@ -88,6 +91,12 @@ class Scheduler:
             if batch is None:
                 return
             self._run(batch)
+
+    def _reaper(self) -> None:
+        with self._cv:
+            while not (self._closed and not self._queue):
+                self._drop_expired()
+                self._wait(None)
 
     def _drop_expired(self) -> None:
         now = time.monotonic()
