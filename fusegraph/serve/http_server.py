@@ -101,9 +101,44 @@ def encode_infer(loaded, outputs: dict[str, np.ndarray], binary: dict[str, bool]
     return (head + b"".join(blobs), len(head)) if blobs else (head, None)
 
 
+class _HttpServer(ThreadingHTTPServer):
+    """Counts the requests in flight, so that a graceful stop can wait for them (the handler threads of
+    idle keep-alive connections are not waited for: they hold no request)."""
+
+    daemon_threads = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._in_flight = 0
+        self._draining = False
+        self._cv = threading.Condition()
+
+    def begin_request(self) -> bool:
+        with self._cv:
+            if self._draining:
+                return False
+            self._in_flight += 1
+            return True
+
+    def end_request(self) -> None:
+        with self._cv:
+            self._in_flight -= 1
+            self._cv.notify_all()
+
+    def drain(self, grace_s: float) -> None:
+        """Stop accepting, answer new requests on open connections 503, wait for those in flight."""
+        with self._cv:
+            self._draining = True
+        self.shutdown()
+        with self._cv:
+            self._cv.wait_for(lambda: self._in_flight == 0, grace_s)
+        self.server_close()
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "fusegraph"
+    timeout = 120  # seconds an idle keep-alive connection holds its thread
     repo: Repository          # set on the subclass made per server
     max_body: int
 
@@ -143,6 +178,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str):
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
+        if not self.server.begin_request():
+            self.close_connection = True
+            return self._error(503, "the server is shutting down")
         try:
             for m, pattern, handler in ROUTES:
                 match = pattern.fullmatch(path)
@@ -158,6 +196,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(e.http_status, str(e))
         except Exception as e:  # a bug: the client still gets an answer naming it
             self._error(500, f"internal error: {type(e).__name__}: {e}")
+        finally:
+            self.server.end_request()
 
     def do_GET(self):
         self._dispatch("GET")
@@ -262,7 +302,6 @@ ROUTES = [(m, re.compile(p), h) for m, p, h in [
 def start_http_server(repo: Repository, host: str, port: int, max_body: int):
     """Serve on (host, port) (port 0 picks one) from a daemon thread; the server (its server_port is bound)."""
     handler = type("Handler", (_Handler,), {"repo": repo, "max_body": max_body})
-    server = ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
+    server = _HttpServer((host, port), handler)
     threading.Thread(target=server.serve_forever, name="fusegraph-http", daemon=True).start()
     return server

@@ -64,13 +64,18 @@ class Server:
         if self._stopped.is_set():
             return
         self._stopped.set()
+        # the front ends refuse new requests while those in flight run to their answers
         done = self._grpc.stop(grace_s) if self._grpc is not None else None
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
+        http = threading.Thread(target=self._http.drain, args=(grace_s,)) if self._http is not None else None
+        if http is not None:
+            http.start()
+        # queued requests run now, without waiting out their batching delay; a request still being
+        # decoded when its model closes is answered UNAVAILABLE
         self.repo.close(drain=True, timeout_s=grace_s)
         if done is not None:
             done.wait(grace_s)
+        if http is not None:
+            http.join(grace_s)
         if self._metrics is not None:
             self._metrics.shutdown()
             self._metrics.server_close()

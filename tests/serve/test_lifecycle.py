@@ -17,36 +17,40 @@ from fusegraph.serve import Server, ServerOptions
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _half_model():
-    """z = x * 2 in float16, batch dim symbolic."""
-    from onnx import TensorProto, helper, numpy_helper
+def _half_model(elem_type):
+    """z = x * x in a 16-bit float type, batch dim symbolic."""
+    from onnx import helper
 
-    two = numpy_helper.from_array(np.array(2, np.float16), "two")
-    graph = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["z"])], "half",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["N", 4])],
-                              [helper.make_tensor_value_info("z", TensorProto.FLOAT16, ["N", 4])], [two])
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["z"])], "half",
+                              [helper.make_tensor_value_info("x", elem_type, ["N", 4])],
+                              [helper.make_tensor_value_info("z", elem_type, ["N", 4])])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_bare_model_file_gets_a_generated_config_and_fp16_travels_raw(tmp_path):
+@pytest.mark.parametrize("datatype", ["FP16", "BF16"])
+def test_bare_model_file_gets_a_generated_config_and_16_bit_floats_travel_raw(tmp_path, datatype):
+    import ml_dtypes
     import onnx
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
+    from onnx import TensorProto
 
-    onnx.save(_half_model(), tmp_path / "half.onnx")
+    elem, np_type = {"FP16": (TensorProto.FLOAT16, np.float16), "BF16": (TensorProto.BFLOAT16, ml_dtypes.bfloat16)}[datatype]
+    onnx.save(_half_model(elem), tmp_path / "half.onnx")
     with Server(tmp_path / "half.onnx", ServerOptions(http_port=0, grpc_port=0, metrics_port=None, cores=2)) as s:
         g = grpcclient.InferenceServerClient(f"127.0.0.1:{s.grpc_port}")
         config = g.get_model_config("half").config
         assert config.name == "half" and config.max_batch_size == 4 and config.HasField("dynamic_batching")
         assert [(i.name, list(i.dims)) for i in config.input] == [("x", [4])]
-        x = (np.arange(12, dtype=np.float16) / 8).reshape(3, 4)
-        i = grpcclient.InferInput("x", [3, 4], "FP16")
+        x = (np.arange(12) / 8).astype(np_type).reshape(3, 4)  # squares exact in either type
+        want = (x.astype(np.float32) ** 2).astype(np_type)
+        i = grpcclient.InferInput("x", [3, 4], datatype)
         i.set_data_from_numpy(x)
-        np.testing.assert_array_equal(g.infer("half", [i]).as_numpy("z"), x * np.float16(2))
+        np.testing.assert_array_equal(g.infer("half", [i]).as_numpy("z").astype(np.float32), want.astype(np.float32))
         h = httpclient.InferenceServerClient(f"127.0.0.1:{s.http_port}")
-        hi = httpclient.InferInput("x", [3, 4], "FP16")
+        hi = httpclient.InferInput("x", [3, 4], datatype)
         hi.set_data_from_numpy(x, binary_data=True)
-        np.testing.assert_array_equal(h.infer("half", [hi]).as_numpy("z"), x * np.float16(2))
+        np.testing.assert_array_equal(h.infer("half", [hi]).as_numpy("z").astype(np.float32), want.astype(np.float32))
         g.close()
         h.close()
 
@@ -107,3 +111,56 @@ def test_cli_serves_until_sigterm_then_exits_cleanly(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_stop_drains_queued_requests_then_refuses(tmp_path):
+    """Requests queued when the server stops are all answered, right; a request after the stop is refused."""
+    import onnx
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+    from conftest import ort_reference
+    from tritonclient.utils import InferenceServerException
+
+    model = mlp_model()
+    (tmp_path / "mlp" / "1").mkdir(parents=True)
+    onnx.save(model, tmp_path / "mlp" / "1" / "model.onnx")
+    # a long queue delay and no preferred size: the requests wait in the queue until the stop
+    slow = CONFIG.replace("max_batch_size: 8", "max_batch_size: 16").replace(
+        "max_queue_delay_microseconds: 2000 preferred_batch_size: [ 4, 8 ]", "max_queue_delay_microseconds: 3000000")
+    (tmp_path / "mlp" / "config.pbtxt").write_text(slow)
+    s = Server(tmp_path, ServerOptions(http_port=0, grpc_port=0, metrics_port=None, cores=2)).start()
+    results, errors = {}, []
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{s.grpc_port}")
+    h = httpclient.InferenceServerClient(f"127.0.0.1:{s.http_port}", concurrency=6)
+    xs = [np.full((1, 16), k, np.float32) for k in range(12)]
+    http_pending = []
+    for k, x in enumerate(xs):
+        if k % 2:
+            i = httpclient.InferInput("x", [1, 16], "FP32")
+            i.set_data_from_numpy(x)
+            http_pending.append((k, h.async_infer("mlp", [i])))
+        else:
+            i = grpcclient.InferInput("x", [1, 16], "FP32")
+            i.set_data_from_numpy(x)
+            g.async_infer("mlp", [i], callback=lambda result, error, k=k: (
+                results.__setitem__(k, result.as_numpy("y")) if error is None else errors.append(error)))
+    sched = s.repo.get("mlp").scheduler
+    end = time.monotonic() + 20
+    while sched.pending < len(xs):
+        assert time.monotonic() < end, f"only {sched.pending} of {len(xs)} requests reached the queue"
+        time.sleep(0.01)
+    s.stop(grace_s=20)
+    for k, req in http_pending:
+        results[k] = req.get_result(timeout=20).as_numpy("y")
+    end = time.monotonic() + 20
+    while len(results) + len(errors) < len(xs) and time.monotonic() < end:
+        time.sleep(0.01)
+    assert errors == [] and sorted(results) == list(range(len(xs)))
+    for k, x in enumerate(xs):
+        np.testing.assert_allclose(results[k], ort_reference(model, x)["y"], rtol=1e-5, atol=1e-5)
+    with pytest.raises(InferenceServerException):
+        i = grpcclient.InferInput("x", [1, 16], "FP32")
+        i.set_data_from_numpy(xs[0])
+        g.infer("mlp", [i], client_timeout=5)
+    g.close()
+    h.close()
