@@ -42,6 +42,8 @@ class Server:
         else:
             for name in o.load_models:
                 self.repo.load(name)
+        if self._stopped.is_set():  # a signal came while the models loaded: open nothing
+            return self
         if o.grpc_port is not None:
             from .grpc_server import start_grpc_server
 
@@ -81,10 +83,15 @@ class Server:
             self._metrics.server_close()
         self._done.set()
 
-    def wait(self) -> None:
-        """Serve until SIGINT or SIGTERM, then stop gracefully."""
+    def stop_on_signals(self) -> Server:
+        """Make SIGINT and SIGTERM stop the server gracefully (call before start: a signal that comes while
+        the models load stops it too). From the main thread only."""
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: threading.Thread(target=self.stop, daemon=True).start())
+        return self
+
+    def wait(self) -> None:
+        """Block until stop() has finished."""
         while not self._done.wait(0.5):
             pass
 

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
                             metrics_port=args.metrics_port, default_target=args.target or default_target(),
                             max_message_bytes=args.max_message_mb << 20,
                             load_models=tuple(args.load_model) if args.load_model else None)
-    server = Server(args.repo, options).start()
+    server = Server(args.repo, options).stop_on_signals().start()
     for row in server.repo.index():
         note(f"model {row['name']} {row['version'] or '-'}: {row['state']}{' (' + row['reason'] + ')' if row['reason'] else ''}")
     note(f"serving on {args.host}: HTTP {server.http_port}, gRPC {server.grpc_port}, metrics {server.metrics_port}")
