@@ -4,8 +4,11 @@ copy of the protos in the process). Errors are answered with their status code a
 from __future__ import annotations
 
 import functools
+import queue
+import threading
 import time
 from concurrent import futures
+from dataclasses import dataclass
 
 from . import views
 from .errors import InvalidRequestError, ServeError
@@ -73,11 +76,18 @@ def decode_request(loaded, request):
     return inputs, [o.name for o in request.outputs]
 
 
-class InferenceServicer:
-    """The servicer methods; `grpc_servicer` mixes them into the generated base class."""
+@dataclass(frozen=True)
+class _EndOfStream:
+    count: int  # requests read from the stream
 
-    def __init__(self, repo: Repository):
+
+class InferenceServicer:
+    """The servicer methods; `start_grpc_server` mixes them into the generated base class."""
+
+    def __init__(self, repo: Repository, stream_workers: int):
         self.repo = repo
+        # runs the requests of streams; each waits for its answer, so this bounds their concurrency
+        self.stream_pool = futures.ThreadPoolExecutor(stream_workers, thread_name_prefix="fusegraph-grpc-stream")
 
     @_answer
     def ServerLive(self, request, context):
@@ -133,15 +143,37 @@ class InferenceServicer:
         return self._infer(request, context)
 
     def ModelStreamInfer(self, request_iterator, context):
-        """Each request of the stream answered in turn; a failed one answers with its error_message and
-        the stream goes on."""
+        """The stream's requests run concurrently (so they batch together) and are answered as they
+        finish, matched by their id; a failed one answers with its error_message and the stream goes on."""
         service_pb2 = _pb()[0]
-        for request in request_iterator:
+        answers: queue.Queue = queue.Queue()
+
+        def one(request):
             try:
-                yield service_pb2.ModelStreamInferResponse(infer_response=self._infer(request, context))
-            except ServeError as e:
-                yield service_pb2.ModelStreamInferResponse(
-                    error_message=str(e), infer_response=service_pb2.ModelInferResponse(id=request.id))
+                answers.put(service_pb2.ModelStreamInferResponse(infer_response=self._infer(request, context)))
+            except Exception as e:  # each request's failure is its own answer, never the stream's end
+                message = str(e) if isinstance(e, ServeError) else f"internal error: {type(e).__name__}: {e}"
+                answers.put(service_pb2.ModelStreamInferResponse(
+                    error_message=message, infer_response=service_pb2.ModelInferResponse(id=request.id)))
+
+        def read():
+            count = 0
+            try:
+                for request in request_iterator:
+                    self.stream_pool.submit(one, request)
+                    count += 1
+            finally:  # the client closed or cancelled its side: answer what was read
+                answers.put(_EndOfStream(count))
+
+        threading.Thread(target=read, name="fusegraph-grpc-stream", daemon=True).start()
+        sent, total = 0, None
+        while total is None or sent < total:
+            item = answers.get()
+            if isinstance(item, _EndOfStream):
+                total = item.count
+            else:
+                yield item
+                sent += 1
 
     @_answer
     def RepositoryIndex(self, request, context):
@@ -172,9 +204,12 @@ def start_grpc_server(repo: Repository, host: str, port: int, max_message_bytes:
                          options=[("grpc.max_receive_message_length", max_message_bytes),
                                   ("grpc.max_send_message_length", max_message_bytes),
                                   ("grpc.so_reuseport", 0)])
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer_cls(repo), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer_cls(repo, workers), server)
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as e:  # grpc's way of saying the address is taken or not ours
+        raise OSError(f"cannot bind the gRPC port {host}:{port}: {e}") from None
     if bound == 0:
-        raise OSError(f"cannot bind gRPC port {host}:{port}")
+        raise OSError(f"cannot bind the gRPC port {host}:{port}")
     server.start()
     return server, bound

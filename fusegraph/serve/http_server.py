@@ -232,9 +232,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(views.statistics(self.repo, name, version))
 
     def index(self):
-        body = self._body()
-        ready = bool(json.loads(body or b"{}").get("ready", False)) if body.strip() else False
-        self._json(views.repository_index(self.repo, ready))
+        body = self._body().strip()
+        try:
+            request = json.loads(body) if body else {}
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InvalidRequestError(f"the index request's JSON is malformed: {e}") from None
+        if not isinstance(request, dict):
+            raise InvalidRequestError("an index request must be a JSON object")
+        self._json(views.repository_index(self.repo, bool(request.get("ready", False))))
 
     def load(self, name):
         self._body()

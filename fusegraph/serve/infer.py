@@ -13,7 +13,7 @@ from .errors import InvalidRequestError, QueueFullError, RequestTimeoutError, Se
 from .repository import LoadedModel
 from .tensors import Datatype
 
-# Bound on how long a request without a timeout waits for its answer once it runs.
+# How long past its timeout a request waits for an answer whose batch has already started.
 _RESULT_GRACE_S = 1.0
 
 

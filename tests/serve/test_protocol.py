@@ -233,3 +233,26 @@ def test_grpc_message_over_the_size_limit_is_refused(server):
             pytest.raises(grpc.RpcError) as e:
         service_pb2_grpc.GRPCInferenceServiceStub(ch).ModelInfer(req, timeout=20)
     assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_stream_answers_a_bad_request_with_its_error_and_goes_on(grpc_client, mlp):
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    results: queue.Queue = queue.Queue()
+    grpc_client.start_stream(callback=lambda result, error: results.put((result, error)))
+    try:
+        bad = grpcclient.InferInput("x", [1, FEATURES + 1], "FP32")
+        bad.set_data_from_numpy(np.zeros((1, FEATURES + 1), np.float32))
+        grpc_client.async_stream_infer("mlp", [bad], request_id="bad")
+        x = _x(2, seed=9)
+        grpc_client.async_stream_infer("mlp", [_grpc_input(x)], request_id="good")
+        answers = [results.get(timeout=20) for _ in range(2)]
+    finally:
+        grpc_client.stop_stream()
+    errors = [e for r, e in answers if e is not None]
+    good = [r for r, e in answers if e is None]
+    assert len(errors) == 1 and "shape [1, 17], expected [N, 16]" in errors[0].message()
+    assert len(good) == 1 and good[0].get_response().id == "good"
+    np.testing.assert_allclose(good[0].as_numpy("y"), ort_reference(mlp, x)["y"], rtol=1e-5, atol=1e-5)
