@@ -164,3 +164,28 @@ def test_stop_drains_queued_requests_then_refuses(tmp_path):
         g.infer("mlp", [i], client_timeout=5)
     g.close()
     h.close()
+
+
+def test_fgx_file_is_served_at_its_compiled_shape(tmp_path):
+    import tritonclient.grpc as grpcclient
+    from conftest import ort_reference
+    from tritonclient.utils import InferenceServerException
+
+    import fusegraph
+
+    model = mlp_model()
+    program = fusegraph.parse_onnx(model, map_input_dims={"x": [2, 16]}).compile("cpu")
+    fusegraph.save(program, tmp_path / "mlp2.fgx")
+    with Server(tmp_path / "mlp2.fgx", ServerOptions(http_port=None, grpc_port=0, metrics_port=None, cores=2)) as s:
+        g = grpcclient.InferenceServerClient(f"127.0.0.1:{s.grpc_port}")
+        config = g.get_model_config("mlp2").config
+        assert config.max_batch_size == 0 and [list(i.dims) for i in config.input] == [[2, 16]]
+        x = np.random.default_rng(5).standard_normal((2, 16)).astype(np.float32)
+        i = grpcclient.InferInput("x", [2, 16], "FP32")
+        i.set_data_from_numpy(x)
+        np.testing.assert_allclose(g.infer("mlp2", [i]).as_numpy("y"), ort_reference(model, x)["y"], rtol=1e-5, atol=1e-5)
+        one = grpcclient.InferInput("x", [1, 16], "FP32")
+        one.set_data_from_numpy(x[:1])
+        with pytest.raises(InferenceServerException, match=r"shape \[1, 16\], expected \[2, 16\]"):
+            g.infer("mlp2", [one])
+        g.close()

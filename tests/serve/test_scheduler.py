@@ -55,6 +55,15 @@ def _until(cond, limit_s: float = 5.0) -> None:
         time.sleep(0.002)
 
 
+def _busy(model: HeldModel):
+    """A scheduler whose one instance holds a first request (value 0) until the model's gate opens."""
+    stats = ModelStats("held", "1")
+    s = Scheduler(model, stats)
+    first = _submit(s, 0.0)
+    _until(lambda: s.pending == 0)
+    return s, stats, first
+
+
 @pytest.fixture
 def held():
     model = HeldModel()
@@ -63,9 +72,7 @@ def held():
 
 
 def test_queued_requests_run_as_one_batch_and_split_back(held):
-    s = Scheduler(held, ModelStats("held", "1"))
-    first = _submit(s, 0.0)
-    _until(lambda: s.pending == 0)  # the instance holds the first request
+    s, _, first = _busy(held)
     rest = [_submit(s, float(k), n=1 + k % 2) for k in range(1, 6)]  # 2+1+2+1+2 = 8 samples
     held.gate.set()
     assert first.result(5)["y"].shape == (1, 2)
@@ -77,9 +84,7 @@ def test_queued_requests_run_as_one_batch_and_split_back(held):
 
 
 def test_a_batch_never_exceeds_max_batch_size(held):
-    s = Scheduler(held, ModelStats("held", "1"))
-    _submit(s, 0.0)
-    _until(lambda: s.pending == 0)
+    s, _, _ = _busy(held)
     futures = [_submit(s, 1.0, n=3) for _ in range(4)]  # 12 samples: batches of 6 (3+3), never 9
     held.gate.set()
     for f in futures:
@@ -90,9 +95,7 @@ def test_a_batch_never_exceeds_max_batch_size(held):
 
 def test_full_queue_rejects_cleanly():
     model = HeldModel(max_queue=2)
-    s = Scheduler(model, ModelStats("held", "1"))
-    running = _submit(s, 0.0)
-    _until(lambda: s.pending == 0)
+    s, _, running = _busy(model)
     queued = [_submit(s, 1.0), _submit(s, 2.0)]
     with pytest.raises(QueueFullError, match="queue full"):
         _submit(s, 3.0)
@@ -102,10 +105,7 @@ def test_full_queue_rejects_cleanly():
 
 
 def test_request_that_times_out_in_the_queue_fails_and_never_runs(held):
-    stats = ModelStats("held", "1")
-    s = Scheduler(held, stats)
-    _submit(s, 0.0)
-    _until(lambda: s.pending == 0)
+    s, stats, _ = _busy(held)
     late = _submit(s, 1.0, timeout_s=0.05)
     with pytest.raises(RequestTimeoutError, match="timed out"):
         late.result(5)
@@ -116,10 +116,7 @@ def test_request_that_times_out_in_the_queue_fails_and_never_runs(held):
 
 
 def test_cancelled_request_is_dropped(held):
-    stats = ModelStats("held", "1")
-    s = Scheduler(held, stats)
-    _submit(s, 0.0)
-    _until(lambda: s.pending == 0)
+    s, stats, _ = _busy(held)
     gone, kept = _submit(s, 1.0), _submit(s, 2.0)
     assert gone.cancel()
     held.gate.set()
