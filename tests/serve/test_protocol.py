@@ -256,3 +256,28 @@ def test_stream_answers_a_bad_request_with_its_error_and_goes_on(grpc_client, ml
     assert len(errors) == 1 and "shape [1, 17], expected [N, 16]" in errors[0].message()
     assert len(good) == 1 and good[0].get_response().id == "good"
     np.testing.assert_allclose(good[0].as_numpy("y"), ort_reference(mlp, x)["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_failures_are_counted_and_a_failing_batch_leaves_the_model_serving(server, grpc_client, monkeypatch):
+    from tritonclient.utils import InferenceServerException
+
+    before = _metrics(server)["nv_inference_request_failure"]
+    bad = _x(1)[:, :-1]
+    with pytest.raises(InferenceServerException):
+        grpc_client.infer("mlp", [_grpc_input(bad)])
+    with pytest.raises(InferenceServerException, match="has no version '7'"):
+        grpc_client.infer("mlp", [_grpc_input(_x(1))], model_version="7")
+    model = server.repo.get("mlp").model
+    real = model.execute
+
+    def crash_once(inputs, n):  # the model raising, as a crashing kernel would
+        monkeypatch.setattr(model, "execute", real)
+        raise MemoryError("arena exhausted")
+
+    monkeypatch.setattr(model, "execute", crash_once)
+    with pytest.raises(InferenceServerException) as e:
+        grpc_client.infer("mlp", [_grpc_input(_x(1))])
+    assert e.value.status() == "StatusCode.INTERNAL" and "MemoryError: arena exhausted" in e.value.message()
+    assert grpc_client.infer("mlp", [_grpc_input(_x(2))]).as_numpy("y").shape == (2, HIDDEN)
+    # the bad shape and the crashed batch count; a request for an absent version names no loaded model
+    assert _metrics(server)["nv_inference_request_failure"] == before + 2
