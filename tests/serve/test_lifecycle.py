@@ -10,11 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CONFIG, free_port, mlp_model
 
 from fusegraph.serve import Server, ServerOptions
+from tests.serve.util import CONFIG, free_port, mlp_model, skip_without_serve_deps
 
 ROOT = Path(__file__).resolve().parents[2]
+
+skip_without_serve_deps()
 
 
 def _half_model(elem_type):
@@ -118,8 +120,9 @@ def test_stop_drains_queued_requests_then_refuses(tmp_path):
     import onnx
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
-    from conftest import ort_reference
     from tritonclient.utils import InferenceServerException
+
+    from tests.serve.util import ort_reference
 
     model = mlp_model()
     (tmp_path / "mlp" / "1").mkdir(parents=True)
@@ -168,10 +171,10 @@ def test_stop_drains_queued_requests_then_refuses(tmp_path):
 
 def test_fgx_file_is_served_at_its_compiled_shape(tmp_path):
     import tritonclient.grpc as grpcclient
-    from conftest import ort_reference
     from tritonclient.utils import InferenceServerException
 
     import fusegraph
+    from tests.serve.util import ort_reference
 
     model = mlp_model()
     program = fusegraph.parse_onnx(model, map_input_dims={"x": [2, 16]}).compile("cpu")

@@ -6,9 +6,12 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from conftest import FEATURES, ort_reference
+
+from tests.serve.util import FEATURES, ort_reference, skip_without_serve_deps
 
 REQUESTS, CONCURRENCY = 320, 16
+
+skip_without_serve_deps()
 
 
 def test_concurrent_requests_are_batched_and_each_answered_once_and_right(server, mlp):

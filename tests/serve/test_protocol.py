@@ -8,7 +8,10 @@ import urllib.request
 
 import numpy as np
 import pytest
-from conftest import FEATURES, HIDDEN, ort_reference
+
+from tests.serve.util import FEATURES, HIDDEN, ort_reference, skip_without_serve_deps
+
+skip_without_serve_deps()
 
 
 def _x(n: int, seed: int = 0) -> np.ndarray:
