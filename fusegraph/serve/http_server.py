@@ -71,13 +71,13 @@ def decode_infer(loaded, header: dict, binary: memoryview):
 
 
 def requested_outputs(header: dict) -> list[tuple[str, bool]]:
-    default_binary = bool(header.get("parameters", {}).get("binary_data_output", False))
+    default_binary = bool(_field(header, "parameters", dict, "the request", {}).get("binary_data_output", False))
     out = []
-    for k, o in enumerate(header.get("outputs", []) or []):
+    for k, o in enumerate(_field(header, "outputs", list, "the request", [])):
         if not isinstance(o, dict):
             raise InvalidRequestError(f"outputs[{k}] must be an object")
-        out.append((_field(o, "name", str, f"outputs[{k}]"),
-                    bool(o.get("parameters", {}).get("binary_data", default_binary))))
+        params = _field(o, "parameters", dict, f"outputs[{k}]", {})
+        out.append((_field(o, "name", str, f"outputs[{k}]"), bool(params.get("binary_data", default_binary))))
     return out
 
 

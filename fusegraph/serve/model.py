@@ -136,7 +136,7 @@ class ServedModel:
     def _check_io(self, program) -> None:
         """Complete the config's inputs and outputs from the program, or check the given ones against it."""
         batched = self.max_batch_size > 0
-        found_in = [(n, s) for n, s in program.get_parameter_shapes().items()]
+        found_in = list(program.get_parameter_shapes().items())
         found_out = list(zip(program.output_names, program.get_output_shapes(), strict=True))
         self.inputs = self._specs("input", self.config.input, found_in, batched, required_all=True)
         self.outputs = self._specs("output", self.config.output, found_out, batched, required_all=False)
@@ -144,7 +144,7 @@ class ServedModel:
     def _specs(self, kind: str, declared, found, batched: bool, required_all: bool) -> list[TensorSpec]:
         actual: dict[str, TensorSpec] = {}
         for name, shape in found:
-            dt = from_numpy(np.dtype(_numpy_name(shape.dtype)))
+            dt = from_numpy(_numpy_dtype(shape.dtype))
             if dt is None:
                 raise ModelConfigError(f"model {self.name!r}: {kind} {name!r} has dtype {shape.dtype.value}, "
                                        f"which the protocol does not carry")
@@ -200,7 +200,12 @@ class ServedModel:
         return {s.name: (np.asarray(by_name[s.name])[:n] if n else np.asarray(by_name[s.name])) for s in self.outputs}
 
 
-def _numpy_name(dtype) -> str:
+def _numpy_dtype(dtype) -> np.dtype | None:
+    """The numpy dtype of a fusegraph DType (whose names are numpy's, bfloat16 being ml_dtypes'); None for
+    those numpy lacks (int4, fp8), which the protocol does not carry either."""
     import ml_dtypes
 
-    return ml_dtypes.bfloat16 if dtype.value == "bfloat16" else dtype.value
+    try:
+        return np.dtype(ml_dtypes.bfloat16 if dtype.value == "bfloat16" else dtype.value)
+    except TypeError:
+        return None

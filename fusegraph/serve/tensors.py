@@ -52,8 +52,8 @@ def from_config(enum_name: str) -> Datatype | None:
     return _BY_CONFIG.get(enum_name)
 
 
-def from_numpy(dtype: np.dtype) -> Datatype | None:
-    return _BY_NUMPY.get(np.dtype(dtype))
+def from_numpy(dtype: np.dtype | None) -> Datatype | None:
+    return None if dtype is None else _BY_NUMPY.get(np.dtype(dtype))
 
 
 def element_count(shape: Sequence[int]) -> int:

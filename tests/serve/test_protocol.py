@@ -173,6 +173,10 @@ BAD_HTTP = [
     ("/v2/models/mlp/infer", {"inputs": []}, 400, "lacks inputs ['x']"),
     ("/v2/models/mlp/infer", {"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32", "data": [0] * 16}],
                               "outputs": [{"name": "zz"}]}, 400, "no output 'zz'"),
+    ("/v2/models/mlp/infer", {"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32", "data": [0] * 16}],
+                              "outputs": [{"name": "y", "parameters": 5}]}, 400, "'parameters' must be dict"),
+    ("/v2/models/mlp/infer", {"inputs": [{"name": "x", "shape": "1,16", "datatype": "FP32"}]}, 400,
+     "'shape' must be list"),
     ("/v2/models/broken/infer", {"inputs": []}, 503, "not ready"),
 ]
 
