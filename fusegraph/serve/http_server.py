@@ -308,6 +308,9 @@ ROUTES = [(m, re.compile(p), h) for m, p, h in [
 def start_http_server(repo: Repository, host: str, port: int, max_body: int):
     """Serve on (host, port) (port 0 picks one) from a daemon thread; the server (its server_port is bound)."""
     handler = type("Handler", (_Handler,), {"repo": repo, "max_body": max_body})
-    server = _HttpServer((host, port), handler)
+    try:
+        server = _HttpServer((host, port), handler)
+    except OSError as e:
+        raise OSError(f"cannot bind the HTTP port {host}:{port}: {e.strerror or e}") from None
     threading.Thread(target=server.serve_forever, name="fusegraph-http", daemon=True).start()
     return server

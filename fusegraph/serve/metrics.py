@@ -48,4 +48,7 @@ def start_metrics_server(repo: Repository, host: str, port: int):
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ModelMetricsCollector(repo))
-    return start_http_server(port, addr=host, registry=registry)
+    try:
+        return start_http_server(port, addr=host, registry=registry)
+    except OSError as e:
+        raise OSError(f"cannot bind the metrics port {host}:{port}: {e.strerror or e}") from None

@@ -6,6 +6,7 @@ Loading a model again replaces it once the new version is ready; the old one dra
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
@@ -106,10 +107,8 @@ class Repository:
 
     def load_all(self) -> None:
         for name in self.names():
-            try:
+            with contextlib.suppress(ServeError):  # recorded in the model's state (RepositoryIndex shows it)
                 self.load(name)
-            except ServeError:
-                pass  # recorded in the model's state (RepositoryIndex and ModelReady show it)
 
     def unload(self, name: str, drain: bool = True) -> None:
         with self._lock:

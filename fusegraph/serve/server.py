@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import ModelNotFoundError, ServeError
 from .repository import Repository
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
@@ -41,9 +43,21 @@ class Server:
             self.repo.load_all()
         else:
             for name in o.load_models:
-                self.repo.load(name)
+                if name not in self.repo.names():  # a typo is an error; a model that fails to load is a state
+                    raise ModelNotFoundError(f"--load-model {name!r}: the repository has {self.repo.names()}")
+                with contextlib.suppress(ServeError):
+                    self.repo.load(name)
         if self._stopped.is_set():  # a signal came while the models loaded: open nothing
             return self
+        try:
+            self._open_front_ends()
+        except BaseException:
+            self.stop(grace_s=0)  # what did open closes again, and the instances stop
+            raise
+        return self
+
+    def _open_front_ends(self) -> None:
+        o = self.options
         if o.grpc_port is not None:
             from .grpc_server import start_grpc_server
 
@@ -59,7 +73,6 @@ class Server:
 
             self._metrics, _ = start_metrics_server(self.repo, o.host, o.metrics_port)
             self.metrics_port = self._metrics.server_port
-        return self
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Graceful: refuse new calls, let in-flight ones finish (up to `grace_s`), drain the queues."""

@@ -192,3 +192,30 @@ def test_fgx_file_is_served_at_its_compiled_shape(tmp_path):
         with pytest.raises(InferenceServerException, match=r"shape \[1, 16\], expected \[2, 16\]"):
             g.infer("mlp2", [one])
         g.close()
+
+
+def test_a_taken_port_is_an_error_naming_it_and_nothing_stays_open(tmp_path):
+    import socket
+
+    import onnx
+
+    onnx.save(mlp_model(), tmp_path / "mlp.onnx")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = Server(tmp_path / "mlp.onnx", ServerOptions(http_port=port, grpc_port=0, metrics_port=None, cores=2))
+        with pytest.raises(OSError, match=f"cannot bind the HTTP port 127.0.0.1:{port}"):
+            server.start()
+    assert server.repo.loaded()[0].scheduler._closed  # its instances were stopped
+
+
+def test_load_model_names_must_exist(tmp_path):
+    import onnx
+
+    from fusegraph.serve.errors import ModelNotFoundError
+
+    onnx.save(mlp_model(), tmp_path / "mlp.onnx")
+    with pytest.raises(ModelNotFoundError, match="--load-model 'mpl'"):
+        Server(tmp_path / "mlp.onnx", ServerOptions(http_port=None, grpc_port=None, metrics_port=None,
+                                                    load_models=("mpl",))).start()
