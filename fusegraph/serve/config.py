@@ -1,0 +1,123 @@
+"""A Triton-layout model repository: `REPO/NAME/config.pbtxt` and `REPO/NAME/VERSION/model.{onnx,fgx}`.
+
+Configs are `inference.ModelConfig` messages in protobuf text format, parsed with the `model_config_pb2`
+that tritonclient ships (the one copy of the protos in the process). A single model file is served as a
+repository of one model with a generated config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ModelConfigError
+
+MODEL_FILES = ("model.onnx", "model.fgx")
+# Triton's default for a model whose config leaves max_batch_size out and whose inputs batch
+DEFAULT_MAX_BATCH_SIZE = 4
+
+
+def pb():
+    """tritonclient's generated model_config module (imported lazily: `import fusegraph` stays light)."""
+    from tritonclient.grpc import model_config_pb2
+
+    return model_config_pb2
+
+
+@dataclass
+class ModelEntry:
+    """One model of the repository as found on disk: its config (maybe partial) and its versions' files."""
+
+    name: str
+    config: object               # model_config_pb2.ModelConfig
+    versions: dict[int, Path]    # version -> model file
+    explicit_config: bool        # False: generated, to be completed from the model itself
+
+    @property
+    def latest(self) -> tuple[int, Path]:
+        v = max(self.versions)
+        return v, self.versions[v]
+
+
+def parse_config(text: str, where: str):
+    from google.protobuf import text_format
+
+    config = pb().ModelConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as e:
+        raise ModelConfigError(f"{where}: not a valid ModelConfig in protobuf text format: {e}") from None
+    return config
+
+
+def read_entry(model_dir: Path) -> ModelEntry:
+    """The repository entry of `model_dir`: its config.pbtxt (or a generated one) and its version folders."""
+    name = model_dir.name
+    config_path = model_dir / "config.pbtxt"
+    if config_path.is_file():
+        config = parse_config(config_path.read_text(), str(config_path))
+        explicit = True
+    else:
+        config, explicit = pb().ModelConfig(), False
+    if config.name and config.name != name:
+        raise ModelConfigError(f"{config_path}: name {config.name!r} differs from its folder's name {name!r}")
+    config.name = name
+    files = (config.default_model_filename,) if config.default_model_filename else MODEL_FILES
+    versions: dict[int, Path] = {}
+    for sub in model_dir.iterdir():
+        if sub.is_dir() and sub.name.isdigit():
+            found = [sub / f for f in files if (sub / f).is_file()]
+            if found:
+                versions[int(sub.name)] = found[0]
+    if not versions:
+        raise ModelConfigError(f"{model_dir}: no version folder holds {' or '.join(files)} "
+                               f"(expected {model_dir}/1/{files[0]})")
+    return ModelEntry(name, config, versions, explicit)
+
+
+def scan_repository(repo: Path) -> dict[str, Path]:
+    """Model name -> its folder, for every folder of `repo` (entries that fail to read are reported at load)."""
+    if not repo.is_dir():
+        raise ModelConfigError(f"model repository {repo} is not a folder")
+    return {d.name: d for d in sorted(repo.iterdir()) if d.is_dir() and not d.name.startswith(".")}
+
+
+def single_file_entry(path: Path) -> ModelEntry:
+    """A one-model repository for a bare model file: name from the file's stem, a generated config with
+    dynamic batching (as Triton's auto-complete gives a batching ONNX model)."""
+    if path.suffix not in (".onnx", ".fgx"):
+        raise ModelConfigError(f"{path}: a model file must end in .onnx or .fgx")
+    config = pb().ModelConfig(name=path.stem)
+    config.dynamic_batching.SetInParent()
+    return ModelEntry(path.stem, config, {1: path}, False)
+
+
+def target_of(config, default: str) -> str:
+    """The target a config asks for: a `parameters { key: "target" }` entry, else its instance_group
+    kind (KIND_GPU -> gpu, KIND_CPU -> cpu), else `default`."""
+    if "target" in config.parameters:
+        return config.parameters["target"].string_value
+    kinds = {g.kind for g in config.instance_group}
+    K = pb().ModelInstanceGroup
+    if K.KIND_GPU in kinds:
+        if len(kinds) > 1:
+            raise ModelConfigError(f"model {config.name!r}: instance groups of both CPU and GPU kinds")
+        return "gpu"
+    if K.KIND_CPU in kinds:
+        return "cpu"
+    return default
+
+
+def instance_count(config) -> int:
+    return max(1, sum(max(g.count, 1) for g in config.instance_group)) if config.instance_group else 1
+
+
+def batch_buckets(max_batch_size: int, preferred: list[int]) -> list[int]:
+    """The batch sizes programs are compiled for: powers of two and the preferred sizes up to the maximum,
+    and the maximum itself. A batch runs on the smallest bucket that holds it, padded."""
+    sizes = {max_batch_size, *[p for p in preferred if 0 < p <= max_batch_size]}
+    b = 1
+    while b < max_batch_size:
+        sizes.add(b)
+        b *= 2
+    return sorted(sizes)

@@ -1,0 +1,215 @@
+"""KServe v2 over gRPC: `inference.GRPCInferenceService`, with tritonclient's generated modules (the one
+copy of the protos in the process). Errors are answered with their status code and message."""
+
+from __future__ import annotations
+
+import functools
+import queue
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass
+
+from . import views
+from .errors import InvalidRequestError, ServeError
+from .infer import check_input, infer
+from .repository import Repository
+from .tensors import from_raw, from_values, to_raw
+
+
+def _pb():
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    return service_pb2, service_pb2_grpc
+
+
+def _answer(method):
+    """Turn a ServeError into the protocol's status; anything else is INTERNAL, named, never a hang."""
+
+    @functools.wraps(method)
+    def wrapper(self, request, context):
+        import grpc
+
+        try:
+            return method(self, request, context)
+        except ServeError as e:
+            context.abort(getattr(grpc.StatusCode, e.grpc_code), str(e))
+        except Exception as e:  # a bug: the client still gets a status naming it
+            context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}")
+
+    return wrapper
+
+
+# grpc reports a call without a deadline as one centuries away
+_NO_DEADLINE_S = 1e7
+
+
+def _timeout_s(request, context) -> float | None:
+    """The tighter of the request's `timeout` parameter (microseconds, Triton's) and the call's deadline."""
+    limits = []
+    if "timeout" in request.parameters:
+        limits.append(request.parameters["timeout"].int64_param / 1e6)
+    remaining = context.time_remaining()
+    if remaining is not None and remaining < _NO_DEADLINE_S:
+        limits.append(remaining)
+    return min(limits) if limits else None
+
+
+def decode_request(loaded, request):
+    """The inputs of a ModelInferRequest (raw_input_contents, or typed contents) and its requested outputs."""
+    raw = request.raw_input_contents
+    if raw and len(raw) != len(request.inputs):
+        raise InvalidRequestError(f"{len(request.inputs)} inputs but {len(raw)} raw_input_contents")
+    inputs = {}
+    for k, t in enumerate(request.inputs):
+        if t.name in inputs:
+            raise InvalidRequestError(f"input {t.name!r} given more than once")
+        dt = check_input(loaded, t.name, t.datatype, t.shape)
+        if raw:
+            if t.HasField("contents"):
+                raise InvalidRequestError(f"input {t.name!r} has both contents and raw_input_contents")
+            inputs[t.name] = from_raw(t.name, dt, t.shape, raw[k])
+        elif dt.contents is None:
+            raise InvalidRequestError(f"input {t.name!r}: {dt.name} data must come as raw_input_contents")
+        else:
+            inputs[t.name] = from_values(t.name, dt, t.shape, getattr(t.contents, dt.contents))
+    return inputs, [o.name for o in request.outputs]
+
+
+@dataclass(frozen=True)
+class _EndOfStream:
+    count: int  # requests read from the stream
+
+
+class InferenceServicer:
+    """The servicer methods; `start_grpc_server` mixes them into the generated base class."""
+
+    def __init__(self, repo: Repository, stream_workers: int):
+        self.repo = repo
+        # runs the requests of streams; each waits for its answer, so this bounds their concurrency
+        self.stream_pool = futures.ThreadPoolExecutor(stream_workers, thread_name_prefix="fusegraph-grpc-stream")
+
+    @_answer
+    def ServerLive(self, request, context):
+        return _pb()[0].ServerLiveResponse(live=True)
+
+    @_answer
+    def ServerReady(self, request, context):
+        return _pb()[0].ServerReadyResponse(ready=self.repo.all_ready())
+
+    @_answer
+    def ServerMetadata(self, request, context):
+        return _pb()[0].ServerMetadataResponse(**views.server_metadata())
+
+    @_answer
+    def ModelReady(self, request, context):
+        try:
+            self.repo.get(request.name, request.version)
+        except ServeError:
+            return _pb()[0].ModelReadyResponse(ready=False)
+        return _pb()[0].ModelReadyResponse(ready=True)
+
+    @_answer
+    def ModelMetadata(self, request, context):
+        from google.protobuf import json_format
+
+        meta = views.model_metadata(self.repo.get(request.name, request.version))
+        return json_format.ParseDict(meta, _pb()[0].ModelMetadataResponse())
+
+    @_answer
+    def ModelConfig(self, request, context):
+        return _pb()[0].ModelConfigResponse(config=self.repo.get(request.name, request.version).model.config)
+
+    @_answer
+    def ModelStatistics(self, request, context):
+        from google.protobuf import json_format
+
+        stats = views.statistics(self.repo, request.name, request.version)
+        return json_format.ParseDict(stats, _pb()[0].ModelStatisticsResponse())
+
+    def _infer(self, request, context):
+        arrival = time.monotonic_ns()
+        loaded = self.repo.get(request.model_name, request.model_version)
+        outputs = infer(loaded, lambda: decode_request(loaded, request), _timeout_s(request, context), arrival)
+        resp = _pb()[0].ModelInferResponse(model_name=loaded.name, model_version=loaded.version, id=request.id)
+        specs = {s.name: s for s in loaded.model.outputs}
+        for name, arr in outputs.items():
+            resp.outputs.add(name=name, datatype=specs[name].datatype.name, shape=arr.shape)
+            resp.raw_output_contents.append(to_raw(arr))
+        return resp
+
+    @_answer
+    def ModelInfer(self, request, context):
+        return self._infer(request, context)
+
+    def ModelStreamInfer(self, request_iterator, context):
+        """The stream's requests run concurrently (so they batch together) and are answered as they
+        finish, matched by their id; a failed one answers with its error_message and the stream goes on."""
+        service_pb2 = _pb()[0]
+        answers: queue.Queue = queue.Queue()
+
+        def one(request):
+            try:
+                answers.put(service_pb2.ModelStreamInferResponse(infer_response=self._infer(request, context)))
+            except Exception as e:  # each request's failure is its own answer, never the stream's end
+                message = str(e) if isinstance(e, ServeError) else f"internal error: {type(e).__name__}: {e}"
+                answers.put(service_pb2.ModelStreamInferResponse(
+                    error_message=message, infer_response=service_pb2.ModelInferResponse(id=request.id)))
+
+        def read():
+            count = 0
+            try:
+                for request in request_iterator:
+                    self.stream_pool.submit(one, request)
+                    count += 1
+            finally:  # the client closed or cancelled its side: answer what was read
+                answers.put(_EndOfStream(count))
+
+        threading.Thread(target=read, name="fusegraph-grpc-stream", daemon=True).start()
+        sent, total = 0, None
+        while total is None or sent < total:
+            item = answers.get()
+            if isinstance(item, _EndOfStream):
+                total = item.count
+            else:
+                yield item
+                sent += 1
+
+    @_answer
+    def RepositoryIndex(self, request, context):
+        service_pb2 = _pb()[0]
+        resp = service_pb2.RepositoryIndexResponse()
+        for row in views.repository_index(self.repo, request.ready):
+            resp.models.add(**row)
+        return resp
+
+    @_answer
+    def RepositoryModelLoad(self, request, context):
+        self.repo.load(request.model_name)
+        return _pb()[0].RepositoryModelLoadResponse()
+
+    @_answer
+    def RepositoryModelUnload(self, request, context):
+        self.repo.unload(request.model_name)
+        return _pb()[0].RepositoryModelUnloadResponse()
+
+
+def start_grpc_server(repo: Repository, host: str, port: int, max_message_bytes: int, workers: int):
+    """Start serving on (host, port) (port 0 picks one); the grpc.Server and the bound port."""
+    import grpc
+
+    service_pb2_grpc = _pb()[1]
+    servicer_cls = type("GrpcInferenceServicer", (InferenceServicer, service_pb2_grpc.GRPCInferenceServiceServicer), {})
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fusegraph-grpc"),
+                         options=[("grpc.max_receive_message_length", max_message_bytes),
+                                  ("grpc.max_send_message_length", max_message_bytes),
+                                  ("grpc.so_reuseport", 0)])
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer_cls(repo, workers), server)
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as e:  # grpc's way of saying the address is taken or not ours
+        raise OSError(f"cannot bind the gRPC port {host}:{port}: {e}") from None
+    if bound == 0:
+        raise OSError(f"cannot bind the gRPC port {host}:{port}")
+    server.start()
+    return server, bound

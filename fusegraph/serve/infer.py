@@ -1,0 +1,87 @@
+"""One inference request, whatever protocol carried it: validated against the model's config before it
+reaches the scheduler, queued, awaited, and recorded in the model's statistics."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .errors import InvalidRequestError, QueueFullError, RequestTimeoutError, ServeError, UnavailableError
+from .repository import LoadedModel
+from .tensors import Datatype
+
+# How long past its timeout a request waits for an answer whose batch has already started.
+_RESULT_GRACE_S = 1.0
+
+
+def check_input(loaded: LoadedModel, name: str, datatype: str, shape: Sequence[int]) -> Datatype:
+    """The spec'd datatype of input `name` after checking its name, datatype and shape; raised as
+    InvalidRequestError naming what differs. Called before the tensor's bytes are decoded."""
+    model = loaded.model
+    spec = next((s for s in model.inputs if s.name == name), None)
+    if spec is None:
+        raise InvalidRequestError(f"model {model.name!r} has no input {name!r}; its inputs are "
+                                  f"{[s.name for s in model.inputs]}")
+    if datatype != spec.datatype.name:
+        raise InvalidRequestError(f"input {name!r} of model {model.name!r}: datatype {datatype}, expected "
+                                  f"{spec.datatype.name}")
+    shape = [int(d) for d in shape]
+    if model.max_batch_size > 0:
+        ok = len(shape) == len(spec.dims) + 1 and tuple(shape[1:]) == spec.dims
+        expect = f"[N, {', '.join(map(str, spec.dims))}] with 1 <= N <= {model.max_batch_size}"
+        if ok and not 1 <= shape[0] <= model.max_batch_size:
+            raise InvalidRequestError(f"input {name!r} of model {model.name!r}: batch {shape[0]} outside "
+                                      f"1..{model.max_batch_size} (max_batch_size)")
+    else:
+        ok, expect = tuple(shape) == spec.dims, str(list(spec.dims))
+    if not ok:
+        raise InvalidRequestError(f"input {name!r} of model {model.name!r}: shape {shape}, expected {expect}")
+    return spec.datatype
+
+
+def check_outputs(loaded: LoadedModel, requested: Sequence[str]) -> list[str]:
+    """The output names to answer with: those requested (checked), else all."""
+    names = [s.name for s in loaded.model.outputs]
+    for r in requested:
+        if r not in names:
+            raise InvalidRequestError(f"model {loaded.name!r} has no output {r!r}; its outputs are {names}")
+    if len(set(requested)) != len(requested):
+        raise InvalidRequestError(f"outputs requested more than once: {list(requested)}")
+    return list(requested) or names
+
+
+def infer(loaded: LoadedModel, build: Callable[[], tuple[dict[str, np.ndarray], Sequence[str]]],
+          timeout_s: float | None, arrival_ns: int) -> dict[str, np.ndarray]:
+    """Decode a request with `build` (-> its inputs by name, the outputs it asks for; it checks each input
+    with `check_input` before decoding it), queue it, wait for it: the requested outputs by name.
+    Every failure is counted once in the model's statistics, as Triton labels it."""
+    model = loaded.model
+    try:
+        inputs, requested = build()
+        names = check_outputs(loaded, requested)
+        missing = [s.name for s in model.inputs if s.name not in inputs]
+        if missing:
+            raise InvalidRequestError(f"model {model.name!r}: request lacks inputs {missing}")
+        n = 0
+        if model.max_batch_size > 0:
+            batches = {k: v.shape[0] for k, v in inputs.items()}
+            if len(set(batches.values())) != 1:
+                raise InvalidRequestError(f"model {model.name!r}: inputs differ in batch size {batches}")
+            n = next(iter(batches.values()))
+        future = loaded.scheduler.submit(inputs, n, arrival_ns, timeout_s)
+    except ServeError as e:
+        reason = "REJECTED" if isinstance(e, QueueFullError | UnavailableError) else "OTHER"
+        loaded.stats.record_failure(reason, time.monotonic_ns() - arrival_ns)
+        raise
+    wait = None if timeout_s is None else timeout_s + _RESULT_GRACE_S
+    try:
+        result = future.result(wait)  # the scheduler counts what fails from here on
+    except concurrent.futures.TimeoutError:
+        if future.cancel():  # still queued: the scheduler drops it and counts it CANCELED
+            raise RequestTimeoutError(f"model {model.name!r}: no answer within the request's timeout "
+                                      f"({timeout_s * 1e3:.0f} ms)") from None
+        result = future.result()  # running: its answer is moments away
+    return {k: result[k] for k in names}
