@@ -22,7 +22,6 @@ pytestmark = pytest.mark.slow
 KNOWN: dict[tuple[str, str], str] = {
     ("convnext", "cpu"): "cpu choose_layout leaves a fused_reduce over an NHWC-strided input (ShapeError: body "
                          "parameter strides [1024,8,1,64] vs packed); the NHWC fused-reduction fix (cpufix)",
-    ("tcn_audio", "cpu"): "cpu gives wrong numbers (rel L2 0.89) on a causal-padded grouped Conv1d stack",
     ("script_loop", "cpu"): "cpu lowering of a Loop whose body reads outer weights: KeyError in the executable",
     ("stft_frontend", "ref"): "STFT converter rejects a rank-2 real signal [batch, length], which ORT accepts",
     ("stft_frontend", "cpu"): "STFT converter rejects a rank-2 real signal [batch, length], which ORT accepts",

@@ -129,7 +129,16 @@ def _small(ins: Instruction, w: np.ndarray, bias: np.ndarray | None, activations
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
 
     def run(args, out):
-        return fn(np.ascontiguousarray(args[0]), np.empty(lens, dtype) if out is None else out, args[k:])
+        residuals = args[k:]
+        # plan_memory may give the output its dying residual's buffer (oneDNN's Sum adds onto it);
+        # this kernel writes the product first and adds the residual after, so it needs its own
+        if out is None or any(np.may_share_memory(r, out) for r in residuals):
+            dest = fn(np.ascontiguousarray(args[0]), np.empty(lens, dtype), residuals)
+            if out is None:
+                return dest
+            np.copyto(out, dest)
+            return out
+        return fn(np.ascontiguousarray(args[0]), out, residuals)
 
     return run
 
@@ -233,15 +242,40 @@ def dot_epilogue(ins: Instruction, ctx: LowerContext) -> Kernel:
     op, w = ins.op, ctx.const(ins.inputs[1])
     if not _f32(ins) or w is None or ins.shape.is_dynamic or op.n_residual > 1:
         return reference_kernel(ins, ctx)  # oneDNN sums one residual in place
+    from ....errors import CompileError
+
     bias = ctx.const(ins.inputs[2]) if op.has_bias else None
-    post = eltwise_post_ops(op.activations)
-    prim, av, _ = _matmul(ins, ctx, w, bias=bias, post_ops=post)
     lens, dtype, n_res = ins.shape.lens, ins.shape.dtype.np, op.n_residual
+    try:
+        prim, av, _ = _matmul(ins, ctx, w, bias=bias, post_ops=eltwise_post_ops(op.activations))
+    except CompileError:
+        # oneDNN has only its reference kernel for some chains (a linear step before the Sum: OPT's
+        # and Whisper's scaled query projections): the product there, the chain after it in numpy
+        prim, av, _ = _matmul(ins, ctx, w, bias=bias)
+        return _product_then_chain(prim, av, numpy_chain(op.activations), lens, dtype, n_res)
     product = prim.out_shape  # a @ b's lens; the output is its reshape (`out_lens`), same bytes
 
     def run(args, out):
         out = _destination(out, lens, dtype, args[-1] if n_res else None)
         prim(av.view(args[0]), out=out.reshape(product))
         return out
+
+    return run
+
+
+def _product_then_chain(prim, av: Operand, chain, lens, dtype, n_res: int) -> Kernel:
+    product = prim.out_shape
+
+    def run(args, out):
+        residuals = args[len(args) - n_res:] if n_res else ()
+        # the plan may have given `out` the residual's buffer: the product must not write over it
+        dest = out if out is not None and not any(np.may_share_memory(r, out) for r in residuals) \
+            else np.empty(lens, dtype)
+        prim(av.view(args[0]), out=dest.reshape(product))
+        chain(dest, residuals)
+        if out is not None and dest is not out:
+            np.copyto(out, dest)
+            return out
+        return dest
 
     return run
