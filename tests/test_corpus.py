@@ -22,7 +22,6 @@ pytestmark = pytest.mark.slow
 KNOWN: dict[tuple[str, str], str] = {
     ("convnext", "cpu"): "cpu choose_layout leaves a fused_reduce over an NHWC-strided input (ShapeError: body "
                          "parameter strides [1024,8,1,64] vs packed); the NHWC fused-reduction fix (cpufix)",
-    ("script_loop", "cpu"): "cpu lowering of a Loop whose body reads outer weights: KeyError in the executable",
     ("lstm_bidir_dynamic", "ref"): "com.microsoft.DynamicQuantizeLSTM has no converter (UnsupportedOpError)",
     ("lstm_bidir_dynamic", "cpu"): "com.microsoft.DynamicQuantizeLSTM has no converter (UnsupportedOpError)",
 }

@@ -51,8 +51,9 @@ class ModuleSteps:
         self.params = [(i.uid, i.op.param_name) for i in module.instructions if isinstance(i.op, Param)]
         self.outputs = [i.uid for i in module.outputs]
         own = {i.uid for i in module.instructions}
-        # values of enclosing modules this one reads (a body only copies those from its caller's env)
-        self.outer = sorted({u for s in steps for u in s.args if u not in own})
+        # values of enclosing modules this one reads (a body only copies those from its caller's
+        # env), by its steps or as outputs it returns unchanged
+        self.outer = sorted({u for s in steps for u in s.args if u not in own} | set(self.outputs) - own)
         self._set_rows()
 
     def _set_rows(self) -> None:
