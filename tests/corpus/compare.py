@@ -4,11 +4,14 @@ Criteria (the project's own, from `fusegraph verify`):
 - float32 models on float32 targets: every element within atol 1e-4 + rtol 1e-3 * |expected|, the
   tolerance tests/test_models_verify.py holds the real models to.
 - float16 models, int8 (QDQ / dynamic-quantized) models and the gpu-fp16 target: element-wise
-  tolerances do not fit (one float16 ulp, or one quantization step, is far above 1e-3 relative), so an
-  output matches when its relative L2 error ||a - r|| / ||r|| is at most the precision's tolerance
-  below. The tolerances are set from ONNX Runtime's own spread: ORT at its defaults against ORT with
-  graph optimizations off (`ort_spread`, a column of benchmarks/corpus_table.py) measures up to
-  REL_L2_SPREAD on these models; the tolerance is a margin above that, never fitted to a failure.
+  tolerances do not fit (one float16 ulp, or one quantization step flipped by a rounding tie, is far
+  above 1e-3 relative), so an output matches when its relative L2 error ||a - r|| / ||r|| is at most
+  the precision's tolerance. Yardstick: ORT at its defaults against ORT with graph optimizations off
+  (`ort_spread`, a column of benchmarks/corpus_table.py), measured 2026-12-01 on the CI-like VM:
+  fp16 models up to 5.6e-4 (bert_fp16), int8 models up to 1.6e-7 (bert_dynamic; their weights are
+  7-bit, see quant.py). fp16: 1e-2, `fusegraph verify --fp16`'s default, 18x that spread; int8:
+  1e-3, room for a few flipped quantization steps, 6000x the spread. Neither is fitted to a failure:
+  fusegraph measures at most 6.8e-4 (fp16) and 1.4e-7 (int8) on them.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from .registry import Feeds
 
 ATOL, RTOL = 1e-4, 1e-3
 # rel L2 tolerance per precision (see the module docstring; corpus_table.py's ort_spread column)
-REL_L2_TOL = {"fp16": 1e-2, "int8": 5e-2}
+REL_L2_TOL = {"fp16": 1e-2, "int8": 1e-3}
 TARGETS = ("ref", "cpu", "gpu", "gpu-fp16")
 
 
