@@ -76,10 +76,12 @@ def model_path(entry: Entry) -> Path:
 
 
 def export(module, feeds: Feeds, outputs: list[str], opset: int = 17, **kwargs) -> onnx.ModelProto:
-    """torch.onnx.export (TorchScript exporter) of `module` called with `feeds` in order, static shapes."""
+    """torch.onnx.export (TorchScript exporter) of `module` called with `feeds` in order, static shapes,
+    constant-initialized tensors perturbed first (see `perturb`)."""
     import torch
 
     module = module.eval()
+    perturb(module)
     args = tuple(torch.from_numpy(np.ascontiguousarray(v)) for v in feeds.values())
     f = io.BytesIO()
     with torch.no_grad():
@@ -107,11 +109,8 @@ def perturb(module) -> None:
 
 def hf_export(model, feeds: Feeds, outputs: list[str], **kwargs) -> onnx.ModelProto:
     """Export a transformers model called with `feeds` as keyword arguments; `outputs` are attributes
-    of its output object (e.g. "last_hidden_state", "logits"). Constant-initialized tensors are
-    perturbed first (see `perturb`)."""
+    of its output object (e.g. "last_hidden_state", "logits")."""
     import torch
-
-    perturb(model)
 
     class Wrapper(torch.nn.Module):  # keywords, not positions: forward's argument order varies by model
         def __init__(self):

@@ -37,16 +37,9 @@ def squeeze_excite(c, r=4):
     return SE()
 
 
-def _randomize_bn(model):
-    from .build import perturb
-
-    perturb(model)
-    return model
-
-
 def _classifier(body, cout, classes=10):
     nn = _nn()
-    return _randomize_bn(nn.Sequential(body, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cout, classes)))
+    return nn.Sequential(body, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cout, classes))
 
 
 def _residual(block):
@@ -132,7 +125,7 @@ def nhwc_cnn(feeds):  # a TF/Keras-converted style graph: NHWC input, transposed
             y = self.body(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)  # back to NHWC, pooled over H and W
             return self.head(y.mean(dim=(1, 2)))
 
-    return export(_randomize_bn(NHWC()), feeds, ["logits"])
+    return export(NHWC(), feeds, ["logits"])
 
 
 @register("ssd_detector", "detection", image((1, 3, 64, 64)))
@@ -161,7 +154,7 @@ def ssd_detector(feeds):  # two-scale anchor head, boxes decoded, top-k scores (
             top, idx = scores.topk(20, dim=1)
             return boxes.gather(1, idx.unsqueeze(-1).expand(-1, -1, 4)), top, labels.gather(1, idx)
 
-    return export(_randomize_bn(SSD()), feeds, ["boxes", "scores", "labels"])
+    return export(SSD(), feeds, ["boxes", "scores", "labels"])
 
 
 @register("unet_segmenter", "segmentation", image((1, 3, 32, 32)))
@@ -187,4 +180,4 @@ def unet_segmenter(feeds):  # encoder-decoder with skip connections, nearest and
             y = self.d1(torch.cat([F.interpolate(y, scale_factor=2.0, mode="bilinear", align_corners=False), x1], 1))
             return self.out(y).argmax(1), torch.softmax(self.out(y), 1)
 
-    return export(_randomize_bn(UNet()), feeds, ["mask", "probs"])
+    return export(UNet(), feeds, ["mask", "probs"])
