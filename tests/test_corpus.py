@@ -14,7 +14,7 @@ import pytest
 
 from tests.corpus import ENTRIES
 from tests.corpus.build import CorpusUnavailable
-from tests.corpus.compare import check, degenerate, reference
+from tests.corpus.compare import TARGETS, check, degenerate, reference
 
 pytestmark = pytest.mark.slow
 
@@ -37,13 +37,10 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-GPU = [pytest.mark.gpu]
-
-
 def _params():
     for name in ENTRIES:
-        for target in ("ref", "cpu", "gpu", "gpu-fp16"):
-            marks = list(GPU) if target.startswith("gpu") else []
+        for target in TARGETS:
+            marks = [pytest.mark.gpu] if target.startswith("gpu") else []
             if (name, target) in KNOWN:
                 marks.append(pytest.mark.xfail(strict=True, reason=KNOWN[name, target]))
             yield pytest.param(name, target, marks=marks, id=f"{name}-{target}")
