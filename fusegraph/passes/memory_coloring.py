@@ -81,9 +81,11 @@ def plan_buffers(module: Module) -> list[Buffer]:
 
 
 def reads(ins: Instruction) -> set[int]:
-    """uids an instruction reads when it runs: its inputs and what its submodules use."""
+    """uids an instruction reads when it runs: its inputs and what its submodules use, their
+    outputs included (a body may return an enclosing value unchanged: TorchScript's loop condition)."""
     used = {i.uid for i in ins.inputs}
     for sub in ins.module_args:
+        used |= {o.uid for o in sub.outputs}
         for x in sub.instructions:
             used |= reads(x)
     return used

@@ -100,6 +100,11 @@ def test_stft_step_and_length_at_run_time():
                opset=17, **TOL)
 
 
+def test_stft_rank_2_real_signal():
+    # torch.stft exports a [batch, length] signal with no trailing 1; ONNX Runtime reads it as real
+    node_check("STFT", {"s": SIGNAL[..., 0]}, {}, initializers={"step": i64(8), "w": HANN}, opset=17, **TOL)
+
+
 def test_stft_complex_signal():
     node_check("STFT", {"s": rng.standard_normal((1, 32, 2)).astype(np.float32)}, {"onesided": 0},
                initializers={"step": i64(4), "w": np.ones(8, np.float32)}, opset=17, **TOL)

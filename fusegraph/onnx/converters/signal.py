@@ -86,8 +86,10 @@ def _ones_window(ctx, node, signal, frame_length_in):
 def stft(ctx, node, args):
     signal, step_in, window, length_in = (list(args) + [None, None])[:4]
     onesided = bool(node.attr("onesided", 1))
+    if signal.shape.ndim == 2:  # [batch, length]: real, as torch.stft exports it and ONNX Runtime reads it
+        signal = ctx.add("unsqueeze", signal, axes=(2,))
     if signal.shape.ndim != 3:
-        raise ctx.error(f"signal must be [batch, length, 1|2], got {signal.shape}")
+        raise ctx.error(f"signal must be [batch, length] or [batch, length, 1|2], got {signal.shape}")
     if onesided and _is_complex(signal):
         raise ctx.error("a one-sided STFT needs a real signal ([batch, length, 1])")
     if window is None:

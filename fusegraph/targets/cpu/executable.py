@@ -55,14 +55,15 @@ class ModuleSteps:
         self.outputs = [i.uid for i in module.outputs]
         # values of enclosing modules this one reads, its own bodies' reads included (a body only
         # copies those from its caller's env: a body nested two deep reads the main module's values
-        # through the one between)
+        # through the one between), by its steps or as outputs it returns unchanged
         enclosing: set[int] = set()
         m = module.parent
         while m is not None:
             enclosing.update(i.uid for i in m.instructions)
             m = m.parent
         self.outer = sorted({u for s in steps for u in s.args if u in enclosing}
-                            | {u for i in module.instructions for u in reads(i) if u in enclosing})
+                            | {u for i in module.instructions for u in reads(i) if u in enclosing}
+                            | {u for u in self.outputs if u in enclosing})
         self._set_rows()
 
     def _set_rows(self) -> None:

@@ -213,3 +213,19 @@ def test_products_of_one_input_merge_into_one():
     assert_close(got, run_ort(model, {"x": x}), rtol=1e-5, atol=1e-5)
     merged = [i.op for i in p.main.instructions if i.op.name == "dot_epilogue" and i.shape.lens == (16, 72)]
     assert len(merged) == 1 and merged[0].has_bias
+
+
+def test_dense_bias_then_scale_runs_where_onednn_has_only_its_reference_kernel():
+    # OPT's and Whisper's query projection (x @ Wq + b) * 0.25 fuses as a product, a 0.25 scale and
+    # the scaled bias as a residual; oneDNN's matmul has only its reference kernel for a linear
+    # post-op before a Sum, so the chain runs in numpy after the product there
+    x = rng.standard_normal((1, 16, 32)).astype(np.float32)
+    init = {"w": (rng.standard_normal((32, 32)) * 0.2).astype(np.float32), "s": np.array(0.25, np.float32),
+            "b": rng.standard_normal(32).astype(np.float32)}
+    nodes = [n("MatMul", ["x", "w"], ["y"]), n("Add", ["y", "b"], ["yb"]), n("Mul", ["yb", "s"], ["ys"]),
+             n("Transpose", ["ys"], ["out"], perm=[0, 2, 1])]
+    model = make_model(nodes, {"x": x}, ["out"], init)
+    p, got = _compile(model, {"x": x})
+    assert_close(got, run_ort(model, {"x": x}))
+    (op,) = _ops(p, DotEpilogue)
+    assert op.n_residual == 1 and op.activations == (("linear", 0.25, 0.0), ("residual", 0.0, 0.0))

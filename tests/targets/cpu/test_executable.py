@@ -177,3 +177,23 @@ def test_one_step_lstm_with_and_without_initial_states():
     bare = make_model([n("LSTM", ["x", "W", "R", "B"], ["y", "yh", "yc"], hidden_size=h)], {"x": x},
                       ["y", "yh", "yc"], init)
     assert_close(_compile(bare, {"x": x})[1], run_ort(bare, {"x": x}), rtol=1e-5, atol=1e-6)
+
+
+def test_loop_body_returning_an_enclosing_value_unchanged():
+    # TorchScript's loops return the enclosing module's `True` as their condition through an
+    # Identity; with the identity gone, the body reads it through its outputs only, no step of it does
+    bias = rng.standard_normal((2, 3)).astype(np.float32)
+    body = helper.make_graph(
+        [n("Tanh", ["h"], ["t"]), n("Add", ["t", "bias"], ["h2"]), n("Identity", ["go"], ["go_out"]),
+         n("Identity", ["bias"], ["bias_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("go_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h2", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("bias_out", TensorProto.FLOAT, [2, 3])])  # a scan output: outer, unchanged
+    nodes = [n("Constant", [], ["go"], value=helper.make_tensor("go", TensorProto.BOOL, [], [True])),
+             n("Exp", ["b"], ["bias"]), n("Loop", ["steps", "go", "h0"], ["h_n", "biases"], body=body)]
+    feeds = {"steps": np.array(4, np.int64), "h0": rng.standard_normal((2, 3)).astype(np.float32), "b": bias}
+    model = make_model(nodes, feeds, ["h_n", "biases"])
+    assert_close(_compile(model, feeds)[1], run_ort(model, feeds))

@@ -94,3 +94,22 @@ def test_residual_that_is_also_the_convolutions_input_keeps_its_buffer():
     assert plan.buffers[fused[0].uid] is not plan.buffers[fused[0].inputs[-1].uid]
     assert_close(p.run(x), run_ort(model, x))
     _plan_is_sound(p.main)
+
+
+def test_small_conv_writing_over_its_residual_adds_the_residual_not_itself():
+    # 1-D convs stay channels-first and under SMALL_CONV, so numpy's small-conv kernel runs them; the
+    # second epilogue's residual (the first's result) dies with it, so the plan gives both one buffer
+    x = {"x": rng.standard_normal((1, 6, 40)).astype(np.float32)}
+    init = {"wa": _w(6, 6, 1), "wb": _w(6, 6, 3)}
+    nodes = [n("Conv", ["x", "wa"], ["a"]), n("Add", ["a", "x"], ["r"]),
+             n("Conv", ["r", "wb"], ["b"], pads=[1, 1]), n("Add", ["b", "r"], ["s"]),
+             n("Pad", ["s", "pads"], ["out"], mode="constant")]
+    init["pads"] = np.array([0, 0, 2, 0, 0, 0], np.int64)
+    model = make_model(nodes, x, ["out"], init)
+    p = fusegraph.parse_onnx(model)
+    p.compile(fusegraph.get_target("cpu"))
+    plan = p.main.memory_plan
+    (second,) = [i for i in p.main.instructions if i.op.name == "conv_epilogue" and i.inputs[-1].op.name ==
+                 "conv_epilogue"]
+    assert plan.buffers[second.uid] is plan.buffers[second.inputs[-1].uid]
+    assert_close(p.run(x), run_ort(model, x))

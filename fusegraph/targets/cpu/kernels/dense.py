@@ -143,7 +143,16 @@ def _small(ins: Instruction, w: np.ndarray, bias: np.ndarray | None, activations
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
 
     def run(args, out):
-        return fn(np.ascontiguousarray(args[0]), np.empty(lens, dtype) if out is None else out, args[k:])
+        residuals = args[k:]
+        # plan_memory may give the output its dying residual's buffer (oneDNN's Sum adds onto it);
+        # this kernel writes the product first and adds the residual after, so it needs its own
+        if out is None or any(np.may_share_memory(r, out) for r in residuals):
+            dest = fn(np.ascontiguousarray(args[0]), np.empty(lens, dtype), residuals)
+            if out is None:
+                return dest
+            np.copyto(out, dest)
+            return out
+        return fn(np.ascontiguousarray(args[0]), out, residuals)
 
     return run
 
@@ -298,12 +307,24 @@ def dot_epilogue(ins: Instruction, ctx: LowerContext) -> Kernel:
     op, w = ins.op, ctx.const(ins.inputs[1])
     if not _f32(ins) or w is None or ins.shape.is_dynamic or op.n_residual > 1:
         return reference_kernel(ins, ctx)  # oneDNN sums one residual in place
+    from ....errors import CompileError
+
     bias = ctx.const(ins.inputs[2]) if op.has_bias else None
-    prim, av, _ = _matmul(ins, ctx, w, bias=bias, post_ops=Chain(op.activations, finite_input=True).post_ops)
-    pick = _guarded(op.activations, True, prim,
-                    lambda: _matmul(ins, ctx, w, bias=bias, post_ops=Chain(op.activations).post_ops)[0],
-                    (w, bias), op.n_residual)
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
+    try:
+        prim, av, _ = _matmul(ins, ctx, w, bias=bias, post_ops=Chain(op.activations, finite_input=True).post_ops)
+    except CompileError:
+        # oneDNN has only its reference kernel for some chains (a linear step before the Sum: OPT's
+        # and Whisper's scaled query projections): the product there, the whole chain after it in numpy
+        prim, av, _ = _matmul(ins, ctx, w, bias=bias)
+        plain = Chain(op.activations, post=False)
+
+        def pick(args):
+            return plain, prim
+    else:
+        pick = _guarded(op.activations, True, prim,
+                        lambda: _matmul(ins, ctx, w, bias=bias, post_ops=Chain(op.activations).post_ops)[0],
+                        (w, bias), op.n_residual)
     product = prim.out_shape  # a @ b's lens; the output is its reshape (`out_lens`), same bytes
 
     def run(args, out):
