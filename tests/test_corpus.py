@@ -20,10 +20,6 @@ pytestmark = pytest.mark.slow
 
 # (entry, target) -> the cause found; each is xfail(strict=True)
 KNOWN: dict[tuple[str, str], str] = {
-    ("convnext", "cpu"): "known (cpufix: choose_layout with NHWC fused reductions): choose_layout makes the "
-                         "conv before ConvNeXt's channels-last LayerNorm write NHWC, so the permuted view the "
-                         "fused_reduce reads becomes standard, but its body parameter keeps the view's strides: "
-                         "ShapeError, body parameter x0 float32[1,8,8,16]@[1024,8,1,64] given float32[1,8,8,16]",
     **{("lstm_bidir_dynamic", t): "com.microsoft.DynamicQuantizeLSTM (quantize_dynamic's LSTM) has no "
                                   "converter: UnsupportedOpError naming the node" for t in ("ref", "cpu")},
 }
