@@ -73,6 +73,7 @@ def main() -> int:
     ap.add_argument("--targets", default="ref,cpu")
     ap.add_argument("--models", default=None, help="only these entries (comma-separated)")
     ap.add_argument("--families", default=None, help="only these families (comma-separated)")
+    ap.add_argument("--part", default="", help="suffix of the results' name (runs over parts of the corpus at once)")
     a = ap.parse_args()
     targets = a.targets.split(",")
     names = set(a.models.split(",")) if a.models else None
@@ -86,7 +87,7 @@ def main() -> int:
     print(markdown(rows, targets))
     failed = sum(1 for r in rows for t in targets if not r.get(t, {"ok": "skipped" in r}).get("ok"))
     print(f"\n{failed} failing (model, target) pairs of {len(rows) * len(targets)}")
-    print("wrote", write_results("corpus_table-" + "-".join(targets), {"targets": targets, "rows": rows}))
+    print("wrote", write_results("corpus_table-" + "-".join(targets) + (f"-{a.part}" if a.part else ""), {"targets": targets, "rows": rows}))
     return 1 if failed else 0
 
 
