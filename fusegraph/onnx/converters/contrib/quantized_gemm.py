@@ -25,6 +25,7 @@ from ...registry import converter
 from ..conv import arg
 from ..gemm import matmul
 from ..quantize import centered
+from .quantized import scalar_scale
 
 MS = "com.microsoft"
 F32 = DType.float32
@@ -38,12 +39,6 @@ BNB4_TABLES = {
                  0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
                  0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0], np.float32),
 }
-
-
-def _scalar_f32(ctx, p: Instruction, what: str) -> Instruction:
-    if p.shape.is_dynamic or p.shape.elements != 1:
-        raise ctx.error(f"{what} {p.shape} must hold one value (per-tensor quantization)")
-    return ctx.convert(ctx.reshape(p, []), F32)
 
 
 def _transposed(ctx, x: Instruction, trans: bool) -> Instruction:
@@ -62,10 +57,10 @@ def qgemm(ctx, node, args):
         acc = ctx.pointwise("add", acc, ctx.convert(c, DType.int32))
     alpha = ctx.literal(np.float32(node.attr("alpha", 1.0)))
     # b_scale (and b_zero_point) hold one value or one per column of B; either broadcasts over rows
-    scale = ctx.pointwise("mul", ctx.add("mul", alpha, _scalar_f32(ctx, sa, "A scale")), ctx.convert(sb, F32))
+    scale = ctx.pointwise("mul", ctx.add("mul", alpha, scalar_scale(ctx, sa, "A scale")), ctx.convert(sb, F32))
     if sy is None:
         return ctx.pointwise("mul", ctx.convert(acc, F32), scale)
-    scale = ctx.pointwise("div", scale, _scalar_f32(ctx, sy, "Y scale"))
+    scale = ctx.pointwise("div", scale, scalar_scale(ctx, sy, "Y scale"))
     to = zy.shape.dtype if zy is not None else a.shape.dtype
     zp = ctx.literal(np.zeros((), to.np)) if zy is None else ctx.reshape(zy, [])
     return ctx.pointwise("quantize_linear", ctx.pointwise("mul", ctx.convert(acc, F32), scale),

@@ -21,7 +21,7 @@ from ...registry import converter
 from ..conv import arg
 from ..nn import pool_window
 from ..rnn import recurrent
-from .quantized import _dequantize, _scalar, _scale, _zero_point
+from .quantized import dequantize_scalar, scalar_scale, scalar_zero_point
 
 MS = "com.microsoft"
 F32 = DType.float32
@@ -35,7 +35,7 @@ def qlinear_softmax(ctx, node, args):
     if not -rank <= axis < rank or x.shape.is_dynamic:
         raise ctx.error(f"axis {axis} of a static input needed, got {x.shape}")
     axis %= rank
-    params = (_scale(ctx, sx, "x scale"), _scale(ctx, sy, "y scale"), _zero_point(ctx, zy, x, "y zero point"))
+    params = (scalar_scale(ctx, sx, "x scale"), scalar_scale(ctx, sy, "y scale"), scalar_zero_point(ctx, zy, x, "y zero point"))
     if int(node.attr("opset", 13)) < 13:
         lens = x.shape.lens
         flat = ctx.reshape(x, [math.prod(lens[:axis]), math.prod(lens[axis:])])
@@ -53,15 +53,15 @@ def qlinear_average_pool(ctx, node, args):
     x, sx, zx, sy, zy = (arg(args, k) for k in range(5))
     channels_last = bool(node.attr("channels_last", 0))
     rank = x.shape.ndim
-    v = _dequantize(ctx, x, sx, zx, "x")
+    v = dequantize_scalar(ctx, x, sx, zx, "x")
     if channels_last:  # N, spatial..., C -> N, C, spatial...
         v = ctx.add("transpose", v, perm=(0, rank - 1) + tuple(range(1, rank - 1)))
     avg = ctx.add("pooling", v, mode="average", **pool_window(ctx, node, v),
                   count_include_pad=bool(node.attr("count_include_pad", 0)))
     if channels_last:
         avg = ctx.add("transpose", avg, perm=(0,) + tuple(range(2, rank)) + (1,))
-    shifted = ctx.pointwise("add", ctx.pointwise("div", avg, _scale(ctx, sy, "y scale")),
-                            ctx.convert(_zero_point(ctx, zy, x, "y zero point"), F32))
+    shifted = ctx.pointwise("add", ctx.pointwise("div", avg, scalar_scale(ctx, sy, "y scale")),
+                            ctx.convert(scalar_zero_point(ctx, zy, x, "y zero point"), F32))
     return ctx.pointwise("quantize_linear", shifted, ctx.literal(np.float32(1)),
                          ctx.literal(np.zeros((), x.shape.dtype.np)), to=x.shape.dtype)
 
