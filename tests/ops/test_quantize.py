@@ -197,3 +197,23 @@ def test_dynamic_quantize_linear_edges_vs_ort(case):
     model = make_model([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "zp"])], {"x": x},
                        ["y", "s", "zp"], opset=11)
     _targets_vs_ort(model, {"x": x})
+
+
+@pytest.mark.parametrize("b_dtype", [np.uint8, np.int8])
+def test_integer_matmul_full_range_vs_ort(b_dtype):
+    """Full-range uint8 x uint8 and uint8 x int8 within [-64, 64]: ORT's u8s8 x86 kernels without
+    VNNI sum pairs of products in int16 with saturation (vpmaddubsw: [255, 255] . [127, 127] gives
+    65534, not 64770), so wider int8 weights make ORT's own result machine-dependent."""
+    a = rng.integers(0, 256, (7, 64)).astype(np.uint8)
+    lo, hi = (0, 256) if b_dtype == np.uint8 else (-64, 65)
+    b = rng.integers(lo, hi, (64, 9)).astype(b_dtype)
+    b[:, 0] = hi - 1   # a column at the top of the range against a row of 255s
+    a[0] = 255
+    init = {"b": b, "az": np.array(255, np.uint8), "bz": np.array(hi - 1 if b_dtype == np.uint8 else 0, b_dtype)}
+    model = make_model([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])], {"a": a}, ["y"], init, opset=10)
+    _targets_vs_ort(model, {"a": a})
+    s = {"sa": np.array(0.02, np.float32), "za": np.array(3, np.uint8), "sb": np.array(0.004, np.float32),
+         "zb": init["bz"], "sy": np.array(0.25, np.float32), "zy": np.array(128, np.uint8)}
+    model = make_model([helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["y"])],
+                       {"a": a}, ["y"], {"b": b, **s}, opset=10)
+    _targets_vs_ort(model, {"a": a})
