@@ -84,3 +84,34 @@ def test_matmul_bnb4(quant_type):
                           initializers={"b": b, "absmax": absmax})
     got, expected = _both(model, {"a": a})
     assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("per_column", [False, True])
+def test_dynamic_quantize_matmul_and_integer_to_float(per_column):
+    """Exact against ORT: A's dynamic uint8 quantization, the int32 product, acc * (sa * sb) + bias."""
+    a = (randn(4, 3, 32) * 2).astype(np.float32)
+    b = rng.integers(-64, 65, (32, 6)).astype(np.int8)
+    sb = rng.uniform(0.001, 0.01, 6 if per_column else 1).astype(np.float32)
+    init = {"b": b, "sb": sb, "zb": np.zeros(sb.shape, np.int8), "bias": randn(6)}
+    model = contrib_model("DynamicQuantizeMatMul", {"a": a}, initializers=init)
+    got, expected = _both(model, {"a": a})
+    assert_close(got, expected, rtol=1e-6, atol=1e-6)
+    qa = rng.integers(0, 256, (5, 32)).astype(np.uint8)
+    init = {"b": b, "sa": np.array(0.02, np.float32), "sb": sb, "za": np.array(200, np.uint8),
+            "zb": np.zeros(sb.shape, np.int8), "bias": randn(6)}
+    model = contrib_model("MatMulIntegerToFloat", {"qa": qa}, initializers=init,
+                          input_names=["qa", "b", "sa", "sb", "za", "zb", "bias"])
+    got, expected = _both(model, {"qa": qa})
+    assert_close(got, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_qlinear_conv_channels_last():
+    x = rng.integers(0, 256, (1, 7, 6, 3)).astype(np.uint8)
+    init = {"xs": np.array(0.02, np.float32), "xz": np.array(120, np.uint8),
+            "w": rng.integers(-64, 65, (4, 3, 3, 3)).astype(np.int8),
+            "ws": rng.uniform(0.005, 0.02, 4).astype(np.float32), "wz": np.zeros(4, np.int8),
+            "ys": np.array(0.05, np.float32), "yz": np.array(110, np.uint8), "b": rng.integers(-500, 500, 4).astype(np.int32)}
+    model = contrib_model("QLinearConv", {"x": x}, {"channels_last": 1, "pads": [1, 0, 1, 0]}, initializers=init,
+                          input_names=["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"])
+    got, expected = _both(model, {"x": x})
+    assert_close(got, expected)

@@ -1,5 +1,6 @@
-"""ONNX Runtime's quantized matmuls: QGemm (int8 GEMM), MatMulNBits (2/4/8-bit blocked weights)
-and MatMulBnb4 (bitsandbytes FP4/NF4 weights).
+"""ONNX Runtime's quantized matmuls and convolution: QGemm (int8 GEMM), MatMulIntegerToFloat and
+DynamicQuantizeMatMul (what ORT fuses dynamic quantization into), MatMulNBits (2/4/8-bit blocked
+weights), MatMulBnb4 (bitsandbytes FP4/NF4 weights) and the channels-last com.microsoft QLinearConv.
 
     QGemm        acc = C + (A - za) @ (B - zb) exactly in int32 (C is an int32 bias); with y_scale
                  y = sat(round(acc * (alpha * sa * sb / sy)) + zy), the multiplier formed in float32
@@ -22,9 +23,9 @@ import numpy as np
 from ....ir.dtypes import DType
 from ....ir.module import Instruction
 from ...registry import converter
-from ..conv import arg
+from ..conv import arg, qlinear_conv
 from ..gemm import matmul
-from ..quantize import centered
+from ..quantize import centered, dynamic_quantize_linear
 from .quantized import scalar_scale
 
 MS = "com.microsoft"
@@ -128,3 +129,39 @@ def matmul_bnb4(ctx, node, args):
                         ctx.literal(np.arange(total, dtype=np.int64) // block), axis=0)
     w = ctx.reshape(ctx.pointwise("mul", values, per_block), [n, k])
     return matmul(ctx, a, ctx.convert(ctx.add("transpose", w, perm=(1, 0)), a.shape.dtype))
+
+
+def _scaled(ctx, acc: Instruction, a_scale: Instruction, b_scale: Instruction, bias: Instruction | None):
+    """ORT's scale-and-bias output processor: float32(acc) * (a_scale * b_scale) (+ bias), the
+    scale per tensor or per column of B."""
+    y = ctx.pointwise("mul", ctx.convert(acc, F32), ctx.pointwise("mul", a_scale, ctx.convert(b_scale, F32)))
+    return y if bias is None else ctx.pointwise("add", y, ctx.convert(bias, F32))
+
+
+@converter("MatMulIntegerToFloat", domain=MS)
+def matmul_integer_to_float(ctx, node, args):
+    a, b, sa, sb, za, zb, bias = (arg(args, k) for k in range(7))
+    acc = matmul(ctx, centered(ctx, a, za), centered(ctx, b, zb), op="quant_dot")
+    return _scaled(ctx, acc, scalar_scale(ctx, sa, "A scale"), sb, bias)
+
+
+@converter("DynamicQuantizeMatMul", domain=MS)
+def dynamic_quantize_matmul(ctx, node, args):
+    """A quantized to uint8 as DynamicQuantizeLinear does, then MatMulIntegerToFloat."""
+    a, b, sb, zb, bias = (arg(args, k) for k in range(5))
+    qa, sa, za = dynamic_quantize_linear(ctx, node, [a])
+    acc = matmul(ctx, centered(ctx, qa, za), centered(ctx, b, zb), op="quant_dot")
+    return _scaled(ctx, acc, sa, sb, bias)
+
+
+@converter("QLinearConv", domain=MS)
+def qlinear_conv_ms(ctx, node, args):
+    """QLinearConv, its input and output channels-last when `channels_last` (ORT's NHWC form);
+    the weight stays [M, C/group, k...]."""
+    if not node.attr("channels_last", 0):
+        return qlinear_conv(ctx, node, args)
+    x = args[0]
+    rank = x.shape.ndim
+    to_first = (0, rank - 1) + tuple(range(1, rank - 1))
+    y = qlinear_conv(ctx, node, [ctx.add("transpose", x, perm=to_first), *args[1:]])
+    return ctx.add("transpose", y, perm=(0,) + tuple(range(2, rank)) + (1,))
