@@ -217,3 +217,20 @@ def test_integer_matmul_full_range_vs_ort(b_dtype):
     model = make_model([helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["y"])],
                        {"a": a}, ["y"], {"b": b, **s}, opset=10)
     _targets_vs_ort(model, {"a": a})
+
+
+@pytest.mark.parametrize("saturate", [0, 1])
+@pytest.mark.parametrize("qtype", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.int4, ml_dtypes.uint4])
+def test_float8_and_int4_round_trip_vs_ort(qtype, saturate):
+    """ORT's Python API returns neither float8 nor int4 tensors, so QuantizeLinear is checked through
+    a DequantizeLinear after it: ties of the 3-bit/2-bit mantissas, saturation (or inf/nan without
+    it), per-axis scales."""
+    if saturate == 0 and qtype in (ml_dtypes.int4, ml_dtypes.uint4):
+        pytest.skip("saturate applies to float8 only")
+    base = np.concatenate([X.reshape(-1), np.array([1e6, -1e6, 0.0, -0.0, 0.3125, 0.34375, 4.5, -7.5], np.float32)])
+    x = np.stack([base, base * np.float32(0.01)])
+    scale = np.array([0.25, 0.125], np.float32)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"], axis=0, **({"saturate": saturate} if qtype in FLOAT8 else {})),
+             helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], axis=0)]
+    model = make_model(nodes, {"x": x}, ["y"], {"s": scale, "zp": np.zeros(2, qtype)}, opset=21)
+    _targets_vs_ort(model, {"x": x})
