@@ -20,6 +20,7 @@ from . import (  # noqa: F401
     pointwise,
     pool,
     quantize,
+    quantized_nn,
     random,
     reduce,
     resize,

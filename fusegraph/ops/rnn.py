@@ -142,6 +142,10 @@ class RecurrentOp(Op):
         c = self.clip
         return lambda v: fn(np.clip(v, -c, c), a, b)  # the clip bounds the activations' inputs
 
+    def recurrent_product(self, state: np.ndarray, r) -> np.ndarray:
+        """H R^T of one step (a quantized op computes it in integers)."""
+        return state @ r.T
+
     def make_step(self, xw: np.ndarray, r: np.ndarray, rb: np.ndarray, extra: list[np.ndarray],
                   acts: list[Callable]) -> Callable:
         """One direction's step (t, states) -> new states, given X W^T + Wb for every step, R and Rb."""
@@ -225,7 +229,7 @@ class LSTM(RecurrentOp):
 
         def step(t, s):
             state, cell = s
-            gates = xw[t] + state @ r.T + rb
+            gates = xw[t] + self.recurrent_product(state, r) + rb
             i = f(gates[:, :h] + p_i * cell)
             forget = 1 - i if self.input_forget else f(gates[:, 2 * h:3 * h] + p_f * cell)
             cell = forget * cell + i * g(gates[:, 3 * h:])

@@ -85,8 +85,12 @@ def test_conv_transpose_1d_3d():
 
 
 def test_conv_integer_and_qlinear_conv():
+    # int8 weights within [-64, 64]: ORT's u8s8 kernels on x86 without VNNI sum pairs of u8*s8
+    # products in int16 with saturation (vpmaddubsw), so with larger weights ORT's result depends on
+    # the machine (3 of these 16 outputs move by up to 9 on AVX2); ref is the exact sum, as ORT's on
+    # VNNI. test_qlinear_conv_exact_accumulation covers the full int8 range against exact numpy.
     x = rng.integers(0, 255, (1, 3, 6, 6), dtype=np.uint8)
-    w = rng.integers(-100, 100, (4, 3, 3, 3), dtype=np.int8)
+    w = rng.integers(-64, 65, (4, 3, 3, 3), dtype=np.int8)
     node_check("ConvInteger", {"x": x}, {"pads": [1, 1, 1, 1]}, opset=10,
                initializers={"w": w, "xz": np.uint8(128), "wz": np.int8(3)})
     # 7-bit weights, as ORT's quantizer makes them (reduce_range): on AVX2 without VNNI its u8s8
@@ -96,6 +100,24 @@ def test_conv_integer_and_qlinear_conv():
                              "ws": np.abs(randn(4)) * 0.01 + 1e-3, "wz": np.zeros(4, np.int8),
                              "ys": np.float32(0.05), "yz": np.uint8(110),
                              "b": rng.integers(-500, 500, 4).astype(np.int32)}, opset=10)
+
+
+def test_qlinear_conv_exact_accumulation():
+    """Full-range uint8 x int8 (where ORT's AVX2 kernel saturates): the exact int32 sum, then ORT's
+    requantization, round-half-even(acc * float32(xs * ws / ys)) + y_zero_point, saturated."""
+    x = rng.integers(0, 256, (1, 3, 5, 5)).astype(np.uint8)
+    w = rng.integers(-128, 128, (2, 3, 3, 3)).astype(np.int8)
+    xs, ws, ys = np.float32(0.02), np.array([0.004, 0.007], np.float32), np.float32(0.5)
+    xz, yz = np.uint8(7), np.uint8(250)
+    model = make_model([helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"])],
+                       {"x": x}, ["y"], {"xs": xs, "xz": xz, "w": w, "ws": ws, "wz": np.zeros(2, np.int8),
+                                         "ys": ys, "yz": yz}, opset=10)
+    xi = np.lib.stride_tricks.sliding_window_view(x.astype(np.int64) - 7, (3, 3), axis=(2, 3))  # [1,3,3,3,3,3]
+    acc = np.einsum("ncijkl,mckl->nmij", xi, w.astype(np.int64))
+    mult = (xs * ws / ys).astype(np.float32)[None, :, None, None]
+    expected = np.clip(np.rint((acc.astype(np.float32) * mult).astype(np.float32)) + 250, 0, 255).astype(np.uint8)
+    for target in ("ref", "cpu"):
+        np.testing.assert_array_equal(run_fusegraph(model, {"x": x}, target=target)[0], expected)
 
 
 def test_deform_conv():

@@ -141,3 +141,96 @@ def test_qlinear_matmul(dtype):
     (sa, za), (sb, zb), (sy, zy) = scalars(0.02, 3), scalars(0.03, -2 if dtype == np.int8 else 5), scalars(0.5, 1)
     node_check("QLinearMatMul", {"a": a, "sa": sa, "za": za, "b": b, "sb": sb, "zb": zb, "sy": sy, "zy": zy},
                opset=10)
+
+
+# -- edge values against ONNX Runtime, on ref and cpu --------------------------------------------------
+def _targets_vs_ort(model, inputs):
+    from tests.util import run_ort
+    expected = run_ort(model, inputs)
+    for target in ("ref", "cpu"):
+        assert_close(run_fusegraph(model, inputs, target=target), expected)
+
+
+@pytest.mark.parametrize("zp", [np.uint8(0), np.uint8(255), np.uint8(128), np.int8(-128), np.int8(127), np.int8(0)])
+@pytest.mark.parametrize("scale", [0.5, 0.1, 0.0173])
+def test_quantize_edges_vs_ort(zp, scale):
+    """Exact and near ties (k/2 * scale: x / scale is a tie or within an ulp of one, where x * (1/scale)
+    rounds the other way), both saturation ends and the zero points at the ends of the range."""
+    k = np.arange(-600, 601, dtype=np.float32) / 2
+    x = np.concatenate([k * np.float32(scale), np.nextafter(k * np.float32(scale), np.float32(np.inf)),
+                        np.array([3e38, -3e38, 0.0, -0.0], np.float32)]).astype(np.float32)
+    names = ["x", "s", "zp"]
+    model = make_model([helper.make_node("QuantizeLinear", names, ["y"])], {"x": x}, ["y"],
+                       {"s": np.array(scale, np.float32), "zp": np.array(zp)}, opset=13)
+    _targets_vs_ort(model, {"x": x})
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_quantize_dequantize_per_axis_edges_vs_ort(dtype):
+    info = np.iinfo(dtype)
+    x = (np.arange(-300, 300, dtype=np.float32).reshape(4, 150) * np.float32(0.37)).astype(np.float32)
+    scale = np.array([0.37, 0.74, 0.185, 3.0], np.float32)  # x / scale lands on ties for the first three
+    zp = np.array([info.min, info.max, 0, info.min + 1], dtype)
+    q_model = make_model([helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["y"], axis=0)], {"x": x}, ["y"],
+                         {"s": scale, "zp": zp}, opset=13)
+    _targets_vs_ort(q_model, {"x": x})
+    q = np.tile(np.arange(info.min, info.max + 1).astype(dtype), (4, 1))
+    dq_model = make_model([helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], axis=0)], {"q": q}, ["y"],
+                          {"s": scale, "zp": zp}, opset=13)
+    _targets_vs_ort(dq_model, {"q": q})
+
+
+def test_dequantize_int32_with_zero_point_vs_ort():
+    """int32 data (a bias) minus its zero point in int32, then to float: float(x) - float(zp) rounds
+    x first once |x| > 2^24."""
+    q = np.array([2**24 + 1, 2**30 + 3, -(2**31) + 5, 7, 0], np.int32)
+    model = make_model([helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"])], {"q": q}, ["y"],
+                       {"s": np.array(1.0, np.float32), "zp": np.array(3, np.int32)}, opset=13)
+    _targets_vs_ort(model, {"q": q})
+
+
+@pytest.mark.parametrize("case", ["ties", "all_negative", "all_positive", "constant", "tiny"])
+def test_dynamic_quantize_linear_edges_vs_ort(case):
+    x = {"ties": np.arange(-255, 256, dtype=np.float32) / 2,
+         "all_negative": -np.abs(X) - 1, "all_positive": np.abs(X) + 1,
+         "constant": np.full((3, 5), 2.5, np.float32), "tiny": X * np.float32(1e-30)}[case]
+    model = make_model([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "zp"])], {"x": x},
+                       ["y", "s", "zp"], opset=11)
+    _targets_vs_ort(model, {"x": x})
+
+
+@pytest.mark.parametrize("b_dtype", [np.uint8, np.int8])
+def test_integer_matmul_full_range_vs_ort(b_dtype):
+    """Full-range uint8 x uint8 and uint8 x int8 within [-64, 64]: ORT's u8s8 x86 kernels without
+    VNNI sum pairs of products in int16 with saturation (vpmaddubsw: [255, 255] . [127, 127] gives
+    65534, not 64770), so wider int8 weights make ORT's own result machine-dependent."""
+    a = rng.integers(0, 256, (7, 64)).astype(np.uint8)
+    lo, hi = (0, 256) if b_dtype == np.uint8 else (-64, 65)
+    b = rng.integers(lo, hi, (64, 9)).astype(b_dtype)
+    b[:, 0] = hi - 1   # a column at the top of the range against a row of 255s
+    a[0] = 255
+    init = {"b": b, "az": np.array(255, np.uint8), "bz": np.array(hi - 1 if b_dtype == np.uint8 else 0, b_dtype)}
+    model = make_model([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])], {"a": a}, ["y"], init, opset=10)
+    _targets_vs_ort(model, {"a": a})
+    s = {"sa": np.array(0.02, np.float32), "za": np.array(3, np.uint8), "sb": np.array(0.004, np.float32),
+         "zb": init["bz"], "sy": np.array(0.25, np.float32), "zy": np.array(128, np.uint8)}
+    model = make_model([helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["y"])],
+                       {"a": a}, ["y"], {"b": b, **s}, opset=10)
+    _targets_vs_ort(model, {"a": a})
+
+
+@pytest.mark.parametrize("saturate", [0, 1])
+@pytest.mark.parametrize("qtype", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.int4, ml_dtypes.uint4])
+def test_float8_and_int4_round_trip_vs_ort(qtype, saturate):
+    """ORT's Python API returns neither float8 nor int4 tensors, so QuantizeLinear is checked through
+    a DequantizeLinear after it: ties of the 3-bit/2-bit mantissas, saturation (or inf/nan without
+    it), per-axis scales."""
+    if saturate == 0 and qtype in (ml_dtypes.int4, ml_dtypes.uint4):
+        pytest.skip("saturate applies to float8 only")
+    base = np.concatenate([X.reshape(-1), np.array([1e6, -1e6, 0.0, -0.0, 0.3125, 0.34375, 4.5, -7.5], np.float32)])
+    x = np.stack([base, base * np.float32(0.01)])
+    scale = np.array([0.25, 0.125], np.float32)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"], axis=0, **({"saturate": saturate} if qtype in FLOAT8 else {})),
+             helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], axis=0)]
+    model = make_model(nodes, {"x": x}, ["y"], {"s": scale, "zp": np.zeros(2, qtype)}, opset=21)
+    _targets_vs_ort(model, {"x": x})

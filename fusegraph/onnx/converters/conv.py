@@ -170,7 +170,9 @@ def qlinear_conv(ctx, node, args):
     acc = ctx.add("convolution", _centered_int32(ctx, x, xzp, False), _centered_int32(ctx, w, wzp, True),
                   **conv_window(ctx, node, x, w))
     acc = add_bias(ctx, acc, b)
-    # requantize in float32 as ORT does: round-half-even(acc * xs * ws / ys) + y_zero_point, saturated
+    # requantize as ORT's kernel (MlasRequantizeOutput): one float32 multiplier xs * ws / ys per
+    # output channel, in that order; round-half-even(acc * multiplier) (nearbyint), then + y_zero_point,
+    # saturated. acc is the exact int32 sum (ORT's u8s8 x86 kernels without VNNI saturate int16 pairs)
     f32 = DType.float32
     scale = ctx.pointwise("div", ctx.pointwise("mul", ctx.convert(xs, f32), ctx.convert(ws, f32)), ctx.convert(ys, f32))
     r = ctx.add("round", ctx.pointwise("mul", ctx.convert(acc, f32), per_channel(ctx, scale, acc.shape.ndim)))

@@ -122,7 +122,7 @@ def _per_row(ctx, p: Instruction | None, a: Instruction) -> Instruction | None:
     return ctx.reshape(p, [p.shape.lens[0], 1])
 
 
-def _centered(ctx, x: Instruction, zp: Instruction | None) -> Instruction:
+def centered(ctx, x: Instruction, zp: Instruction | None) -> Instruction:
     """x - zero_point in int32 (x itself when there is no zero point or it is all zeros)."""
     const = ctx.const(zp)
     if zp is None or (const is not None and not np.any(const)):
@@ -133,8 +133,8 @@ def _centered(ctx, x: Instruction, zp: Instruction | None) -> Instruction:
 @converter("MatMulInteger", since=10)
 def matmul_integer(ctx, node, args):
     a, b = args[0], args[1]
-    a = _centered(ctx, a, _per_row(ctx, _arg(args, 2), a))
-    b = _centered(ctx, b, _arg(args, 3))
+    a = centered(ctx, a, _per_row(ctx, _arg(args, 2), a))
+    b = centered(ctx, b, _arg(args, 3))
     return matmul(ctx, a, b, op="quant_dot")
 
 
@@ -142,7 +142,7 @@ def matmul_integer(ctx, node, args):
 def qlinear_matmul(ctx, node, args):
     """y = quantize(((a - a_zp) @ (b - b_zp)) * (a_scale * b_scale / y_scale)) + y_zp."""
     a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = (list(args) + [None] * 8)[:8]
-    acc = matmul(ctx, _centered(ctx, a, _per_row(ctx, a_zp, a)), _centered(ctx, b, b_zp), op="quant_dot")
+    acc = matmul(ctx, centered(ctx, a, _per_row(ctx, a_zp, a)), centered(ctx, b, b_zp), op="quant_dot")
     # One multiplier from the three scales, in their dtype (as the ONNX reference computes it).
     scale = ctx.pointwise("div", ctx.pointwise("mul", _per_row(ctx, a_scale, a), b_scale), y_scale)
     scaled = ctx.pointwise("mul", ctx.convert(acc, DType.float32), ctx.convert(scale, DType.float32))

@@ -44,10 +44,11 @@ def _activations(ctx, node, defaults: list[str], num_directions: int):
     return tuple(names), tuple(alpha), tuple(beta)
 
 
-def _recurrent(ctx, node, args, op: str, gates: int, defaults: list[str], **extra_attrs):
+def recurrent(ctx, node, args, op: str, gates: int, defaults: list[str], quant_params=(), **extra_attrs):
+    """`quant_params` (a quantized lstm's scales and zero points) follow the weights."""
     args = list(args) + [None] * (8 - len(args))
     x, w, r, b, seq_lens, h0 = args[:6]
-    c0, p = args[6:8] if op == "lstm" else (None, None)
+    c0, p = args[6:8] if gates == 4 else (None, None)
     direction = node.attr("direction", "forward")
     d = 2 if direction == "bidirectional" else 1
     if not w.shape.is_dynamic and w.shape.ndim == 3:
@@ -63,14 +64,14 @@ def _recurrent(ctx, node, args, op: str, gates: int, defaults: list[str], **extr
     if b is None:
         b = ctx.literal(np.zeros((d, 2 * gates * hidden), dtype.np))
     weights = [x, w, r, b]
-    if op == "lstm":
+    if gates == 4:
         weights.append(p if p is not None else ctx.literal(np.zeros((d, 3 * hidden), dtype.np)))
     optional = [v for v in (seq_lens, h0, c0) if v is not None]
-    out = ctx.add(op, *weights, *optional, hidden_size=hidden, direction=direction, activations=acts,
+    out = ctx.add(op, *weights, *quant_params, *optional, hidden_size=hidden, direction=direction, activations=acts,
                   activation_alpha=alpha, activation_beta=beta, clip=_clip(node),
                   has_sequence_lens=seq_lens is not None, has_initial_h=h0 is not None,
                   has_initial_c=c0 is not None, **extra_attrs)
-    results = ctx.tuple_elems(out, 3 if op == "lstm" else 2)
+    results = ctx.tuple_elems(out, 3 if gates == 4 else 2)
     if batch_major:  # Y [seq, dirs, batch, H] -> [batch, seq, dirs, H]
         results = [ctx.add("transpose", results[0], perm=(2, 0, 1, 3))] + [
             ctx.add("transpose", s, perm=(1, 0, 2)) for s in results[1:]]
@@ -84,17 +85,17 @@ def _clip(node) -> float | None:
 
 @converter("RNN")
 def rnn(ctx, node, args):
-    return _recurrent(ctx, node, args, "rnn", 1, ["tanh"])
+    return recurrent(ctx, node, args, "rnn", 1, ["tanh"])
 
 
 @converter("GRU")
 def gru(ctx, node, args):
-    return _recurrent(ctx, node, args, "gru", 3, ["sigmoid", "tanh"],
+    return recurrent(ctx, node, args, "gru", 3, ["sigmoid", "tanh"],
                       linear_before_reset=bool(node.attr("linear_before_reset", 0)))
 
 
 @converter("LSTM")
 def lstm(ctx, node, args):
-    return _recurrent(ctx, node, args, "lstm", 4, ["sigmoid", "tanh", "tanh"],
+    return recurrent(ctx, node, args, "lstm", 4, ["sigmoid", "tanh", "tanh"],
                       input_forget=bool(node.attr("input_forget", 0)))
 

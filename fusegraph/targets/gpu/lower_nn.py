@@ -140,7 +140,10 @@ def convolution(ctx, step):
         if not symmetric:
             x = t.nn.functional.pad(x, pads)
         if not x.dtype.is_floating_point:  # integer convolutions: exact in float64, then back
-            return conv(x.to(t.float64), w.to(t.float64), None, strides, padding, dils, op.group).to(x.dtype)
+            # rounded, not truncated: cuDNN may pick an FFT or Winograd algorithm, whose float64
+            # result is within 1e-9 of the integer sum but on either side of it
+            y = conv(x.to(t.float64), w.to(t.float64), None, strides, padding, dils, op.group)
+            return y.round().to(x.dtype)
         return conv(x, w, None, strides, padding, dils, op.group)
     return run
 

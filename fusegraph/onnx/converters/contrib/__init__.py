@@ -7,4 +7,4 @@ Where ORT's kernels differ from the op documentation (mask fill values, rounding
 results), the converters follow the kernels; each module says where.
 """
 
-from . import activations, attention, gemm, normalization, quantized, rotary  # noqa: F401
+from . import activations, attention, gemm, normalization, quantized, quantized_gemm, quantized_layers, rotary  # noqa: F401

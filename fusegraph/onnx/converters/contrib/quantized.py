@@ -41,43 +41,43 @@ def _scalar(ctx, p: Instruction, what: str) -> Instruction:
     return ctx.reshape(p, [])
 
 
-def _zero_point(ctx, zp: Instruction | None, like: Instruction, what: str) -> Instruction:
+def scalar_zero_point(ctx, zp: Instruction | None, like: Instruction, what: str) -> Instruction:
     return ctx.literal(np.zeros((), like.shape.dtype.np)) if zp is None else _scalar(ctx, zp, what)
 
 
 def _centered(ctx, x: Instruction, zp: Instruction | None, what: str) -> Instruction:
     """x - zero_point as float32 (exact for 8- and 16-bit data)."""
-    return ctx.pointwise("sub", ctx.convert(x, F32), ctx.convert(_zero_point(ctx, zp, x, what), F32))
+    return ctx.pointwise("sub", ctx.convert(x, F32), ctx.convert(scalar_zero_point(ctx, zp, x, what), F32))
 
 
-def _scale(ctx, s: Instruction, what: str) -> Instruction:
+def scalar_scale(ctx, s: Instruction, what: str) -> Instruction:
     return ctx.convert(_scalar(ctx, s, what), F32)
 
 
-def _dequantize(ctx, x, scale, zp, what: str) -> Instruction:
-    return ctx.pointwise("dequantize_linear", x, _scale(ctx, scale, f"{what} scale"),
-                         _zero_point(ctx, zp, x, f"{what} zero point"), to=F32)
+def dequantize_scalar(ctx, x, scale, zp, what: str) -> Instruction:
+    return ctx.pointwise("dequantize_linear", x, scalar_scale(ctx, scale, f"{what} scale"),
+                         scalar_zero_point(ctx, zp, x, f"{what} zero point"), to=F32)
 
 
 def _quantize(ctx, v, scale: Instruction | None, zp: Instruction | None, to: DType) -> Instruction:
     """sat(round(v / scale) + zp) as `to`; no scale is 1 (v already scaled), no zero point is 0."""
     zp = ctx.literal(np.zeros((), to.np)) if zp is None else _scalar(ctx, zp, "output zero point")
-    scale = ctx.literal(np.ones((), np.float32)) if scale is None else _scale(ctx, scale, "output scale")
+    scale = ctx.literal(np.ones((), np.float32)) if scale is None else scalar_scale(ctx, scale, "output scale")
     return ctx.pointwise("quantize_linear", v, scale, zp, to=to)
 
 
 def _plus_zero_point(ctx, v: Instruction, zp: Instruction | None, like: Instruction) -> Instruction:
     """v + zp in float32: ORT's QLinearAdd/Mul kernels add the output zero point before rounding,
     which moves ties when it is odd (round(2.5 + 1) = 4, round(2.5) + 1 = 3)."""
-    return ctx.pointwise("add", v, ctx.convert(_zero_point(ctx, zp, like, "C zero point"), F32))
+    return ctx.pointwise("add", v, ctx.convert(scalar_zero_point(ctx, zp, like, "C zero point"), F32))
 
 
 @converter("QLinearAdd", domain=MS)
 def qlinear_add(ctx, node, args):
     a, sa, za, b, sb, zb, sc, zc = (arg(args, k) for k in range(8))
-    out_scale = _scale(ctx, sc, "C scale")
+    out_scale = scalar_scale(ctx, sc, "C scale")
     terms = [ctx.pointwise("mul", _centered(ctx, x, z, f"{w} zero point"),
-                           ctx.add("div", _scale(ctx, s, f"{w} scale"), out_scale))
+                           ctx.add("div", scalar_scale(ctx, s, f"{w} scale"), out_scale))
              for x, s, z, w in ((a, sa, za, "A"), (b, sb, zb, "B"))]
     return _quantize(ctx, _plus_zero_point(ctx, ctx.pointwise("add", *terms), zc, a), None, None, a.shape.dtype)
 
@@ -85,8 +85,8 @@ def qlinear_add(ctx, node, args):
 @converter("QLinearMul", domain=MS)
 def qlinear_mul(ctx, node, args):
     a, sa, za, b, sb, zb, sc, zc = (arg(args, k) for k in range(8))
-    ratio = ctx.add("div", ctx.add("mul", _scale(ctx, sa, "A scale"), _scale(ctx, sb, "B scale")),
-                    _scale(ctx, sc, "C scale"))
+    ratio = ctx.add("div", ctx.add("mul", scalar_scale(ctx, sa, "A scale"), scalar_scale(ctx, sb, "B scale")),
+                    scalar_scale(ctx, sc, "C scale"))
     prod = ctx.pointwise("mul", _centered(ctx, a, za, "A zero point"), _centered(ctx, b, zb, "B zero point"))
     return _quantize(ctx, _plus_zero_point(ctx, ctx.pointwise("mul", prod, ratio), zc, a), None, None, a.shape.dtype)
 
@@ -96,7 +96,7 @@ def _lookup_op(fn):
 
     def convert(ctx, node, args):
         x, sx, zx, sy, zy = (arg(args, k) for k in range(5))
-        return _quantize(ctx, fn(ctx, node, _dequantize(ctx, x, sx, zx, "X")), sy, zy, x.shape.dtype)
+        return _quantize(ctx, fn(ctx, node, dequantize_scalar(ctx, x, sx, zx, "X")), sy, zy, x.shape.dtype)
 
     return convert
 
@@ -121,7 +121,7 @@ def qlinear_concat(ctx, node, args):
                 np.array_equal(np.ravel(u), np.ravel(w)) for u, w in zip(same, same_out, strict=True)):
             parts.append(x)
         else:
-            parts.append(_quantize(ctx, _dequantize(ctx, x, s, z, "X"), sy, zy, x.shape.dtype))
+            parts.append(_quantize(ctx, dequantize_scalar(ctx, x, s, z, "X"), sy, zy, x.shape.dtype))
     rank = parts[0].shape.ndim
     axis = int(node.attr("axis"))
     if not -rank <= axis < rank:
@@ -143,5 +143,5 @@ def qlinear_global_average_pool(ctx, node, args):
     acc = ctx.convert(ctx.pointwise("sub", total, offset), F32)
     # One multiplier sx / (sy * n), in float32 and in this order, as ORT's kernel forms it.
     n = ctx.literal(np.array(pixels, np.float32))
-    scale = ctx.add("div", _scale(ctx, sx, "x scale"), ctx.add("mul", _scale(ctx, sy, "y scale"), n))
+    scale = ctx.add("div", scalar_scale(ctx, sx, "x scale"), ctx.add("mul", scalar_scale(ctx, sy, "y scale"), n))
     return _quantize(ctx, ctx.pointwise("mul", acc, scale), None, zy, x.shape.dtype)
