@@ -19,10 +19,7 @@ from tests.corpus.compare import TARGETS, check, degenerate, reference
 pytestmark = pytest.mark.slow
 
 # (entry, target) -> the cause found; each is xfail(strict=True)
-KNOWN: dict[tuple[str, str], str] = {
-    **{("lstm_bidir_dynamic", t): "com.microsoft.DynamicQuantizeLSTM (quantize_dynamic's LSTM) has no "
-                                  "converter: UnsupportedOpError naming the node" for t in ("ref", "cpu")},
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _cuda() -> bool:

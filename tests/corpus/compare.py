@@ -37,11 +37,11 @@ class Verdict:
     detail: str  # the first failing output and why, or ""
 
 
-def run_ort(model: onnx.ModelProto, feeds: Feeds, optimize: bool = True) -> list[np.ndarray]:
+def run_ort(model: onnx.ModelProto, feeds: Feeds, optimize: bool = True, threads: int = 2) -> list[np.ndarray]:
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 2
+    so.intra_op_num_threads = threads
     if not optimize:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
@@ -98,7 +98,7 @@ def reference(entry) -> Reference:
 
     model = onnx.load(str(model_path(entry)))
     feeds = entry.feeds()
-    return Reference(model, feeds, run_ort(model, feeds))
+    return Reference(model, feeds, run_ort(model, feeds, threads=entry.ort_threads))
 
 
 def check(entry, ref: Reference, target: str) -> Verdict:
@@ -109,7 +109,8 @@ def check(entry, ref: Reference, target: str) -> Verdict:
 
 def ort_spread(entry, ref: Reference) -> Verdict:
     """ONNX Runtime without graph optimizations against ORT at its defaults: ORT's own numeric spread."""
-    return judge(output_names(ref.model), run_ort(ref.model, ref.feeds, optimize=False), ref.expected,
+    return judge(output_names(ref.model), run_ort(ref.model, ref.feeds, optimize=False, threads=entry.ort_threads),
+                 ref.expected,
                  REL_L2_TOL.get(entry.precision))
 
 

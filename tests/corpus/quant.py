@@ -13,7 +13,7 @@ from .build import export, hf_config, hf_export, model_path
 from .registry import ENTRIES, image, register, tokens
 
 
-def _quantized(base: str, mode: str, **kwargs):
+def _quantized(base: str, mode: str, ort_threads: int = 2, **kwargs):
     """Register `<base>_<mode>`: the base entry's model quantized statically (QDQ) or dynamically.
 
     Weights use 7 bits (reduce_range): ONNX Runtime's uint8 x int8 kernels on x86 without VNNI
@@ -42,7 +42,8 @@ def _quantized(base: str, mode: str, **kwargs):
                 q.quantize_dynamic(str(model_path(entry)), str(out), **kwargs)
             return onnx.load(str(out))
 
-    register(f"{base}_{mode}", "int8 " + mode, entry.inputs, (*entry.needs, "onnxruntime"), "int8", base)(build)
+    register(f"{base}_{mode}", "int8 " + mode, entry.inputs, (*entry.needs, "onnxruntime"), "int8", base,
+             ort_threads)(build)
 
 
 def register_all() -> None:
@@ -50,7 +51,10 @@ def register_all() -> None:
     _quantized("se_cnn", "qdq", per_channel=True)
     _quantized("bert", "qdq", op_types_to_quantize=["MatMul", "Add", "Gemm"])
     _quantized("bert", "dynamic")
-    _quantized("lstm_bidir", "dynamic")
+    # ORT's DynamicQuantizeLSTM splits the batch across its threads and quantizes each part of H with
+    # its own scale, so its answer depends on the thread count (rel L2 1.9e-3 between 1 and 2 threads,
+    # measured); one thread quantizes the whole batch at once, as the op's definition does
+    _quantized("lstm_bidir", "dynamic", ort_threads=1)
     _quantized("depthwise_cnn", "dynamic")  # Conv -> ConvInteger
 
 

@@ -25,6 +25,7 @@ class Entry:
     needs: tuple[str, ...] = ("torch",)  # import names; the entry skips when one is missing
     precision: str = "fp32"  # fp32 | fp16 | int8: decides the comparison criterion (compare.py)
     base: str = ""  # the entry whose model this one transforms (quantized from it): part of the cache key
+    ort_threads: int = 2  # ONNX Runtime's intra-op threads for the reference (its default here)
 
     def feeds(self) -> Feeds:
         return self.inputs(np.random.default_rng(0))
@@ -34,13 +35,13 @@ ENTRIES: dict[str, Entry] = {}
 
 
 def register(name: str, family: str, inputs: Callable[[np.random.Generator], Feeds],
-             needs: tuple[str, ...] = ("torch",), precision: str = "fp32", base: str = ""):
+             needs: tuple[str, ...] = ("torch",), precision: str = "fp32", base: str = "", ort_threads: int = 2):
     """Decorator: register `build(feeds) -> ModelProto` as corpus entry `name`."""
 
     def deco(build: Callable[[Feeds], onnx.ModelProto]):
         if name in ENTRIES:
             raise ValueError(f"corpus entry {name!r} registered twice")
-        ENTRIES[name] = Entry(name, family, build, inputs, needs, precision, base)
+        ENTRIES[name] = Entry(name, family, build, inputs, needs, precision, base, ort_threads)
         return build
 
     return deco
