@@ -1,4 +1,5 @@
-"""`fusegraph analyze MODEL`: what each pass of the generic pipeline does to the program."""
+"""`fusegraph analyze MODEL`: what each pass of the generic pipeline (or of a target's, `--target`) does to
+the program."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ HELP = "run the optimization pipeline and report instructions, FLOPs and bytes a
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_options(p)
+    p.add_argument("--target", metavar="T",
+                   help="run this target's pipeline (ref, cpu, gpu: its epilogue fusions, layouts and memory "
+                        "plan included) instead of the generic one")
     p.add_argument("--json", metavar="FILE", type=Path, help="also write the report as JSON")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table instead of a rich one")
 
@@ -36,7 +40,13 @@ def run(args: argparse.Namespace) -> int:
     from ..report import show, table
 
     loaded = load(args)
-    a = analyze(loaded.program, generic_pipeline())
+    if args.target is None:
+        pipeline = generic_pipeline()
+    else:
+        from ...targets import CompileOptions, get_target
+
+        pipeline = get_target(args.target).passes(CompileOptions())
+    a = analyze(loaded.program, pipeline)
     rows = [_row("(parsed)", "", "", a.parsed)]
     rows += [_row(r.name, f"{r.runs} ({r.changed})", f"{r.seconds * 1e3:.1f}", r.stats) for r in a.rows]
     fewer = 1 - a.final.instructions / max(a.parsed.instructions, 1)
@@ -51,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
             print("| " + " | ".join(r) + " |")
         print(f"\n{caption}")
     else:
-        show(table(f"analyze {args.model}", COLUMNS, rows, right=COLUMNS[1:], caption=caption))
+        show(table(f"analyze {args.model}" + (f" ({args.target} pipeline)" if args.target else ""), COLUMNS, rows, right=COLUMNS[1:], caption=caption))
     if args.json is not None:
-        args.json.write_text(json.dumps({"model": args.model, **a.as_dict()}, indent=2) + "\n")
+        args.json.write_text(json.dumps({"model": args.model, "pipeline": args.target or "generic", **a.as_dict()},
+                                        indent=2) + "\n")
     return 0

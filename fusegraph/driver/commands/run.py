@@ -16,6 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_target_option(p)
     add_input_options(p)
     p.add_argument("--output", metavar="DIR", type=Path, help="save every output as DIR/<name>.npy")
+    p.add_argument("--save-inputs", metavar="DIR", type=Path,
+                   help="save the inputs it ran on as DIR/<name>.npy, to replay the run with --input NAME=FILE")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,7 +26,11 @@ def run(args: argparse.Namespace) -> int:
     from ..report import dims_str, fmt, note, show, summary, table
 
     loaded = load_on_target(args, compile_options(args))
-    outputs = loaded.run(loaded.inputs(args.fill, args.seed))
+    feeds = loaded.inputs(args.fill, args.seed)
+    if args.save_inputs is not None:
+        for name, path in zip(feeds, save_outputs(args.save_inputs, list(feeds), list(feeds.values())), strict=True):
+            note(f"wrote {path} (--input {name}={path})")
+    outputs = loaded.run(feeds)
     names = loaded.program.output_names
     rows = []
     for name, out in zip(names, outputs, strict=True):
@@ -41,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def save_outputs(directory: Path, names: list[str], outputs: list) -> list[Path]:
+    """Each array as DIR/<name>.npy (the name made portable and unique); the paths, in order."""
     import numpy as np
 
     directory.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -55,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rtol", type=_tolerance, default=DEFAULT_RTOL, help=f"relative tolerance (default {DEFAULT_RTOL})")
     p.add_argument("--fp16-tol", type=_tolerance, default=DEFAULT_FP16_TOL,
                    help=f"with --fp16: largest relative L2 error of an output (default {DEFAULT_FP16_TOL})")
+    p.add_argument("--json", metavar="FILE", type=Path, help="also write the comparison as JSON")
     verify_layers.add_arguments(p)
 
 
@@ -158,6 +161,11 @@ def run(args: argparse.Namespace) -> int:
     show(table(f"{args.model}: {label} vs {ref_label}", ["output", "result", *numeric, "note"], rows,
                right=numeric, caption=caption))
     failed = [d.name for d in diffs if not d.ok]
+    if args.json is not None:
+        args.json.write_text(json.dumps({
+            "model": args.model, "target": target, "fp16": bool(args.fp16), "reference": ref_label,
+            "criterion": caption, "ok": not failed, "outputs": [dataclasses.asdict(d) for d in diffs],
+        }, indent=2) + "\n")
     if failed:
         note(f"verify failed: {len(failed)} of {len(diffs)} output(s) differ from {ref_label}")
         return 1
