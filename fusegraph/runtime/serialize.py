@@ -163,7 +163,7 @@ def _load(c: Container, verify_key: signing.Key | None, integrity: str) -> Progr
     program.metadata = metadata
     _check_specs(c, program)
     artifacts = {n[len(_ARTIFACT):]: c.part(n) for n in kinds["artifact"]}
-    exe = target.load(program, options, artifacts)
+    exe = target.rebuild(program, options, artifacts)  # a dynamic program compiles per shape, later
     program.executable, program.target_name = exe, target.name
     if not eager and bulk:
         exe.defer_check(lambda: c.verify(bulk))

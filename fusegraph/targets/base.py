@@ -26,6 +26,9 @@ class CompileOptions:
     exhaustive_tune: bool = False
     device_resident: bool = False  # gpu: keep inputs/outputs on the device
     disabled_passes: tuple[str, ...] = ()
+    # dynamic input dims on cpu/gpu: static executables compiled per input shape, this many kept
+    # (least recently used dropped); 0: the target's own dynamic mode (targets/specialize.py)
+    dynamic_cache_size: int = 8
 
 
 class Executable:
@@ -104,6 +107,7 @@ class Executable:
 
 class Target:
     name: str = ""
+    specializes: bool = False  # compiles dynamic input dims per concrete shape (targets/specialize.py)
 
     def passes(self, options: CompileOptions) -> list[Callable]:
         """The target's pass pipeline."""
@@ -124,12 +128,31 @@ class Target:
         no passes. Raise TargetError when this machine cannot run the target (e.g. no GPU)."""
         return self.lower(program, options)
 
+    def rebuild(self, program: Program, options: CompileOptions, artifacts: Mapping[str, memoryview]) -> Executable:
+        """`load`, or for a dynamic program this target specializes, an executable that compiles
+        per input shape on first use (nothing is compiled now)."""
+        if self._specializes(program, options):
+            from .specialize import SpecializingExecutable
+
+            return SpecializingExecutable(program, options, self)
+        return self.load(program, options, artifacts)
+
+    def _specializes(self, program: Program, options: CompileOptions) -> bool:
+        from .specialize import has_dynamic_inputs
+
+        return self.specializes and options.optimize and options.dynamic_cache_size > 0 and has_dynamic_inputs(program)
+
     def compile(self, program: Program, options: CompileOptions | None = None, manager: Any = None) -> Executable:
         """Run the target's pipeline on `program` in place, then lower it. `manager` (a PassManager)
         may be given to collect per-pass records."""
         options = options or CompileOptions()
         if options.keep_fp32 and not options.fp16:
             raise CompileError("keep_fp32 names ops to keep in float32 when computing in float16: it needs fp16=True")
+        if options.dynamic_cache_size < 0:
+            raise CompileError(f"dynamic_cache_size must be >= 0, got {options.dynamic_cache_size}")
+        if self._specializes(program, options):
+            # the program stays as parsed: each input shape gets its own static compile on first use
+            return self.rebuild(program, options, {})
         if options.optimize:
             from ..passes.manager import run_pipeline
 
