@@ -229,7 +229,6 @@ def _load_compiled(args: argparse.Namespace, source: Any, files: dict[str, np.nd
                    load_s: float) -> Loaded:
     """An .fgx file holds a program compiled already: its input shapes and its target were fixed then."""
     from ..errors import InputError
-
     from .inputs import parse_dim_specs
 
     program = source.compiled

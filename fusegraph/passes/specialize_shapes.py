@@ -19,8 +19,8 @@ from ..errors import InputError
 from ..ir.builtin import Param
 from ..ir.module import Instruction, Module, _compute_shape
 from ..ir.op import OpKind, make_op
-from ..ir.provenance import inherit
 from ..ir.program import Program
+from ..ir.provenance import inherit
 from ..ir.shape import Shape
 from ..ops.movement import normalize_axes, resolve_reshape_dims, slice_bounds
 from .constants import small_constant

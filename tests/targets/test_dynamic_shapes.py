@@ -54,15 +54,35 @@ def test_bert_small_dynamic_batch_and_sequence(target):
         assert_close(p.run(x), run_ort(model, x), rtol=1e-3, atol=1e-4)
 
 
+def check_resnet50_dynamic_batch(target, batches, atol):
+    """ResNet-50 at 64x64 compiled once for batch 1..max(batches), against ORT at each batch."""
+    model = get_model("resnet50", image_size=64)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    dyn = {"input": [Dim(1, max(batches)), 3, 64, 64]}
+    p = fusegraph.parse_onnx(model, map_dyn_input_dims=dyn).compile(target)
+    for batch in batches:
+        x = sample_inputs("resnet50", batch=batch, image_size=64)
+        assert_close(p.run(x), run_ort(model, x), rtol=1e-3, atol=atol)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_resnet50_dynamic_batch(target):
-    model = get_model("resnet50", image_size=64)
+    check_resnet50_dynamic_batch(target, (1, 2, 3), atol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_yolov8n_dynamic_batch(target):
+    # (the built-in's anchor grid is built for one image size: its resolution cannot be dynamic)
+    model = get_model("yolov8n", image_size=320)
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
-    p = fusegraph.parse_onnx(model, map_dyn_input_dims={"input": [Dim(1, 3), 3, 64, 64]}).compile(target)
+    p = fusegraph.parse_onnx(model, map_dyn_input_dims={"images": [Dim(1, 3), 3, 320, 320]}).compile(target)
     for batch in (1, 2, 3):
-        x = sample_inputs("resnet50", batch=batch, image_size=64)
-        assert_close(p.run(x), run_ort(model, x), rtol=1e-3, atol=1e-4)
+        x = sample_inputs("yolov8n", batch=batch, image_size=320)
+        # atol as a static parse at batch 3 needs on ref too: 5 of 352800 elements (near-zero values
+        # of outputs up to ~800) differ from ORT by up to 0.0075
+        assert_close(p.run(x), run_ort(model, x), rtol=1e-3, atol=1e-2)
 
 
 def test_saved_dynamic_program_loads_without_compiling_and_specializes_lazily(tmp_path):

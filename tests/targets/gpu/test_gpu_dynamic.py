@@ -12,6 +12,7 @@ import fusegraph
 from fusegraph.ir import Dim
 from fusegraph.models import get_model, sample_inputs
 from fusegraph.targets.specialize import SpecializingExecutable
+from tests.targets.test_dynamic_shapes import check_resnet50_dynamic_batch
 from tests.util import assert_close, make_model, run_ort
 
 rng = np.random.default_rng(3)
@@ -49,9 +50,4 @@ def test_bert_small_dynamic_batch_and_sequence_on_the_gpu(gpu_target):
 
 @pytest.mark.gpu
 def test_resnet50_dynamic_batch_on_the_gpu(gpu_target):
-    model = get_model("resnet50", image_size=64)
-    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
-    p = fusegraph.parse_onnx(model, map_dyn_input_dims={"input": [Dim(1, 8), 3, 64, 64]}).compile(gpu_target)
-    for batch in (1, 3, 8):
-        x = sample_inputs("resnet50", batch=batch, image_size=64)
-        assert_close(p.run(x), run_ort(model, x), rtol=1e-3, atol=1e-3)
+    check_resnet50_dynamic_batch(gpu_target, (1, 3, 8), atol=1e-3)
