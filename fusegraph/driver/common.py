@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import time
 from typing import Any
 
@@ -49,6 +50,10 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("input shapes")
     g.add_argument("--input-dim", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="fix the shape of input NAME, e.g. input=1,3,224,224 (repeatable)")
+    g.add_argument("--dyn-input-dim", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help="make input NAME dynamic: a dim is N, [MIN..MAX] or [MIN..MAX:OPT], e.g. "
+                        "input=[1..32],3,[224..640],[224..640]; one compile runs every shape in the ranges, "
+                        "generated inputs take OPT (else MAX) unless --input-dim picks their shape (repeatable)")
     g.add_argument("--default-dim", type=positive_int, metavar="N",
                    help="value of symbolic dims not set otherwise (default 1)")
     g.add_argument("--batch", type=positive_int, metavar="N",
@@ -62,6 +67,39 @@ def add_target_option(p: argparse.ArgumentParser) -> None:
                    help="compute in float16 (quantize_fp16; inputs, outputs and reductions stay float32)")
     p.add_argument("--keep-fp32", metavar="OP[,OP...]", default="",
                    help="with --fp16: also compute these ops in float32 (names as `fusegraph ops` lists them)")
+
+
+_RANGE = re.compile(r"\[(\d+)\.\.(\d+)(?::(\d+(?:,\d+)*))?\]")
+
+
+def parse_dyn_dim_specs(specs: list[str]) -> dict[str, list[Any]]:
+    """`["x=[1..32],3,[224..640:320]"]` -> `{"x": [Dim(1, 32), Dim(3, 3), Dim(224, 640, (320,))]}`."""
+    from ..errors import InputError
+    from ..ir.shape import Dim
+
+    out: dict[str, list[Any]] = {}
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        example = "NAME=D0,D1,... with each dim N, [MIN..MAX] or [MIN..MAX:OPT] (e.g. x=[1..32],3,[224..640])"
+        if not sep or not name or not value:
+            raise InputError(f"bad --dyn-input-dim {spec!r}: expected {example}")
+        dims = []
+        for text in re.findall(r"\[[^\]]*\]|[^,]+", value):  # commas inside [..] separate optimals
+            m = _RANGE.fullmatch(text)
+            if text.isdigit():
+                dims.append(Dim.fixed(int(text)))
+            elif m is None:
+                raise InputError(f"bad --dyn-input-dim {spec!r}: {text!r} is not a dim; expected {example}")
+            else:
+                lo, hi = int(m[1]), int(m[2])
+                opts = tuple(int(v) for v in m[3].split(",")) if m[3] else ()
+                if lo > hi or any(not lo <= o <= hi for o in opts):
+                    raise InputError(f"bad --dyn-input-dim {spec!r}: {text} needs MIN <= OPT <= MAX")
+                dims.append(Dim(lo, hi, opts))
+        if name in out:
+            raise InputError(f"--dyn-input-dim names input {name!r} twice")
+        out[name] = dims
+    return out
 
 
 def compile_options(args: argparse.Namespace, **fields: Any) -> Any:
@@ -97,6 +135,7 @@ class Loaded:
     compile_s: float = 0.0
     start_ns: int = 0  # time.perf_counter_ns() when parsing began (a trace's compile phases)
     bounds: dict[str, int] = dataclasses.field(default_factory=dict)  # integer input -> tables' length
+    run_dims: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # generated inputs of dynamic ones
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[Any]:
         """The program's outputs for `feeds`, with a status line while it runs."""
@@ -108,8 +147,21 @@ class Loaded:
     def inputs(self, fill: str = "random", seed: int = 0) -> dict[str, np.ndarray]:
         from .inputs import build_inputs
 
-        return build_inputs(self.program.get_parameter_shapes(), files=self.files, samples=self.samples,
-                            fill=fill, seed=seed, bounds=self.bounds)
+        specs = self.program.get_parameter_shapes()
+        return build_inputs(specs, files=self.files, samples=self._samples_for(specs, seed), fill=fill, seed=seed,
+                            bounds=self.bounds, lens=self.run_dims)
+
+    def _samples_for(self, specs: dict[str, Any], seed: int) -> dict[str, np.ndarray] | None:
+        """A built-in model's samples at the shape a dynamic program's inputs run at (the first
+        dynamic input's: batch, then the sequence of a [batch, seq] or the size of a square image)."""
+        from .inputs import concrete_lens
+
+        dynamic = [n for n, s in specs.items() if getattr(s, "is_dynamic", False)]
+        if not dynamic or self.samples is None:
+            return self.samples
+        lens = list(self.run_dims.get(dynamic[0]) or concrete_lens(specs[dynamic[0]]))
+        sizes = {"seq": lens[1]} if len(lens) == 2 else {"image_size": lens[2]} if len(lens) == 4 and lens[2] == lens[3] else {}
+        return self.source.sample_inputs(lens[0], seed, **sizes)
 
 
 def load(args: argparse.Namespace, *, target: str | None = None, options: Any = None, manager: Any = None,
@@ -136,29 +188,38 @@ def load_source(args: argparse.Namespace, source: Any, files: dict[str, np.ndarr
                 options: Any = None, manager: Any = None, warn_defaults: bool = False) -> Loaded:
     """`load` of an ONNX ModelSource resolved already (verify --per-layer: the model with every tensor
     marked as an output)."""
-    from ..errors import ShapeError
+    from ..errors import InputError, ShapeError
     from ..onnx import parse_onnx
     from .bounds import index_bounds
-    from .inputs import defaulted_advice, parse_dim_specs, resolve_input_dims
+    from .inputs import defaulted_advice, graph_inputs, parse_dim_specs, resolve_input_dims
     from .report import note, status
 
     dims = parse_dim_specs(args.input_dim)
+    dyn = parse_dyn_dim_specs(getattr(args, "dyn_input_dim", []))
+    run_dims = {n: d for n, d in dims.items() if n in dyn}  # --input-dim of a dynamic input: its run shape
     samples = source.sample_inputs(args.batch or 1, args.seed)
-    resolved = resolve_input_dims(source.proto, input_dims=dims, files=files, samples=samples,
-                                  batch=args.batch, default_dim=args.default_dim)
-    advice = defaulted_advice(resolved)
+    unknown = sorted(set(dyn) - {vi.name for vi in graph_inputs(source.proto)})
+    if unknown:
+        raise InputError(f"--dyn-input-dim: the model has no input(s) {unknown}")
+    resolved = resolve_input_dims(source.proto, input_dims={n: d for n, d in dims.items() if n not in dyn},
+                                  files=files, samples=samples, batch=args.batch, default_dim=args.default_dim)
+    # a file or a sample of a dynamic input is one shape it runs at, not its parse shape
+    map_dims = {n: d for n, d in resolved.dims.items() if n not in dyn}
+    advice = defaulted_advice(resolved._replace(defaulted={n: a for n, a in resolved.defaulted.items() if n not in dyn}))
     with status(f"parsing {args.model}"):
         t0 = time.perf_counter()
         start_ns = time.perf_counter_ns()
         try:
-            program = parse_onnx(source.proto, map_input_dims=resolved.dims, default_dim_value=args.default_dim)
+            program = parse_onnx(source.proto, map_input_dims=map_dims, map_dyn_input_dims=dyn or None,
+                                 default_dim_value=args.default_dim)
         except ShapeError as e:
             if not advice:
                 raise
             raise ShapeError(f"{e} (the cause may be symbolic dims set by default: {'; '.join(advice)})") from None
         parse_s = time.perf_counter() - t0
     # before compiling: the passes may fold or fuse the gathers that tell an index's range
-    loaded = Loaded(source, program, files, samples, parse_s=parse_s, start_ns=start_ns, bounds=index_bounds(program))
+    loaded = Loaded(source, program, files, samples, parse_s=parse_s, start_ns=start_ns, bounds=index_bounds(program),
+                    run_dims=run_dims)
     if target is not None:
         from ..targets import get_target
 
@@ -185,10 +246,14 @@ def _load_compiled(args: argparse.Namespace, source: Any, files: dict[str, np.nd
     """An .fgx file holds a program compiled already: its input shapes and its target were fixed then."""
     from ..errors import InputError
     from .bounds import index_bounds
+    from .inputs import parse_dim_specs
 
     program = source.compiled
-    fixed = [o for o, v in (("--input-dim", args.input_dim), ("--batch", args.batch),
-                            ("--default-dim", args.default_dim)) if v]
+    dynamic = {n for n, s in program.get_parameter_shapes().items() if s.is_dynamic}
+    run_dims = parse_dim_specs(args.input_dim)  # a dynamic program's inputs may take any shape in range
+    fixed = [o for o, v in (("--input-dim", not set(run_dims) <= dynamic), ("--batch", args.batch),
+                            ("--default-dim", args.default_dim),
+                            ("--dyn-input-dim", getattr(args, "dyn_input_dim", None))) if v]
     if fixed:
         raise InputError(f"{args.model} is compiled, with its input shapes fixed: {', '.join(fixed)} cannot "
                          f"change them (compile the ONNX model again instead)")
@@ -208,4 +273,4 @@ def _load_compiled(args: argparse.Namespace, source: Any, files: dict[str, np.nd
     batch = first.dims[0].min if getattr(first, "dims", None) else 1
     samples = source.sample_inputs(batch, args.seed)  # None unless it was compiled from a built-in model
     return Loaded(source, program, files, samples, target=program.target_name, parse_s=load_s,
-                  bounds=index_bounds(program))
+                  bounds=index_bounds(program), run_dims=run_dims)

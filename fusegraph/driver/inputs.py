@@ -150,10 +150,11 @@ def _file_dims(name: str, declared: list[int | str], lens: tuple[int, ...]) -> l
 
 # -- values ----------------------------------------------------------------------------------------
 def concrete_lens(spec: Shape) -> tuple[int, ...]:
-    """Lens to fill for a parameter; for a dynamic dim its first optimal value, else its minimum."""
+    """Lens to fill for a parameter; for a dynamic dim its first optimal value, else its maximum
+    (the shape a dynamic program is sized for), else (unbounded) its minimum."""
     if not spec.is_dynamic:
         return spec.lens
-    return tuple(d.optimals[0] if d.optimals else max(d.min, 1) for d in spec.dims)
+    return tuple(d.optimals[0] if d.optimals else d.max if d.max is not None else max(d.min, 1) for d in spec.dims)
 
 
 def fill_array(spec: AnyShape, name: str, fill: str, rng: np.random.Generator,
@@ -189,12 +190,16 @@ def _attention_mask(lens: tuple[int, ...], rng: np.random.Generator) -> np.ndarr
 
 def build_inputs(specs: Mapping[str, AnyShape], *, files: Mapping[str, np.ndarray],
                  samples: Mapping[str, np.ndarray] | None, fill: str, seed: int,
-                 bounds: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
+                 bounds: Mapping[str, int] | None = None,
+                 lens: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
     """One array per program parameter: a file's, else a matching sample's, else a `fill` (integers
-    below `bounds[name]`, the length of the tables they index, where known)."""
+    below `bounds[name]`, the length of the tables they index, where known). A dynamic parameter
+    takes the `lens` given for it, else `concrete_lens`."""
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for name, spec in specs.items():
+        if isinstance(spec, Shape) and spec.is_dynamic:  # one shape of the range
+            spec = Shape.of(spec.dtype, (lens or {}).get(name) or concrete_lens(spec))
         if name in files:
             feeds[name] = files[name]
         elif fill == "random" and samples and name in samples and _fits(spec, samples[name]):

@@ -31,13 +31,14 @@ class ModelSource:
     builtin: str | None = None     # the zoo's name, when MODEL was one
     compiled: Any = None           # the compiled Program, when MODEL was an .fgx file
 
-    def sample_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray] | None:
-        """Realistic inputs (valid token ids, ...) for built-in models; None for files."""
+    def sample_inputs(self, batch: int, seed: int, **sizes: int) -> dict[str, np.ndarray] | None:
+        """Realistic inputs (valid token ids, ...) for built-in models; None for files. `sizes` are
+        the sampler's (seq=, image_size=)."""
         if self.builtin is None:
             return None
         from ..models import sample_inputs
 
-        return sample_inputs(self.builtin, batch=batch, seed=seed)
+        return sample_inputs(self.builtin, batch=batch, seed=seed, **sizes)
 
 
 def _load_onnx(path: Path, label: str) -> ModelSource:

@@ -171,7 +171,8 @@ def _load(c: Container, verify_key: signing.Key | None, integrity: str) -> Progr
         _check_parameters(c, program)
     artifacts = {n[len(_ARTIFACT):]: c.part(n) for n in kinds["artifact"]}
     use = target.check_memory(program, options)  # sized from the IR before a kernel is built
-    exe = target.load(program, options, artifacts, trusted=trusted)
+    # a dynamic program compiles per shape, later
+    exe = target.rebuild(program, options, artifacts, trusted=trusted)
     exe.peak_memory = use
     program.executable, program.target_name = exe, target.name
     if not eager and bulk:

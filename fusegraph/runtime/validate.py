@@ -57,8 +57,20 @@ def _check_tensor(what: str, spec: Shape | DType, value: Any) -> np.ndarray:
     if got != dtype:
         raise InputError(f"{what}: expected dtype {dtype}, got {got}")
     if isinstance(spec, Shape) and not spec.matches(arr.shape):
-        raise InputError(f"{what}: expected shape {_dims(spec)}, got [{','.join(map(str, arr.shape))}]")
+        raise InputError(f"{what}: expected shape {_dims(spec)}, got [{','.join(map(str, arr.shape))}]"
+                         + _outside(spec, arr.shape))
     return arr
+
+
+def _outside(spec: Shape, lens: tuple[int, ...]) -> str:
+    """Which dynamic dim a shape of the right rank falls outside of, and its range."""
+    if len(lens) != spec.ndim:
+        return ""
+    for k, (d, n) in enumerate(zip(spec.dims, lens)):
+        if not d.is_fixed and not d.contains(n):
+            hi = "unbounded" if d.max is None else d.max
+            return f": dim {k} is {n}, outside its range [{d.min}..{hi}]"
+    return ""
 
 
 def _dims(spec: Shape) -> str:

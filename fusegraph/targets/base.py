@@ -30,6 +30,9 @@ class CompileOptions:
     disabled_passes: tuple[str, ...] = ()
     max_memory: int | None = None  # bytes a run may hold (weights, intermediates, outputs); None: the target's memory
     max_loop_iterations: int = DEFAULT_MAX_LOOP_ITERATIONS  # a Loop past this fails (ir/run_limits.py says why 10**6)
+    # dynamic input dims on cpu/gpu: static executables compiled per input shape, this many kept
+    # (least recently used dropped); 0: the target's own dynamic mode (targets/specialize.py)
+    dynamic_cache_size: int = 8
 
 
 class Executable:
@@ -113,6 +116,7 @@ class Executable:
 
 class Target:
     name: str = ""
+    specializes: bool = False  # compiles dynamic input dims per concrete shape (targets/specialize.py)
 
     def passes(self, options: CompileOptions) -> list[Callable]:
         """The target's pass pipeline."""
@@ -136,6 +140,21 @@ class Target:
         against the IR, and none may make a kernel touch memory outside its buffers."""
         return self.lower(program, options)
 
+    def rebuild(self, program: Program, options: CompileOptions, artifacts: Mapping[str, memoryview], *,
+                trusted: bool = False) -> Executable:
+        """`load`, or for a dynamic program this target specializes, an executable that compiles
+        per input shape on first use (nothing is compiled now, so no artifact is used)."""
+        if self._specializes(program, options):
+            from .specialize import SpecializingExecutable
+
+            return SpecializingExecutable(program, options, self)
+        return self.load(program, options, artifacts, trusted=trusted)
+
+    def _specializes(self, program: Program, options: CompileOptions) -> bool:
+        from .specialize import has_dynamic_inputs
+
+        return self.specializes and options.optimize and options.dynamic_cache_size > 0 and has_dynamic_inputs(program)
+
     def compile(self, program: Program, options: CompileOptions | None = None, manager: Any = None) -> Executable:
         """Run the target's pipeline on `program` in place, then lower it. `manager` (a PassManager)
         may be given to collect per-pass records."""
@@ -143,6 +162,11 @@ class Target:
         check_nesting(program.modules.values())  # deeper bodies would end a run in RecursionError
         if options.keep_fp32 and not options.fp16:
             raise CompileError("keep_fp32 names ops to keep in float32 when computing in float16: it needs fp16=True")
+        if options.dynamic_cache_size < 0:
+            raise CompileError(f"dynamic_cache_size must be >= 0, got {options.dynamic_cache_size}")
+        if self._specializes(program, options):
+            # the program stays as parsed: each input shape gets its own static compile on first use
+            return self.rebuild(program, options, {})
         if options.optimize:
             from ..passes.manager import run_pipeline
 

@@ -26,6 +26,7 @@ from .passes import (
 
 class CpuTarget(Target):
     name = "cpu"
+    specializes = True  # dynamic input dims: one static compile per input shape (targets/specialize.py)
 
     def passes(self, options: CompileOptions) -> list:
         generic = generic_pipeline()

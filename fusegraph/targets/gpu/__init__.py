@@ -40,6 +40,7 @@ from ..base import CompileOptions, Executable, Target
 
 class GpuTarget(Target):
     name = "gpu"
+    specializes = True  # dynamic input dims: one static compile per input shape (targets/specialize.py)
 
     def __init__(self, device: str | None = None, graph_mode: bool = True, host_fallback: bool = True,
                  gemm: str | None = None):

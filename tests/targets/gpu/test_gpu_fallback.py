@@ -11,6 +11,7 @@ from onnx import TensorProto, helper
 
 import fusegraph
 from fusegraph.errors import CompileError
+from fusegraph.targets import CompileOptions
 from fusegraph.targets.gpu import GpuTarget
 from fusegraph.targets.gpu.dynamic import DynamicExecutable, HostFallbackWarning
 from tests.util import assert_close, make_model, run_ort
@@ -92,7 +93,8 @@ def test_dynamic_batch_runs_every_step_on_the_device(gpu_target):
     inits = {"w": randn(6, 4), "axes": np.array([1], np.int64)}
     model = make_model(nodes, {"x": randn(2, 6)}, ["y"], initializers=inits, opset=13)
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
-    p = compile_with(gpu_target, model, map_dyn_input_dims={"x": [(1, 8), 6]})
+    p = fusegraph.parse_onnx(model, map_dyn_input_dims={"x": [(1, 8), 6]})
+    p.compile(gpu_target, CompileOptions(dynamic_cache_size=0))  # the dynamic mode, not one compile per shape
     exe = p.executable
     assert isinstance(exe, DynamicExecutable) and exe.host_ops == []
     for batch in (1, 5):

@@ -1,0 +1,146 @@
+"""Dynamic input dims on a static-shape target, by specializing per concrete shape.
+
+As torch.compile recompiles on a guard failure and TensorRT builds an engine per optimization profile,
+a program with dynamic input dims compiles (on cpu and gpu) to a `SpecializingExecutable`: it keeps
+the program as parsed, and on a run it reads the concrete input shapes (checked against the declared
+ranges: a dim outside its range is an InputError naming the input, the dim and the range), and on the
+first run at those shapes specializes the program to them (passes/specialize_shapes.py: every shape
+re-derived from the inputs, run-time shape values folded) and compiles that static program with the
+target's normal pipeline, so all its fusions, kernels, memory planning and, on gpu, one CUDA graph
+per shape apply. The executables are kept in a bounded LRU cache (`CompileOptions.dynamic_cache_size`
+entries); `specializations` records what each cost. `dynamic_cache_size=0` leaves a dynamic program
+to the target's own dynamic mode (the gpu target's runs any shape without recompiling).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InputError, ShapeError, TargetError
+from ..ir.program import Program
+from ..ir.shape import Shape
+from ..runtime.validate import check_inputs
+from .base import CompileOptions, Executable, Target
+
+Key = tuple[tuple[int, ...], ...]  # the lens of every input, in parameter order
+
+
+def has_dynamic_inputs(program: Program) -> bool:
+    """Whether some input has a dynamic dim and every input is a tensor (sequences and optionals are
+    left to the target: their shapes are not one key)."""
+    specs = program.get_parameter_shapes().values()
+    return all(isinstance(s, Shape) for s in specs) and any(s.is_dynamic for s in specs)
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """One specialization: the input lens, and the seconds its specialize + compile took."""
+
+    lens: dict[str, tuple[int, ...]]
+    seconds: float
+
+
+class SpecializingExecutable(Executable):
+    """A program with dynamic input dims, run by executables compiled per concrete input shape."""
+
+    def __init__(self, program: Program, options: CompileOptions, target: Target):
+        super().__init__(program, options)
+        self.target = target
+        self.capacity = max(1, options.dynamic_cache_size)
+        self.specializations: list[Specialization] = []  # every compile, in order (evicted ones too)
+        self._cache: OrderedDict[Key, Executable] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # -- the cache -------------------------------------------------------------------------------------
+    @property
+    def cached_shapes(self) -> list[dict[str, tuple[int, ...]]]:
+        """The input lens of the cached executables, least recently used first."""
+        return [self._named(k) for k in self._cache]
+
+    def _named(self, key: Key) -> dict[str, tuple[int, ...]]:
+        return dict(zip(self.input_specs, key))
+
+    def executable_for(self, lens: Mapping[str, tuple[int, ...]]) -> Executable:
+        """The static executable for inputs of these lens (which fit the input specs), compiled on
+        first use. One compile at a time: concurrent first runs of one shape compile it once."""
+        key = tuple(tuple(int(n) for n in lens[name]) for name in self.input_specs)
+        with self._lock:
+            exe = self._cache.get(key)
+            if exe is not None:
+                self._cache.move_to_end(key)
+                return exe
+            start = time.perf_counter()
+            exe = self._compile(key)
+            self.specializations.append(Specialization(self._named(key), time.perf_counter() - start))
+            self._cache[key] = exe
+            while len(self._cache) > self.capacity:
+                self._cache.popitem(last=False)
+            return exe
+
+    def _compile(self, key: Key) -> Executable:
+        from ..passes.specialize_shapes import specialize
+
+        named = self._named(key)
+        try:
+            static = specialize(self.program, named)
+        except ShapeError as e:  # e.g. two inputs that share a dim given different sizes
+            shapes = ", ".join(f"{n}[{','.join(map(str, v))}]" for n, v in named.items())
+            raise InputError(f"inputs of shapes {shapes} do not fit together: {e}") from e
+        return self.target.compile(static, self.options)
+
+    # -- running ---------------------------------------------------------------------------------------
+    def run(self, inputs: Mapping[str, Any]) -> list[Any]:
+        self._run_pending_checks()
+        if isinstance(inputs, Mapping) and any(_is_device(v) for v in inputs.values()):
+            # device tensors (gpu): the specialized executable's own door takes them
+            return self.executable_for(self._device_lens(inputs)).run(inputs)
+        checked = check_inputs(self.input_specs, inputs)
+        return self.executable_for(_lens(checked)).execute(checked)
+
+    def execute(self, inputs: dict[str, Any]) -> list[Any]:
+        return self.executable_for(_lens(inputs)).execute(inputs)
+
+    def _device_lens(self, inputs: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+        if set(inputs) != set(self.input_specs):
+            raise InputError(f"inputs {sorted(inputs)} are not the program's {list(self.input_specs)}")
+        lens = {n: tuple(int(d) for d in inputs[n].shape) for n in self.input_specs}
+        for name, spec in self.input_specs.items():
+            if not spec.matches(lens[name]):
+                raise InputError(f"input {name!r}: expected shape {spec}, got {list(lens[name])}")
+        return lens
+
+    # profiling and capture run the specialized executable: its steps are the ones that run
+    def profile(self, inputs: Mapping[str, Any], runs: int = 10, warmup: int = 1) -> Any:
+        checked = check_inputs(self.input_specs, inputs)
+        self._run_pending_checks()
+        return self.executable_for(_lens(checked)).profile(checked, runs, warmup)
+
+    def capture(self, inputs: Mapping[str, Any]) -> dict[int, Any]:
+        checked = check_inputs(self.input_specs, inputs)
+        self._run_pending_checks()
+        return self.executable_for(_lens(checked)).capture(checked)
+
+    def execute_observed(self, inputs: dict[str, Any], observer: Any) -> list[Any]:
+        raise TargetError("a dynamic program's steps are those of its specializations: "
+                          "use executable_for(lens).execute_observed, or profile()/capture()")
+
+    def describe(self) -> str:
+        lines = [f"dynamic program on {self.target.name}: specialized per input shape, "
+                 f"{len(self._cache)} of at most {self.capacity} cached"]
+        for s in self.specializations:
+            lines.append(f"  {s.lens}: compiled in {s.seconds * 1e3:.1f} ms")
+        return "\n".join(lines)
+
+
+def _lens(inputs: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    return {n: tuple(v.shape) for n, v in inputs.items()}
+
+
+def _is_device(v: Any) -> bool:
+    # numpy arrays and nested lists are host values; anything else with a shape and DLPack is a device's
+    return hasattr(v, "__dlpack__") and hasattr(v, "shape") and type(v).__module__.split(".")[0] != "numpy"

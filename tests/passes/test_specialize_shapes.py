@@ -1,0 +1,59 @@
+"""specialize: a program with dynamic input dims copied to static shapes, run-time shape values folded."""
+
+import numpy as np
+from onnx import helper
+
+import fusegraph
+from fusegraph.ir import Dim
+from fusegraph.passes.specialize_shapes import specialize
+from tests.util import make_model, run_ort
+
+RNG = np.random.default_rng(0)
+
+
+def randn(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def reshape_model():
+    """y = Reshape(x, Shape(x)[0] x -1) @ w: a reshape whose dims are computed from a dynamic shape."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+             helper.make_node("Unsqueeze", ["b", "zero1"], ["b1"]),
+             helper.make_node("Concat", ["b1", "minus1"], ["dims"], axis=0),
+             helper.make_node("Reshape", ["x", "dims"], ["r"]), helper.make_node("MatMul", ["r", "w"], ["y"])]
+    inits = {"zero": np.array(0, np.int64), "zero1": np.array([0], np.int64), "minus1": np.array([-1], np.int64),
+             "w": randn(12, 5)}
+    model = make_model(nodes, {"x": randn(2, 3, 4)}, ["y"], initializers=inits)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    return model
+
+
+def test_specialize_leaves_no_dynamic_shape_and_no_runtime_shape_op():
+    p = fusegraph.parse_onnx(reshape_model(), map_dyn_input_dims={"x": [Dim(1, 16), 3, 4]})
+    assert any(i.op.name == "reshape_dynamic" for i in p.main.instructions)
+    s = specialize(p, {"x": (5, 3, 4)})
+    s.verify()
+    assert not any(i.shape.is_dynamic for i in s.main.instructions)
+    names = {i.op.name for i in s.main.instructions}
+    assert not names & {"shape_of", "reshape_dynamic", "broadcast_like", "broadcast_for_dot"}
+    assert s.get_output_shapes()[0].lens == (5, 5)
+    # the generic program is untouched: still dynamic, still runs any batch
+    assert p.get_parameter_shapes()["x"].dims[0] == Dim(1, 16)
+
+
+def test_specialized_program_computes_what_onnx_runtime_does():
+    model = reshape_model()
+    p = fusegraph.parse_onnx(model, map_dyn_input_dims={"x": [Dim(1, 16), 3, 4]})
+    for batch in (1, 7):
+        x = {"x": randn(batch, 3, 4)}
+        s = specialize(p, {"x": x["x"].shape}).compile("ref")
+        np.testing.assert_allclose(s.run(x)[0], run_ort(model, x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_by_a_weight_becomes_one_flat_product():
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+    model = make_model(nodes, {"x": randn(2, 3, 8)}, ["y"], initializers={"w": randn(8, 4)})
+    p = fusegraph.parse_onnx(model, map_dyn_input_dims={"x": [Dim(1, 4), Dim(1, 9), 8]})
+    s = specialize(p, {"x": (3, 5, 8)})
+    (dot,) = [i for i in s.main.instructions if i.op.name == "dot"]
+    assert [x.shape.lens for x in dot.inputs] == [(15, 8), (8, 4)]  # as the static parse writes it
