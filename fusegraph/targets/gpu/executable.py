@@ -5,7 +5,9 @@ one device copy, or none when the caller writes into `input_buffers()` directly)
 captured graph) run on the caller's current stream, or the one given; outputs come back as numpy
 arrays, or as device tensors that alias the executable's output buffers (valid until the next run,
 like torch.compile's CUDA graphs) unless `copy_outputs` is asked for. One run at a time per
-executable (a lock): the buffers and the graph are shared.
+executable (a lock): the buffers and the graph are shared. An index out of range is the op's
+ExecutionError after the run, from the indexing steps' device flags (index_checks.py), in eager
+runs and graph replays alike.
 """
 
 from __future__ import annotations
