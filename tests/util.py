@@ -7,9 +7,11 @@ from typing import Any
 
 import numpy as np
 import onnx
+import pytest
 from onnx import helper
 
 import fusegraph
+from fusegraph.errors import TargetError
 from fusegraph.ir.dtypes import DType
 
 
@@ -23,6 +25,22 @@ def make_model(nodes: Sequence[onnx.NodeProto], inputs: dict[str, np.ndarray],
     graph = helper.make_graph(list(nodes), "test", vis, outs, inits)
     opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in (extra_opsets or {}).items()]
     return helper.make_model(graph, opset_imports=opsets, ir_version=8)
+
+
+def target_or_skip(name: str):
+    """The target, or a skip naming why it cannot run here (the cpu target without oneDNN, whose
+    primitives it creates as it compiles: the machine's TargetError would come from the compile)."""
+    try:
+        target = fusegraph.get_target(name)
+        if name == "cpu":
+            from fusegraph.targets.cpu import onednn
+
+            ok, why = onednn.available()
+            if not ok:
+                raise TargetError(why)
+    except TargetError as e:
+        pytest.skip(f"{name} target unavailable: {e}")
+    return target
 
 
 def run_fusegraph(model: onnx.ModelProto, inputs: dict[str, np.ndarray], target: str = "ref",

@@ -12,21 +12,13 @@ from onnx import helper
 
 import fusegraph
 from fusegraph.driver import cli
-from fusegraph.errors import ResourceError, TargetError
+from fusegraph.errors import ResourceError
 from fusegraph.ir.limits import physical_memory
 from fusegraph.targets import CompileOptions
-from tests.util import make_model
+from tests.util import make_model, target_or_skip
 
 I64 = np.int64
 TARGETS = ["ref", "cpu"]
-
-
-def target_or_skip(name: str):
-    """The target, or a skip where it cannot run here (the cpu target without oneDNN)."""
-    try:
-        return fusegraph.get_target(name)
-    except TargetError as e:
-        pytest.skip(f"{name} target unavailable: {e}")
 
 
 def mlp(hidden: int = 16) -> onnx.ModelProto:

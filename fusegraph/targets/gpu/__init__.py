@@ -123,7 +123,7 @@ class GpuTarget(Target):
         outputs = {plan.owner[o.uid] for o in main.outputs if o.uid in plan.owner}
         steps, step_uids = build_steps(plan, ctx, slots, outputs)
         exe = GpuExecutable(program, options, device, steps, slots, (activations, weights),
-                            self.graph_mode, {}, fp32_exact=True)
+                            self.graph_mode, {}, fp32_exact=True, index_checks=ctx.index_checks)
         exe.step_uids = step_uids
         exe.plan = plan
         exe.literal_tensors = {i.uid: slots[i.uid].t for i in main.instructions if i.is_literal}

@@ -16,6 +16,7 @@ from ...ir.module import Instruction, Module
 from ...ir.shape import Shape
 from ...passes.memory_coloring import ALIGNMENT
 from .device import has_torch_dtype, host_tensor, to_device, torch, torch_dtype
+from .index_checks import IndexChecks
 from .layout import channels_last_order, dense_strides
 from .lowering import Slot, find_lowering, storage_mode
 from .plan import ARENA, LITERAL, OUTPUT, PARAM, SLICE, VIEW, Plan, make_plan
@@ -33,6 +34,7 @@ class BuildContext:
         self.device = device
         self.kernels: list[Any] = []  # Triton launchers (their sources are saved with the program)
         self.tuner: Any = None  # autotune.Tuner choosing GEMM templates (None: a default for the device)
+        self.index_checks = IndexChecks(device)  # the indexing steps' error flags (index_checks.py)
         self._scratch: Any = None
 
     def sources(self) -> dict[str, str]:
@@ -183,6 +185,9 @@ def build_steps(plan: Plan, ctx: BuildContext, slots: dict[int, Slot],
             releases.setdefault(max(plan.last_use.get(owner, k), k), []).append(slot)
     steps: list[Callable[[], None]] = []
     uids: list[int | None] = []
+    if ctx.index_checks.ops:  # the run (and so the captured graph) starts by clearing the flags
+        steps.append(ctx.index_checks.reset)
+        uids.append(None)
     for k, runs in enumerate(per_step):
         steps.extend(runs)
         uids.extend([plan.steps[k].ins.uid] * len(runs))

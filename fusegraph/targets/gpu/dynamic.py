@@ -215,25 +215,32 @@ class DynamicExecutable(DeviceDoor, Executable):
         return [device_value(v, o.shape, self.device) for v, o in zip(outs, self._outputs)]
 
     def _run(self, inputs: dict[str, Any]) -> list[Any]:
+        with self._lock, library_flags(self.device, exact=True):
+            outs = self._run_steps(inputs)
+            # an index out of range: the op's ExecutionError (one read of the flags, index_checks.py)
+            self.ctx.index_checks.raise_if_flagged(lambda: self._run_steps(inputs))
+            return outs
+
+    def _run_steps(self, inputs: dict[str, Any]) -> list[Any]:
         env: dict[int, Any] = {p.uid: inputs[name] for name, p in self._params.items()}
         env.update(self._literals)
         env.update(self._device_literals)
         hosted: dict[int, Any] = dict(self._literals)  # host copies of device values, made once per run
         deadline = run_limits.current().deadline_at
-        with self._lock, library_flags(self.device, exact=True):
-            for run in self.runs:
-                ins = run.step.ins
-                if deadline is not None and time.monotonic() > deadline:
-                    run_limits.check_deadline(f"%{ins.uid} {ins.op.name}")
-                if run.place == DEVICE:
-                    value = self._device_step(run, env, hosted)
-                else:
-                    value = self._host_step(run, env, hosted)
-                env[ins.uid] = value
-                for u in run.frees:
-                    env.pop(u, None)
-                    hosted.pop(u, None)
-            return [env[o.uid] for o in self._outputs]
+        self.ctx.index_checks.reset()
+        for run in self.runs:
+            ins = run.step.ins
+            if deadline is not None and time.monotonic() > deadline:
+                run_limits.check_deadline(f"%{ins.uid} {ins.op.name}")
+            if run.place == DEVICE:
+                value = self._device_step(run, env, hosted)
+            else:
+                value = self._host_step(run, env, hosted)
+            env[ins.uid] = value
+            for u in run.frees:
+                env.pop(u, None)
+                hosted.pop(u, None)
+        return [env[o.uid] for o in self._outputs]
 
     def _host_step(self, run: Run, env: dict[int, Any], hosted: dict[int, Any]) -> Any:
         def get(u: int) -> Any:

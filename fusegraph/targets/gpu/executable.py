@@ -5,7 +5,9 @@ one device copy, or none when the caller writes into `input_buffers()` directly)
 captured graph) run on the caller's current stream, or the one given; outputs come back as numpy
 arrays, or as device tensors that alias the executable's output buffers (valid until the next run,
 like torch.compile's CUDA graphs) unless `copy_outputs` is asked for. One run at a time per
-executable (a lock): the buffers and the graph are shared.
+executable (a lock): the buffers and the graph are shared. An index out of range is the op's
+ExecutionError after the run, from the indexing steps' device flags (index_checks.py), in eager
+runs and graph replays alike.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ...ir.program import Program
 from ...ir.run_limits import running
 from ..base import CompileOptions, Executable
 from .device import to_host, torch
+from .index_checks import IndexChecks
 from .lowering import Slot
 
 
@@ -43,7 +46,7 @@ class DeviceDoor:
 class GpuExecutable(DeviceDoor, Executable):
     def __init__(self, program: Program, options: CompileOptions, device: Any, steps: list[Callable[[], None]],
                  slots: dict[int, Slot], memory: tuple[Any, Any], graph_mode: bool, sources: dict[str, str],
-                 fp32_exact: bool):
+                 fp32_exact: bool, index_checks: IndexChecks | None = None):
         super().__init__(program, options)
         self.device = device
         self.steps = steps
@@ -57,6 +60,7 @@ class GpuExecutable(DeviceDoor, Executable):
         self._slots = slots
         self.step_uids: list[int | None] = [None] * len(steps)  # set by the build: each step's instruction
         self._fp32_exact = fp32_exact
+        self.index_checks = index_checks or IndexChecks(device)  # its steps' flags (none: no indexing step)
         self.graph = None
         self.graph_mode = graph_mode and device.type == "cuda"
         self._warm = False
@@ -102,6 +106,21 @@ class GpuExecutable(DeviceDoor, Executable):
         with self._precision():
             self._run_steps()
 
+    def _check_indices(self) -> None:
+        """The op's ExecutionError when an indexing step met an index out of range this run (one
+        read of its flags; nothing without indexing steps)."""
+        self.index_checks.raise_if_flagged(self._rerun_checked)
+
+    def _rerun_checked(self) -> None:
+        """The run again, uncaptured, its indices checked on the host (index_checks.py)."""
+        kept = {uid: slot.t for uid, slot in self._slots.items()}  # a graph's replays read these tensors
+        try:
+            with self._precision():
+                self._run_steps()
+        finally:
+            for uid, value in kept.items():
+                self._slots[uid].t = value
+
     def input_buffers(self) -> dict[str, Any]:
         """The device tensors the program reads its inputs from: write into them and call
         `run_device()` with no inputs for zero-copy input."""
@@ -139,11 +158,13 @@ class GpuExecutable(DeviceDoor, Executable):
                 _copy_in(buf, value, dt)
             if not self._warm:
                 self.warm_up()
-            launch()
-            outputs = [to_host(slot.t, dt) for slot, dt in self._outputs]
-            if after is not None:
-                after()
-            return outputs
+            try:
+                launch()
+                self._check_indices()
+                return [to_host(slot.t, dt) for slot, dt in self._outputs]
+            finally:
+                if after is not None:
+                    after()
 
     def run_device(self, inputs: Mapping[str, Any] | None = None, stream: Any = None,
                    copy_outputs: bool = False) -> list[Any]:
@@ -160,6 +181,7 @@ class GpuExecutable(DeviceDoor, Executable):
             if not self._warm:
                 self.warm_up()
             self._launch()
+            self._check_indices()  # a sync where the program has indexing steps
             outs = [slot.t for slot, _ in self._outputs]
             return [o.clone() for o in outs] if copy_outputs else outs
 

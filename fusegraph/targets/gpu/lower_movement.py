@@ -9,7 +9,6 @@ import numpy as np
 from ...errors import CompileError
 from ...ops.layout import PAD_MODES
 from .device import torch
-from .lower_tensor import wrap_indices
 from .lowering import lowering
 
 
@@ -129,11 +128,10 @@ def pad(ctx, step):
 @lowering("gather", mode="into")
 def gather(ctx, step):
     axis = step.ins.op.axis
-    t = torch()
-    n = step.inputs[0].shape.lens[axis]
+    wrap = ctx.index_checks.wrapper(step.ins.op, step.inputs[0].shape.lens[axis])
 
     def run(out, data, idx):
-        picked = data.index_select(axis, wrap_indices(t, idx, n, step.ins.op).reshape(-1))
+        picked = data.index_select(axis, wrap(idx).reshape(-1))
         out.copy_(picked.reshape(out.shape))
     return run
 
@@ -142,10 +140,10 @@ def gather(ctx, step):
 def gather_elements(ctx, step):
     axis = step.ins.op.axis
     t = torch()
-    n = step.inputs[0].shape.lens[axis]
+    wrap = ctx.index_checks.wrapper(step.ins.op, step.inputs[0].shape.lens[axis])
 
     def run(out, data, idx):
-        t.gather(data, axis, wrap_indices(t, idx, n, step.ins.op), out=out)
+        t.gather(data, axis, wrap(idx), out=out)
     return run
 
 

@@ -4,10 +4,7 @@ indices wrap, ties in top_k go to the lower index)."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from ...errors import CompileError
-from ...ops.indexing import check_range
 from .device import torch, torch_dtype
 from .lowering import lowering
 
@@ -52,14 +49,11 @@ def top_k(ctx, step):
     return run
 
 
-def wrap_indices(t, idx, n, op=None):
-    """ONNX indices, which count from the end when negative, as int64 positions in [0, n). With `op`,
-    one outside [-n, n) is the op's ExecutionError (ops/indexing.check_range), not a device-side
-    assert: the check reads one flag back, so it is skipped while a CUDA graph is being captured."""
+def wrap_indices(t, idx, n):
+    """ONNX indices, which count from the end when negative, as int64 (unchecked: OneHot's
+    out-of-range indices are defined, and it only compares them; indexing steps use
+    ctx.index_checks.wrapper, which checks and clamps)."""
     idx = idx.to(t.int64)
-    if op is not None and not (idx.is_cuda and t.cuda.is_current_stream_capturing()):
-        if bool(((idx < -n) | (idx >= n)).any()):
-            check_range(op, idx.cpu().numpy(), n if isinstance(n, int) else n.cpu().numpy().tolist())
     return t.where(idx < 0, idx + n, idx)
 
 
@@ -69,12 +63,11 @@ _REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
 @lowering("scatter_elements", mode="into")
 def scatter_elements(ctx, step):
     op = step.ins.op
-    t = torch()
-    n = step.inputs[0].shape.lens[op.axis]
+    wrap = ctx.index_checks.wrapper(op, step.inputs[0].shape.lens[op.axis])
 
     def run(out, data, idx, upd):
         out.copy_(data)
-        idx = wrap_indices(t, idx, n, op)
+        idx = wrap(idx)
         if op.reduction == "none":
             out.scatter_(op.axis, idx, upd)
         else:
@@ -89,11 +82,11 @@ def scatter_nd(ctx, step):
     data_shape = step.inputs[0].shape.lens
     m = step.inputs[1].shape.lens[-1]
 
-    dims = ctx.constant(np.asarray(data_shape[:m], dtype=np.int64))
+    wrap = ctx.index_checks.wrapper(op, data_shape[:m])
 
     def run(out, data, idx, upd):
         res = data.contiguous().clone()
-        flat = wrap_indices(t, idx.reshape(-1, m), dims, op)
+        flat = wrap(idx.reshape(-1, m))
         lin = t.zeros(flat.shape[0], dtype=t.int64, device=idx.device)
         for k in range(m):  # row-major offset of each index tuple in the leading m dims
             lin = lin * data_shape[k] + flat[:, k]
@@ -116,14 +109,14 @@ def gather_nd(ctx, step):
     data_shape = step.inputs[0].shape.lens
     b = op.batch_dims
     m = step.inputs[1].shape.lens[-1]
-    dims = ctx.constant(np.asarray(data_shape[b:b + m], dtype=np.int64))
+    wrap = ctx.index_checks.wrapper(op, data_shape[b:b + m])
 
     def run(out, data, idx):
         n_batch = 1
         for d in data_shape[:b]:
             n_batch *= d
         flat_data = data.reshape(n_batch, *data_shape[b:])
-        flat_idx = wrap_indices(t, idx.reshape(n_batch, -1, m), dims, op)
+        flat_idx = wrap(idx.reshape(n_batch, -1, m))
         batch = t.arange(n_batch, device=idx.device)[:, None]
         picked = flat_data[(batch, *flat_idx.unbind(-1))]
         out.copy_(picked.reshape(out.shape))

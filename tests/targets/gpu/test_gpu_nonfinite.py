@@ -81,10 +81,76 @@ def test_arg_extrema_take_a_nan_as_the_reference_does(gpu_target):
 @pytest.mark.parametrize("index", [-4, 4, -5])
 @pytest.mark.parametrize("op", sorted(INDEXING))
 def test_indices_out_of_range_are_the_ops_execution_error(op, index, gpu_target):
-    # in eager runs and the first (uncaptured) run; a CUDA graph's replays do not read the flag back
+    # the first run after the compile's warm-up: on CUDA already a replay of the captured graph
     model, inputs = model_of(op, index)
     if index == -4:  # -n is the first position
         np.testing.assert_array_equal(run_gpu(model, inputs, gpu_target)[0], run_fusegraph(model, inputs, "ref")[0])
         return
     with pytest.raises(ExecutionError, match=ERROR.format(index)):
         run_gpu(model, inputs, gpu_target)
+
+
+MODES = {"static": "GpuExecutable", "dynamic": "DynamicExecutable", "segmented": "SegmentedExecutable"}
+
+
+def compile_in(mode: str, model, target, monkeypatch):
+    """`model` compiled for the gpu target in one of its three execution modes (this small program
+    fits the static one: the others are forced by refusing it, and the split too for dynamic)."""
+    import fusegraph.targets.gpu as gpu
+    from fusegraph.targets.gpu import segmented
+
+    if mode != "static":
+        monkeypatch.setattr(gpu, "_fits_static", lambda program: False)
+    if mode == "dynamic":
+        monkeypatch.setattr(segmented, "split_program", lambda main: None)
+    p = fusegraph.parse_onnx(model)
+    p.compile(target)
+    assert type(p.executable).__name__ == MODES[mode]
+    return p
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("op", sorted(INDEXING))
+def test_one_program_takes_bad_and_good_indices_in_turn(op, mode, gpu_target, monkeypatch):
+    # the flags are cleared every run (a stale one would fail the good runs), and the device outlives
+    # a bad run (a device-side assert kills the CUDA context: every later run would fail); host
+    # arrays and device tensors in (run_device reads the flags too)
+    import torch
+
+    model, good = model_of(op, -4)
+    want = run_fusegraph(model, good, "ref")[0]
+    p = compile_in(mode, model, gpu_target, monkeypatch)
+    device = p.executable.device
+    on_device = lambda feeds: {k: torch.from_numpy(v).to(device) for k, v in feeds.items()}  # noqa: E731
+    for bad_index in (4, -5, 4):
+        bad = model_of(op, bad_index)[1]
+        for feed in (lambda f: f, on_device):
+            with pytest.raises(ExecutionError, match=ERROR.format(bad_index)):
+                p.run(feed(bad))
+            got = p.run(feed(good))[0]
+            np.testing.assert_array_equal(got if isinstance(got, np.ndarray) else got.cpu().numpy(), want)
+
+
+class HostRead(AssertionError):
+    pass
+
+
+@pytest.mark.parametrize("op", sorted(INDEXING))
+def test_the_index_checks_read_nothing_back_while_the_steps_run(op, gpu_target, monkeypatch):
+    # what a CUDA graph's capture needs: a check reading a flag back cannot be captured (it was
+    # skipped there, so the graph's replays handed bad indices to torch's asserting kernels)
+    import torch
+
+    model, bad = model_of(op, 4)
+    exe = compile_in("static", model, gpu_target, monkeypatch).executable
+    for name, buf in exe.input_buffers().items():
+        buf.copy_(torch.from_numpy(bad[name]))
+
+    def host_read(*args, **kwargs):
+        raise HostRead("a step read a device value back to the host")
+
+    with monkeypatch.context() as m:
+        for method in ("__bool__", "item", "cpu", "numpy", "tolist"):
+            m.setattr(torch.Tensor, method, host_read)
+        exe._launch()
+    assert [o.name for o in exe.index_checks.flagged()] == [exe.plan.steps[-1].ins.op.name]

@@ -1,0 +1,103 @@
+"""Run-time index checks of the gpu target, without a host sync and inside CUDA graphs.
+
+An index outside [-n, n) must be the op's ExecutionError (ops/indexing.check_range), as on ref and
+cpu; handed to torch's kernels it is a device-side assert, which kills the process's CUDA context.
+So each indexing step, built through `IndexChecks.wrapper`, clamps its indices into range (the
+kernel then reads garbage, never out of bounds) and ORs "some index was clamped" into its own cell
+of a small device flag array. All of it is tensor ops, captured with the rest of the graph. The
+executable zeroes the cells at the start of every run (a captured step) and reads them back once
+at its end (`raise_if_flagged`: one tiny device-to-host copy, beside the outputs' own); a set cell
+makes it run the program once more uncaptured with host checks (`diagnosing`), which raises
+check_range's own error (the op, the input, the offending value) at the first bad step, so the
+message is ref's. Only the error path pays for the second run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...errors import ExecutionError
+from ...ir.op import Op
+from ...ops.indexing import check_range
+from .device import torch
+
+BLOCK = 64  # cells per flag tensor: cells are views, so blocks are added, never grown
+
+
+class IndexChecks:
+    """The device error flags of one executable's indexing steps (one bool cell per step)."""
+
+    def __init__(self, device: Any):
+        self.device = device
+        self.ops: list[Op] = []        # cell k -> the op whose indices it watches
+        self.blocks: list[Any] = []    # bool tensors of BLOCK cells
+        self.eager = False             # diagnosing: check on the host, raise at the first bad step
+
+    def _cell(self, op: Op) -> Any:
+        k = len(self.ops)
+        if k % BLOCK == 0:
+            self.blocks.append(torch().zeros(BLOCK, dtype=torch().bool, device=self.device))
+        self.ops.append(op)
+        return self.blocks[-1][k % BLOCK:k % BLOCK + 1]
+
+    def wrapper(self, op: Op, n: int | Sequence[int], what: str = "indices") -> Callable[[Any], Any]:
+        """A function of an index tensor giving int64 positions in [0, n) (negative ones count from
+        the end; `n` one extent, or one per position of the last axis as GatherND's tuples), that
+        flags `op` when any index was outside [-n, n). Call it at build time (before any capture)."""
+        t = torch()
+        cell = self._cell(op)
+        per_axis = np.ndim(n) > 0
+        extents = [int(e) for e in np.reshape(n, -1)]
+        ext: Any = max(extents[0], 1)
+        if per_axis:  # device constants made now: a capture may not copy from the host
+            ext = t.tensor([max(e, 1) for e in extents], dtype=t.int64, device=self.device)
+        low, high = -ext, ext - 1
+        empty = 0 in extents  # no index is in range: the op fails whenever it has one (its shape says)
+
+        def wrap(idx: Any) -> Any:
+            idx = idx.to(t.int64)
+            if empty and idx.numel():
+                raise ExecutionError(f"{op}: input {what!r} indexes an axis of length 0")
+            if self.eager:
+                check_range(op, idx.cpu().numpy(), n, what)
+            inside = t.clamp(idx, low, high)
+            cell.logical_or_((inside != idx).any())
+            return t.remainder(inside, ext)  # [-n, n) -> [0, n)
+        return wrap
+
+    def reset(self) -> None:
+        """Clear every cell (a step of the run, so a CUDA graph's replays clear them too)."""
+        for block in self.blocks:
+            block.zero_()
+
+    def flagged(self) -> list[Op]:
+        """The ops whose cells are set, in build order (reads the cells back: a sync)."""
+        if not self.blocks:
+            return []
+        t = torch()
+        cells = (self.blocks[0] if len(self.blocks) == 1 else t.cat(self.blocks)).cpu().numpy()
+        return [op for op, bad in zip(self.ops, cells) if bad]
+
+    @contextlib.contextmanager
+    def diagnosing(self):
+        """Checks on the host while in it (uncaptured runs only: they sync)."""
+        self.eager = True
+        try:
+            yield
+        finally:
+            self.eager = False
+
+    def raise_if_flagged(self, rerun: Callable[[], None]) -> None:
+        """ExecutionError when a cell is set: `rerun()` (the same run, uncaptured) under host checks
+        raises check_range's error; should it pass, the first flagged op is named without its value."""
+        bad = self.flagged()
+        if not bad:
+            return
+        with self.diagnosing():
+            rerun()
+        raise ExecutionError(f"{bad[0]}: an input index was outside its axis (the second run, checked on "
+                             "the host, did not meet it again)")
