@@ -5,18 +5,57 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from onnx import AttributeProto, NodeProto, numpy_helper
+from onnx import AttributeProto, NodeProto, SparseTensorProto, TensorProto, numpy_helper
 
 from ..errors import ParseError
 
 _REQUIRED = object()
 
 
-def tensor_to_array(t) -> np.ndarray:
-    arr = numpy_helper.to_array(t)
+_ELEM_TYPES = frozenset(TensorProto.DataType.values()) - {TensorProto.UNDEFINED}
+
+
+def tensor_to_array(t: TensorProto) -> np.ndarray:
+    """A tensor's value; a ParseError naming it when its type, dims or data are not a tensor."""
+    what = f"tensor {t.name!r}" if t.name else "a tensor"
+    if t.data_type not in _ELEM_TYPES:
+        raise ParseError(f"{what} has data type {t.data_type}, which ONNX does not define")
+    if any(d < 0 for d in t.dims):
+        raise ParseError(f"{what} has dims {list(t.dims)}: a stored tensor's dims are >= 0")
+    try:
+        arr = numpy_helper.to_array(t)
+    except (ValueError, TypeError, KeyError) as e:  # data length disagreeing with dims, odd encodings
+        raise ParseError(f"{what} (dims {list(t.dims)}, {TensorProto.DataType.Name(t.data_type)}) cannot be "
+                         f"read: {e}") from None
     if arr.dtype.kind in "SU":
         arr = arr.astype(object)
     return arr
+
+
+def sparse_to_dense(sparse: SparseTensorProto) -> np.ndarray:
+    """A sparse tensor (COO indices, flat or per dimension) as a dense array; bad indices are a
+    ParseError naming it."""
+    vals, idx = tensor_to_array(sparse.values), tensor_to_array(sparse.indices)
+    dims = tuple(sparse.dims)
+    what = f"sparse tensor {sparse.values.name!r}"
+    if any(d < 0 for d in dims):
+        raise ParseError(f"{what} has dims {list(dims)}: dims are >= 0")
+    if idx.dtype.kind not in "iu":
+        raise ParseError(f"{what}: its indices are {idx.dtype}, not integers")
+    n = vals.reshape(-1).size
+    flat = idx.ndim == 1
+    if vals.ndim != 1 or (idx.shape != (n,) if flat else idx.shape != (n, len(dims))):
+        raise ParseError(f"{what}: {n} values, indices of shape {list(idx.shape)}, dims {list(dims)}: they "
+                         "do not match (indices are [NNZ] flat or [NNZ, rank])")
+    bound = np.asarray([int(np.prod(dims))]) if flat else np.asarray(dims)
+    if idx.size and (idx.min() < 0 or (idx.reshape(n, -1) >= bound).any()):
+        raise ParseError(f"{what}: an index is outside its dims {list(dims)}")
+    dense = np.zeros(dims, dtype=vals.dtype)
+    if flat:
+        dense.reshape(-1)[idx] = vals
+    else:
+        dense[tuple(idx.T)] = vals
+    return dense
 
 
 def decode_attribute(a: AttributeProto) -> Any:
@@ -42,16 +81,7 @@ def decode_attribute(a: AttributeProto) -> Any:
     if a.type == T.GRAPHS:
         return list(a.graphs)
     if a.type == T.SPARSE_TENSOR:
-        from onnx.numpy_helper import to_array
-
-        dense = np.zeros(tuple(a.sparse_tensor.dims), dtype=to_array(a.sparse_tensor.values).dtype)
-        idx = to_array(a.sparse_tensor.indices)
-        vals = to_array(a.sparse_tensor.values)
-        if idx.ndim == 1:
-            dense.reshape(-1)[idx] = vals
-        else:
-            dense[tuple(idx.T)] = vals
-        return dense
+        return sparse_to_dense(a.sparse_tensor)
     if a.type == T.TYPE_PROTO:
         return a.tp
     if a.type == T.TYPE_PROTOS:
@@ -64,7 +94,7 @@ class Node:
         self.proto = proto
         self.op_type = proto.op_type
         self.domain = proto.domain if proto.domain != "ai.onnx" else ""
-        self.name = proto.name or (proto.output[0] if proto.output else proto.op_type)
+        self.name = proto.name or next((o for o in proto.output if o), proto.op_type)
         self.inputs = list(proto.input)
         self.outputs = list(proto.output)
         self.opset = opset

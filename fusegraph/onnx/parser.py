@@ -10,15 +10,16 @@ from typing import Any
 import onnx
 from google.protobuf.message import DecodeError
 
-from ..errors import FusegraphError, ModelLoadError, ParseError, UnsupportedOpError
+from ..errors import FusegraphError, ModelLoadError, ParseError, UnsupportedOpError, api_boundary
 from ..ir.dtypes import DType
 from ..ir.module import Instruction, Module
 from ..ir.program import Program
 from ..ir.shape import Dim, Shape
 from . import converters  # noqa: F401  (registers every converter)
 from .context import Context
-from .node import Node, tensor_to_array
+from .node import Node, sparse_to_dense, tensor_to_array
 from .registry import lookup
+from .schema import check_node, check_opsets
 
 DimSpec = Any  # int | Dim | (min, max) | (min, max, optimals)
 
@@ -62,7 +63,7 @@ class OnnxParser:
     # -- model ------------------------------------------------------------------------------------
     def parse(self, model: onnx.ModelProto) -> Program:
         self.opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
-        self.opsets.setdefault("", 1 if model.ir_version < 3 else 1)
+        check_opsets(self.opsets)
         self.functions = {(f.domain, f.name): f for f in model.functions}
         graph = model.graph
         main = self.program.main
@@ -71,7 +72,7 @@ class OnnxParser:
         for init in graph.initializer:
             scope[init.name] = ctx.literal(self._initializer(init))
         for sparse in graph.sparse_initializer:
-            scope[sparse.values.name] = ctx.literal(_sparse_to_dense(sparse))
+            scope[sparse.values.name] = ctx.literal(sparse_to_dense(sparse))
         for vi in graph.input:
             if vi.name in scope:
                 continue  # an initializer listed as an input (opset < 9 style): a constant
@@ -89,7 +90,9 @@ class OnnxParser:
     def _initializer(self, t: onnx.TensorProto):
         try:
             return tensor_to_array(t)
-        except (ValueError, TypeError, OSError) as e:
+        except ParseError as e:
+            raise ModelLoadError(f"initializer {t.name!r}: {e}") from None
+        except OSError as e:  # external data
             raise ModelLoadError(f"initializer {t.name!r} cannot be read: {e}") from None
 
     def _input_shape(self, vi: onnx.ValueInfoProto) -> Shape:
@@ -126,6 +129,11 @@ class OnnxParser:
         for proto in graph.node:
             node = Node(proto, self.opsets.get(proto.domain if proto.domain != "ai.onnx" else "", 1))
             args = [resolve(n, node) for n in node.inputs]
+            check_node(node, args)
+            for out_name in node.outputs:
+                if out_name in scope:  # SSA: a second writer would silently replace the first
+                    raise ParseError(f"node {node.name!r} ({node.op_type}): output {out_name!r} is already "
+                                     f"{_origin(graph, out_name)}: a tensor has one producer")
             ctx.node = node
             ctx.scopes = scopes  # type: ignore[attr-defined]
             results = self._convert(ctx, node, args)
@@ -226,6 +234,16 @@ class OnnxParser:
         return shape_from_type(vi.type, vi.name)
 
 
+def _origin(graph: onnx.GraphProto, name: str) -> str:
+    """What defines `name` in `graph` first, for a duplicate-producer error."""
+    for n in graph.node:
+        if name in n.output:
+            return f"the output of node {n.name or n.output[0]!r} ({n.op_type})"
+    if any(i.name == name for i in graph.initializer):
+        return "an initializer"
+    return "a graph input"
+
+
 def _dim(d: DimSpec) -> Dim:
     if isinstance(d, Dim):
         return d
@@ -235,19 +253,7 @@ def _dim(d: DimSpec) -> Dim:
     return Dim(int(d[0]), None if d[1] is None else int(d[1]), tuple(d[2]) if len(d) > 2 else ())
 
 
-def _sparse_to_dense(sparse: onnx.SparseTensorProto):
-    import numpy as np
-
-    vals = tensor_to_array(sparse.values)
-    idx = tensor_to_array(sparse.indices)
-    dense = np.zeros(tuple(sparse.dims), dtype=vals.dtype)
-    if idx.ndim == 1:
-        dense.reshape(-1)[idx] = vals
-    else:
-        dense[tuple(idx.T)] = vals
-    return dense
-
-
+@api_boundary
 def parse_onnx(model: str | os.PathLike | bytes | onnx.ModelProto, *,
                map_input_dims: Mapping[str, Sequence[int]] | None = None,
                map_dyn_input_dims: Mapping[str, Sequence[DimSpec]] | None = None,

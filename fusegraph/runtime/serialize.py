@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ..errors import CompiledFileError, CompileError, FusegraphError, TargetError
+from ..errors import ArgumentError, CompiledFileError, CompileError, FusegraphError, TargetError
 from ..ir.dtypes import DType
 from ..ir.program import Program
 from ..ir.shape import AnyShape, Shape
@@ -143,7 +143,7 @@ def _load(c: Container, verify_key: signing.Key | None, integrity: str) -> Progr
     from .. import __version__
 
     if integrity not in INTEGRITY_MODES:
-        raise ValueError(f"integrity must be one of {INTEGRITY_MODES}, not {integrity!r}")
+        raise ArgumentError(f"integrity must be one of {INTEGRITY_MODES}, not {integrity!r}")
     key = signing.resolve_key(verify_key)
     if key is not None:
         c.check_signature(key)

@@ -102,9 +102,12 @@ def trilu(ctx, node, args):
     diagonal = np.arange(cols)[None, :] - np.arange(rows)[:, None]  # which diagonal each element is on
     upper = bool(node.attr("upper", 1))
     k_in = arg(args, 1)
+    if k_in is not None and (k_in.shape.is_dynamic or k_in.shape.elements != 1):
+        raise ctx.error(f"k must hold one value (a scalar, or [1] as ONNX Runtime accepts), it is {k_in.shape}")
     k = ctx.const(k_in) if k_in is not None else np.int64(0)
     if k is not None:
-        keep = ctx.literal(diagonal >= int(k) if upper else diagonal <= int(k))
+        k = int(np.asarray(k).reshape(-1)[0])
+        keep = ctx.literal(diagonal >= k if upper else diagonal <= k)
     else:  # k known at run time: compare against it in the graph
         k_in = ctx.convert(k_in, DType.int64)
         keep = ctx.pointwise("greater_equal" if upper else "less_equal", ctx.literal(diagonal), k_in)
