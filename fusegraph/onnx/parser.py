@@ -19,7 +19,7 @@ from . import converters  # noqa: F401  (registers every converter)
 from .context import Context
 from .node import Node, sparse_to_dense, tensor_to_array
 from .registry import lookup
-from .schema import check_node, check_opsets
+from .schema import check_model, check_node
 
 DimSpec = Any  # int | Dim | (min, max) | (min, max, optimals)
 
@@ -63,7 +63,7 @@ class OnnxParser:
     # -- model ------------------------------------------------------------------------------------
     def parse(self, model: onnx.ModelProto) -> Program:
         self.opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
-        check_opsets(self.opsets)
+        check_model(model, self.opsets)
         self.functions = {(f.domain, f.name): f for f in model.functions}
         graph = model.graph
         main = self.program.main
@@ -73,6 +73,9 @@ class OnnxParser:
             scope[init.name] = ctx.literal(self._initializer(init))
         for sparse in graph.sparse_initializer:
             scope[sparse.values.name] = ctx.literal(sparse_to_dense(sparse))
+        names = [vi.name for vi in graph.input]
+        if len(set(names)) != len(names):
+            raise ParseError(f"graph inputs {sorted({n for n in names if names.count(n) > 1})} are declared twice")
         for vi in graph.input:
             if vi.name in scope:
                 continue  # an initializer listed as an input (opset < 9 style): a constant

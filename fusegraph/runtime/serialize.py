@@ -185,7 +185,11 @@ def _read_manifest(c: Container) -> tuple[str, Any, dict[str, str]]:
         raise c.error(f"it was compiled with options {unknown}, which this fusegraph does not know "
                       f"(written by fusegraph {c.writer})")
     values = {name: _option(c, name, value, fields[name].default) for name, value in opts.items()}
-    return target, CompileOptions(**values), dict(meta)
+    try:
+        options = CompileOptions(**values)
+    except ArgumentError as e:
+        raise c.error(f"its manifest's {e}") from None
+    return target, options, dict(meta)
 
 
 def _option(c: Container, name: str, value: Any, default: Any) -> Any:

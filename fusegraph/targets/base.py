@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CompileError
+from ..errors import ArgumentError, CompileError
 from ..ir.program import Program
 from ..ir.shape import AnyShape
 from ..runtime.validate import check_inputs
@@ -26,6 +26,24 @@ class CompileOptions:
     exhaustive_tune: bool = False
     device_resident: bool = False  # gpu: keep inputs/outputs on the device
     disabled_passes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # a value of the wrong type would surface deep in a target (a ctypes call, a pass lookup) as a bug
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(f.default, tuple) and isinstance(value, list):
+                object.__setattr__(self, f.name, value := tuple(value))
+            if not _OPTION_CHECKS[type(f.default)](value):
+                raise ArgumentError(f"compile option {f.name}={value!r}: expected {_OPTION_KINDS[type(f.default)]}")
+
+
+# per type of a field's default: what its values may be
+_OPTION_CHECKS: dict[type, Callable[[Any], bool]] = {
+    bool: lambda v: isinstance(v, bool),
+    tuple: lambda v: isinstance(v, tuple) and all(isinstance(x, str) for x in v),
+    type(None): lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+}
+_OPTION_KINDS = {bool: "True or False", tuple: "a tuple of names", type(None): "None or a positive int"}
 
 
 class Executable:
