@@ -239,12 +239,12 @@ class OnnxParser:
 
 def _origin(graph: onnx.GraphProto, name: str) -> str:
     """What defines `name` in `graph` first, for a duplicate-producer error."""
-    for n in graph.node:
-        if name in n.output:
-            return f"the output of node {n.name or n.output[0]!r} ({n.op_type})"
     if any(i.name == name for i in graph.initializer):
         return "an initializer"
-    return "a graph input"
+    if any(i.name == name for i in graph.input):
+        return "a graph input"
+    n = next(n for n in graph.node if name in n.output)
+    return f"the output of node {n.name or n.output[0]!r} ({n.op_type})"
 
 
 def _dim(d: DimSpec) -> Dim:

@@ -39,7 +39,7 @@ def run_case(name: str, seed: int) -> Outcome:
     try:
         return FAMILIES[name](random.Random(f"{name}/{seed}"))
     except Skip as e:
-        return "ok-correct", f"skipped: {e}"
+        return "skipped", str(e)
 
 
 class Skip(Exception):
