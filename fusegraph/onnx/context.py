@@ -99,10 +99,17 @@ class Context:
         return cache.get(ins.uid)
 
     def const_ints(self, ins: Instruction | None, what: str) -> list[int] | None:
+        """The values of a constant list input (shape, axes, pads, repeats, ...): 1-D in ONNX, or a
+        scalar where ORT allows one; a tensor of more dims is refused, not flattened."""
         v = self.const(ins)
         if v is None:
             return None
-        return [int(x) for x in np.asarray(v).reshape(-1)]
+        v = np.asarray(v)
+        if v.ndim > 1:
+            raise self.error(f"{what} must be a 1-D list of integers, it is {ins.shape}")
+        if v.dtype.kind not in "iub":
+            raise self.error(f"{what} must hold integers, it is {ins.shape}")
+        return [int(x) for x in v.reshape(-1)]
 
     def require_const(self, ins: Instruction | None, what: str) -> np.ndarray:
         v = self.const(ins)

@@ -89,8 +89,20 @@ def decode_attribute(a: AttributeProto) -> Any:
     raise ParseError(f"attribute {a.name!r}: unsupported attribute type {a.type}")
 
 
+def check_text(proto, fields: tuple[str, ...], what: str) -> None:
+    """ONNX's strings are proto2 `string`s, which protobuf does not validate: one that is not UTF-8
+    comes back as bytes. Refuse it here, by name, rather than where it is first used as text."""
+    for f in fields:
+        values = getattr(proto, f)
+        for v in (values,) if isinstance(values, (str, bytes)) else values:
+            if not isinstance(v, str):
+                raise ParseError(f"{what}: its {f} {v!r} is not valid UTF-8 text")
+
+
 class Node:
     def __init__(self, proto: NodeProto, opset: int):
+        check_text(proto, ("op_type", "domain", "name", "input", "output"), f"node {proto.name!r}"
+                   if isinstance(proto.name, str) else "a node")
         self.proto = proto
         self.op_type = proto.op_type
         self.domain = proto.domain if proto.domain != "ai.onnx" else ""

@@ -17,7 +17,7 @@ from ..ir.program import Program
 from ..ir.shape import Dim, Shape
 from . import converters  # noqa: F401  (registers every converter)
 from .context import Context
-from .node import Node, sparse_to_dense, tensor_to_array
+from .node import Node, check_text, sparse_to_dense, tensor_to_array
 from .registry import lookup
 from .schema import check_model, check_node
 
@@ -73,6 +73,10 @@ class OnnxParser:
             scope[init.name] = ctx.literal(self._initializer(init))
         for sparse in graph.sparse_initializer:
             scope[sparse.values.name] = ctx.literal(sparse_to_dense(sparse))
+        for kind, protos in (("graph input", graph.input), ("graph output", graph.output),
+                             ("initializer", graph.initializer)):
+            for vi in protos:
+                check_text(vi, ("name",), f"a {kind}")
         names = [vi.name for vi in graph.input]
         if len(set(names)) != len(names):
             raise ParseError(f"graph inputs {sorted({n for n in names if names.count(n) > 1})} are declared twice")

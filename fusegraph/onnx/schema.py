@@ -25,7 +25,8 @@ MIN_OPSET = 6
 # The newest opset of each domain onnx.defs defines (the domain names as in an opset import).
 _MAX_OPSETS = {"": onnx.defs.onnx_opset_version(), "ai.onnx.ml": onnx.helper.VERSION_TABLE[-1][3],
                "ai.onnx.training": onnx.helper.VERSION_TABLE[-1][4],
-               "ai.onnx.preview.training": onnx.helper.VERSION_TABLE[-1][4]}
+               "ai.onnx.preview.training": onnx.helper.VERSION_TABLE[-1][4],
+               "com.microsoft": 1}  # ONNX Runtime's contrib ops: the one version its converters implement
 _SINGLE, _OPTIONAL = OpSchema.FormalParameterOption.Single, OpSchema.FormalParameterOption.Optional
 _VARIADIC = OpSchema.FormalParameterOption.Variadic
 
@@ -42,8 +43,8 @@ def check_model(model: onnx.ModelProto, opsets: dict[str, int]) -> None:
     for domain, version in opsets.items():
         newest = _MAX_OPSETS.get(domain)
         if newest is not None and not 1 <= version <= newest:
-            raise ParseError(f"opset {version} of domain {domain or 'ai.onnx'!r} does not exist: onnx "
-                             f"{onnx.__version__} defines versions 1 to {newest}")
+            raise ParseError(f"opset {version} of domain {domain or 'ai.onnx'!r} is not one fusegraph knows "
+                             f"(versions 1 to {newest})")
     if opsets[""] < MIN_OPSET:
         raise ParseError(f"default-domain opset {opsets['']} is older than fusegraph supports "
                          f"(opset {MIN_OPSET} or later; onnx.version_converter can upgrade the model)")

@@ -15,7 +15,7 @@ import fusegraph
 from fusegraph.errors import CompiledFileError
 from fusegraph.ir import Dim
 from tests.fuzz.families import (Outcome, Skip, _ort_refuses, _ort_session, _typed, compare, family, judge_model,
-                                 run_case)
+                                 ort_message, run_case)
 
 HIDDEN = 6
 
@@ -169,7 +169,7 @@ def run_inputs(rng: random.Random) -> Outcome:
         want = _ort_session(_dynamic_model().SerializeToString()).run(None, feeds)
     except Exception as e:  # noqa: BLE001
         if _ort_refuses(e):
-            return "accepted-invalid", f"{target} {how}: ONNX Runtime: {' '.join(str(e).split())[:200]}"
+            return "accepted-invalid", f"{target} {how}: {ort_message(e)}"
         raise Skip("no ORT kernel") from None
     outcome, detail = compare(got, want, 1e-3, 1e-4)
     return outcome, f"{target} {how}: {detail}"

@@ -24,9 +24,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORY_LIMIT = 6 << 30  # address space per worker: ORT, numpy and a C compiler's children fit well under it
-# Outcomes a case may end with. The first three are fine (skipped: the seed made no case, e.g. a node
-# without attributes to mutate); every other one fails the suite.
-GOOD = ("ok-correct", "typed-error", "skipped")
+# Outcomes a case may end with. GOOD ones are fine (skipped: the seed made no case, e.g. a node without
+# attributes to mutate; oracle-failed: ONNX Runtime crashed or hung on what fusegraph had run, so it
+# is unjudged); every other one fails the suite.
+GOOD = ("ok-correct", "typed-error", "skipped", "oracle-failed")
 BAD = ("crash", "hang", "untyped-error", "accepted-invalid", "wrong-result")
 
 
@@ -63,15 +64,22 @@ class Worker:
             return None
         return self.proc.stdout.readline().strip()
 
-    def run(self, family: str, seed: int, timeout: float) -> tuple[str, str] | None:
-        """The case's (outcome, detail); None when the worker died or hung (then it is stopped)."""
+    def run(self, family: str, seed: int, timeout: float) -> tuple[str, str, str]:
+        """The case's (outcome, detail, phase). Outcome "" when the worker died or hung: phase then
+        says whether fusegraph or the oracle (ONNX Runtime) was running."""
         self.proc.stdin.write(f"{family} {seed}\n")
         self.proc.stdin.flush()
-        line = self._read(timeout)
-        if line:
+        deadline = time.monotonic() + timeout
+        phase = "fusegraph"
+        while (line := self._read(max(0.0, deadline - time.monotonic()))) is not None:
+            if not line:  # end of output: the worker died
+                return "", "", phase
+            if line.startswith("phase "):
+                phase = line[6:]
+                continue
             out = json.loads(line)
-            return out["outcome"], out["detail"]
-        return None
+            return out["outcome"], out["detail"], phase
+        return "", "timeout", phase
 
     def stop(self) -> int | None:
         if self.proc.poll() is None:
@@ -98,15 +106,16 @@ def run_cases(cases: Iterable[tuple[str, int]], *, workers: int = 2, timeout: fl
                 pool[slot] = Worker(env)
             w = pool[slot]
             start = time.monotonic()
-            got = w.run(family, seed, timeout)
-            if got is None:
-                hung = w.proc.poll() is None
+            outcome, detail, phase = w.run(family, seed, timeout)
+            if not outcome:
+                hung = detail == "timeout"
                 code = w.stop()
                 pool[slot] = None
                 detail = f"after {time.monotonic() - start:.1f} s" if hung else f"exit status {code}"
-                out.append(Result(family, seed, "hang" if hung else "crash", detail))
-            else:
-                out.append(Result(family, seed, *got))
+                # the oracle failing says nothing about fusegraph, which had already run the case
+                outcome = "oracle-failed" if phase == "oracle" else "hang" if hung else "crash"
+                detail = f"{phase}: {detail}"
+            out.append(Result(family, seed, outcome, detail))
         if pool[slot] is not None:
             pool[slot].proc.stdin.close()
             pool[slot].stop()

@@ -138,6 +138,8 @@ def batch_norm(ctx, node, args):
                                                ctx.scalar_like(1 - momentum, old)))
                    for old, new in ((mean, bmean), (var, bvar))]
         return [ctx.convert(y, dtype)] + [ctx.convert(v, a.shape.dtype) for v, a in zip(running, args[3:5], strict=True)]
+    if node.opset >= 14 and len([o for o in node.outputs if o]) > 1:
+        raise ctx.error("running mean and variance are outputs only with training_mode=1")
     # inference (and every opset before 14: running statistics): y = x * a + (bias - mean * a)
     a = ctx.pointwise("mul", scale, ctx.add("rsqrt", ctx.pointwise("add", var, ctx.scalar_like(eps, var))))
     b = ctx.pointwise("sub", bias, ctx.pointwise("mul", mean, a))
