@@ -11,8 +11,15 @@ from onnx import helper
 
 import fusegraph
 from fusegraph.driver import cli
-from fusegraph.errors import (ArgumentError, CompiledFileError, FileAccessError, FusegraphError, InternalError,
-                              ParseError, api_boundary)
+from fusegraph.errors import (
+    ArgumentError,
+    CompiledFileError,
+    FileAccessError,
+    FusegraphError,
+    InternalError,
+    ParseError,
+    api_boundary,
+)
 from fusegraph.runtime.fgx_format import Container
 from fusegraph.targets import CompileOptions
 from tests.helpers.fgx import onnx_program, reseal

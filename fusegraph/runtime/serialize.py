@@ -140,8 +140,6 @@ def load_buffer(data: bytes | bytearray | memoryview, *, verify_key: signing.Key
 
 
 def _load(c: Container, verify_key: signing.Key | None, integrity: str) -> Program:
-    from .. import __version__
-
     if integrity not in INTEGRITY_MODES:
         raise ArgumentError(f"integrity must be one of {INTEGRITY_MODES}, not {integrity!r}")
     key = signing.resolve_key(verify_key)
@@ -157,9 +155,10 @@ def _load(c: Container, verify_key: signing.Key | None, integrity: str) -> Progr
     eager = key is not None or integrity == "eager"
     bulk = kinds["weights"] + [n for n in kinds["artifact"] if n.startswith(_BULK_ARTIFACT)]
     c.verify(kinds["ir"] + [n for n in kinds["artifact"] if n not in bulk] + (bulk if eager else []))
-    # The IR's shapes were derived and verified when it was compiled, and its checksum holds: re-derive
-    # them only when asked to check everything, or when another fusegraph (other shape rules) wrote it.
-    program = _parse_ir(c, check_shapes=eager or c.manifest.get("fusegraph_version") != __version__)
+    # Re-derive every shape from the ops' rules, whatever the integrity mode: a checksum only proves the
+    # IR undamaged, not untampered (anyone can reseal a file), and the executable's buffers are planned
+    # from these shapes, so a shape that disagrees with its kernel's result must stop the load.
+    program = _parse_ir(c, check_shapes=True)
     program.metadata = metadata
     _check_specs(c, program)
     artifacts = {n[len(_ARTIFACT):]: c.part(n) for n in kinds["artifact"]}

@@ -19,7 +19,7 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper
 
 import fusegraph
-from fusegraph.errors import CompiledFileError, FusegraphError, InternalError
+from fusegraph.errors import FusegraphError, InternalError
 
 Outcome = tuple[str, str]
 FAMILIES: dict[str, Callable[[random.Random], Outcome]] = {}

@@ -14,8 +14,18 @@ from onnx import helper
 import fusegraph
 from fusegraph.errors import CompiledFileError
 from fusegraph.ir import Dim
-from tests.fuzz.families import (Outcome, Skip, _ort_refuses, _ort_session, _typed, compare, family, judge_model,
-                                 ort_message, run_case)
+from tests.fuzz.families import (
+    Outcome,
+    Skip,
+    _ort_refuses,
+    _ort_session,
+    _typed,
+    compare,
+    family,
+    judge_model,
+    ort_message,
+    run_case,
+)
 
 HIDDEN = 6
 

@@ -12,8 +12,6 @@ import collections
 import os
 import re
 
-import pytest
-
 from tests.fuzz.harness import BAD, GOOD, run_cases
 
 # cases per family (seeds 0..n-1), chosen so the whole suite takes about two minutes on two cores
