@@ -35,6 +35,8 @@ def family(name: str):
 def run_case(name: str, seed: int) -> Outcome:
     import warnings
 
+    from tests.fuzz import families_hostile, families_io  # noqa: F401  (register their families)
+
     warnings.simplefilter("ignore")
     try:
         return FAMILIES[name](random.Random(f"{name}/{seed}"))
@@ -62,6 +64,11 @@ def _ort_session(model_bytes: bytes):
     so.intra_op_num_threads = 1
     so.log_severity_level = 4
     return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+
+
+def note(text: str) -> None:
+    """Tell the harness what the case is, for its report should the worker crash or hang."""
+    print(f"note {' '.join(text.split())}", flush=True)
 
 
 def oracle_phase() -> None:

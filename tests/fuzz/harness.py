@@ -19,7 +19,7 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,8 @@ class Result:
 
 def _worker_main() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
-    from tests.fuzz.families_io import run_case  # imports fusegraph, onnx, ORT: after the limit is set
+    # imports fusegraph, onnx, ORT: after the limit is set
+    from tests.fuzz.families import run_case
 
     print("ready", flush=True)
     for line in sys.stdin:
@@ -70,16 +71,17 @@ class Worker:
         self.proc.stdin.write(f"{family} {seed}\n")
         self.proc.stdin.flush()
         deadline = time.monotonic() + timeout
-        phase = "fusegraph"
+        phase, note = "fusegraph", ""
         while (line := self._read(max(0.0, deadline - time.monotonic()))) is not None:
             if not line:  # end of output: the worker died
-                return "", "", phase
-            if line.startswith("phase "):
-                phase = line[6:]
+                return "", note, phase
+            if line.startswith(("phase ", "note ")):
+                kind, _, text = line.partition(" ")
+                phase, note = (text, note) if kind == "phase" else (phase, text)
                 continue
             out = json.loads(line)
             return out["outcome"], out["detail"], phase
-        return "", "timeout", phase
+        return "", f"timeout {note}", phase
 
     def stop(self) -> int | None:
         if self.proc.poll() is None:
@@ -88,8 +90,10 @@ class Worker:
         return self.proc.returncode
 
 
-def run_cases(cases: Iterable[tuple[str, int]], *, workers: int = 2, timeout: float = 20.0) -> list[Result]:
-    """Run (family, seed) cases on `workers` worker processes; each case may take `timeout` seconds."""
+def run_cases(cases: Iterable[tuple[str, int]], *, workers: int = 2, timeout: float = 30.0,
+              timeouts: Mapping[str, float] | None = None) -> list[Result]:
+    """Run (family, seed) cases on `workers` worker processes; each case may take `timeout` seconds
+    (`timeouts[family]` where given)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "ORT_LOGGING_LEVEL": "3"}
     queue = collections.deque(cases)
     pool: list[Worker | None] = [None] * workers
@@ -106,15 +110,16 @@ def run_cases(cases: Iterable[tuple[str, int]], *, workers: int = 2, timeout: fl
                 pool[slot] = Worker(env)
             w = pool[slot]
             start = time.monotonic()
-            outcome, detail, phase = w.run(family, seed, timeout)
+            outcome, detail, phase = w.run(family, seed, (timeouts or {}).get(family, timeout))
             if not outcome:
-                hung = detail == "timeout"
+                hung = detail.startswith("timeout")
+                note = detail.removeprefix("timeout").strip()
                 code = w.stop()
                 pool[slot] = None
                 detail = f"after {time.monotonic() - start:.1f} s" if hung else f"exit status {code}"
                 # the oracle failing says nothing about fusegraph, which had already run the case
                 outcome = "oracle-failed" if phase == "oracle" else "hang" if hung else "crash"
-                detail = f"{phase}: {detail}"
+                detail = f"{note}: {phase}: {detail}" if note else f"{phase}: {detail}"
             out.append(Result(family, seed, outcome, detail))
         if pool[slot] is not None:
             pool[slot].proc.stdin.close()
@@ -131,7 +136,7 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--worker"]:
         _worker_main()
     elif sys.argv[1:2] == ["--one"]:
-        from tests.fuzz.families_io import run_case
+        from tests.fuzz.families import run_case
 
         print(run_case(sys.argv[2], int(sys.argv[3])))
     else:
