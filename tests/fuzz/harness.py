@@ -54,21 +54,31 @@ def _worker_main() -> None:
 class Worker:
     def __init__(self, env: dict[str, str]):
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.fuzz.harness", "--worker"], cwd=ROOT, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, bufsize=1)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.pending = b""
         if self._read(120) != "ready":
             raise RuntimeError("a fuzz worker did not start")
 
     def _read(self, timeout: float) -> str | None:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            return None
-        return self.proc.stdout.readline().strip()
+        """The next line from the worker; "" at its end (it died); None if none came within `timeout`.
+        Reads the pipe's bytes itself: a buffered reader could hold a second line that select() then
+        never reports."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+            if not chunk:
+                return ""
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return line.decode("utf-8", errors="replace").strip() or " "
 
     def run(self, family: str, seed: int, timeout: float) -> tuple[str, str, str]:
         """The case's (outcome, detail, phase). Outcome "" when the worker died or hung: phase then
         says whether fusegraph or the oracle (ONNX Runtime) was running."""
-        self.proc.stdin.write(f"{family} {seed}\n")
+        self.proc.stdin.write(f"{family} {seed}\n".encode())
         self.proc.stdin.flush()
         deadline = time.monotonic() + timeout
         phase, note = "fusegraph", ""
@@ -78,6 +88,8 @@ class Worker:
             if line.startswith(("phase ", "note ")):
                 kind, _, text = line.partition(" ")
                 phase, note = (text, note) if kind == "phase" else (phase, text)
+                continue
+            if not line.startswith("{"):  # something a library printed: not the outcome
                 continue
             out = json.loads(line)
             return out["outcome"], out["detail"], phase
