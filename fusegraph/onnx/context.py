@@ -111,6 +111,13 @@ class Context:
             raise self.error(f"{what} must hold integers, it is {ins.shape}")
         return [int(x) for x in v.reshape(-1)]
 
+    def require_scalar(self, ins: Instruction, what: str) -> None:
+        """A ParseError unless `ins` is scalar-like: a scalar, or a 1-element 1-D tensor (which ORT
+        accepts for ONNX's scalar inputs). A larger rank would broadcast, or be read as its first value."""
+        s = ins.shape
+        if s.is_dynamic or s.ndim > 1 or s.elements != 1:
+            raise self.error(f"{what} must be a scalar (or of shape [1]), it is {s}")
+
     def require_const(self, ins: Instruction | None, what: str) -> np.ndarray:
         v = self.const(ins)
         if v is None:

@@ -119,3 +119,32 @@ def test_bias_and_clip_bounds_of_the_wrong_rank():
 @pytest.mark.parametrize("k", [np.array([1], np.int64), np.array(-1, np.int64)])
 def test_trilu_k_of_shape_one_as_onnx_runtime_accepts(k):
     check_vs_ort(one("Trilu", ["x", "k"], inits={"k": k}), X)
+
+
+def test_scalar_inputs_of_more_dims_are_refused():
+    # ORT: "delta in Range operator should be scalar like tensor"
+    inits = {"s": np.array(0, np.int64), "l": np.array(5, np.int64), "d": np.ones((1, 1), np.int64)}
+    node = helper.make_node("Range", ["s", "l", "d"], ["y"])
+    with pytest.raises(ParseError, match=r"delta must be a scalar \(or of shape \[1\]\), it is int64\[1,1\]"):
+        fusegraph.parse_onnx(make_model([node], X, ["y"], inits))
+    inits["d"] = np.array(2, np.int64)
+    check_vs_ort(make_model([node], X, ["y"], inits), X)
+
+
+def _bn(outputs, param_shape=(2,), opset=15, **attrs):
+    x = {"x": np.random.default_rng(0).standard_normal((1, 2, 3, 3)).astype(np.float32)}
+    inits = {n: np.ones(param_shape, np.float32) for n in ("s", "b", "m", "v")}
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], list(outputs), **attrs)
+    return make_model([node], x, [o for o in outputs if o], inits, opset=opset), x
+
+
+@pytest.mark.parametrize("outputs, opset", [(["y", "mean"], 15), (["y", "mean"], 11)])
+def test_batch_norm_output_counts(outputs, opset):
+    with pytest.raises(ParseError, match=f"2 outputs: BatchNormalization at opset {opset}"):
+        fusegraph.parse_onnx(_bn(outputs, opset=opset)[0])
+    check_vs_ort(*_bn(["y"], opset=opset))
+
+
+def test_batch_norm_parameters_must_be_one_per_channel():
+    with pytest.raises(ParseError, match=r"scale float32\[2,1,1\] must be 1-D of the input's channel count"):
+        fusegraph.parse_onnx(_bn(["y"], param_shape=(2, 1, 1))[0])

@@ -114,9 +114,8 @@ def clip_v11(ctx, node, args):
     info = np.finfo(x.shape.dtype.np) if x.shape.dtype.is_float else np.iinfo(x.shape.dtype.np)
     lo = args[1] if len(args) > 1 and args[1] is not None else ctx.scalar_like(info.min, x)
     hi = args[2] if len(args) > 2 and args[2] is not None else ctx.scalar_like(info.max, x)
-    for what, bound in (("min", lo), ("max", hi)):  # a bound of more dims would broadcast x's shape
-        if bound.shape.ndim > 1 or bound.shape.is_dynamic or bound.shape.elements != 1:
-            raise ctx.error(f"{what} must be a scalar (or of shape [1]), it is {bound.shape}")
+    ctx.require_scalar(lo, "min")
+    ctx.require_scalar(hi, "max")
     return ctx.pointwise("clip", x, lo, hi)
 
 
