@@ -123,7 +123,7 @@ def test_resealed_parts_lists(data):
 
 
 @FUZZ
-@given(st.data(), st.sampled_from(["lazy", "eager"]))  # shapes as written, and shapes re-derived
+@given(st.data(), st.sampled_from(["lazy", "eager"]))  # weights checked before the first run, or at load
 def test_resealed_ir_edits(data, integrity):
     text = bytes(Container.from_buffer(valid_file()).part("ir")).decode()
     lines = text.splitlines()
