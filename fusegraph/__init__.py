@@ -8,7 +8,7 @@
 """
 
 from . import ops as _ops  # noqa: F401  (registers every op)
-from .errors import FusegraphError
+from .errors import FusegraphError, api_boundary
 from .ir import Dim, DType, Program, Shape
 from .onnx import parse_onnx
 from .targets import CompileOptions, get_target
@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 
 
 # Compiled files (.fgx). Thin wrappers so that `import fusegraph` does not import the runtime's file code.
+@api_boundary
 def quantize_fp16(program, keep_fp32=None):
     """Convert `program` in place to float16 compute (reductions, softmax and layer norm accumulate in
     float32; inputs and outputs stay float32). See fusegraph/quantize/fp16.py."""
@@ -25,6 +26,7 @@ def quantize_fp16(program, keep_fp32=None):
     return fp16.quantize_fp16(program, fp16.DEFAULT_KEEP_FP32 if keep_fp32 is None else keep_fp32)
 
 
+@api_boundary
 def quantize_bf16(program, keep_fp32=None):
     """As `quantize_fp16`, with bfloat16."""
     from .quantize import fp16
@@ -32,6 +34,7 @@ def quantize_bf16(program, keep_fp32=None):
     return fp16.quantize_bf16(program, fp16.DEFAULT_KEEP_FP32 if keep_fp32 is None else keep_fp32)
 
 
+@api_boundary
 def save(program, path, *, sign_key=None) -> None:
     """Write a compiled program to an .fgx file (signed with `sign_key` or $FUSEGRAPH_SIGN_KEY if set)."""
     from .runtime.serialize import save
@@ -39,6 +42,7 @@ def save(program, path, *, sign_key=None) -> None:
     save(program, path, sign_key=sign_key)
 
 
+@api_boundary
 def load(path, *, verify_key=None, integrity="lazy") -> Program:
     """Read a compiled program from an .fgx file, ready to run, without recompiling it."""
     from .runtime.serialize import load
@@ -46,12 +50,14 @@ def load(path, *, verify_key=None, integrity="lazy") -> Program:
     return load(path, verify_key=verify_key, integrity=integrity)
 
 
+@api_boundary
 def save_buffer(program, *, sign_key=None) -> bytes:
     from .runtime.serialize import save_buffer
 
     return save_buffer(program, sign_key=sign_key)
 
 
+@api_boundary
 def load_buffer(data, *, verify_key=None, integrity="lazy") -> Program:
     from .runtime.serialize import load_buffer
 

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import TypeVar
+
+_F = TypeVar("_F", bound=Callable)
+
 
 class FusegraphError(Exception):
     """Base of all fusegraph errors; the CLI prints these as one line and exits 2."""
@@ -78,8 +84,43 @@ class CompiledFileError(FusegraphError):
     its signature check; the message says which part and why."""
 
 
+class ArgumentError(FusegraphError, ValueError):
+    """A public function was called with an argument it does not accept (an unknown mode, a bad type)."""
+
+
+class FileAccessError(FusegraphError):
+    """A file could not be read or written (missing, a directory, no permission, disk full)."""
+
+
+class InternalError(FusegraphError):
+    """A bug in fusegraph: an exception no check anticipated. The original is its `__cause__`; the CLI
+    exits 3 on it."""
+
+
 class UnknownModelError(FusegraphError, KeyError):
     """A name that is neither a file nor a built-in model."""
 
     def __str__(self) -> str:  # KeyError would print the repr of the message
         return str(self.args[0]) if self.args else ""
+
+
+def api_boundary(fn: _F) -> _F:
+    """Make `fn` a public entry point: every exception that leaves it is a FusegraphError.
+
+    Typed errors pass unchanged; an OSError becomes a FileAccessError; anything else is a bug in
+    fusegraph and becomes an InternalError naming the entry point, with the original as `__cause__`.
+    KeyboardInterrupt and SystemExit are not Exceptions and pass through."""
+
+    @functools.wraps(fn)
+    def entry(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except FusegraphError:
+            raise
+        except OSError as e:
+            where = f": {e.filename}" if e.filename is not None else ""
+            raise FileAccessError(f"{e.strerror or e}{where}") from e
+        except Exception as e:
+            raise InternalError(f"{fn.__qualname__}: {type(e).__name__}: {e}") from e
+
+    return entry  # type: ignore[return-value]

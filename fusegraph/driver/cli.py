@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ..errors import FusegraphError
+from ..errors import FusegraphError, InternalError
 from .commands import COMMANDS
 
 PROG = "fusegraph"
@@ -64,6 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 2
     try:
         return int(args.func(args))
+    except InternalError as e:  # a bug caught at the API boundary: report the original
+        return _internal(e.__cause__ or e, args.debug)
     except (FusegraphError, OSError) as e:  # user errors: the model, an input, a path
         if isinstance(e, BrokenPipeError):  # `fusegraph read big.onnx | head`
             sys.stderr.close()
@@ -76,8 +78,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # a bug in fusegraph: still one line unless asked, but say it is one
-        if args.debug:
-            traceback.print_exc()
-        print(f"{PROG}: internal error: {type(e).__name__}: {' '.join(str(e).split())} "
-              f"(a bug in fusegraph; --debug shows the traceback)", file=sys.stderr)
-        return 3
+        return _internal(e, args.debug)
+
+
+def _internal(e: BaseException, debug: bool) -> int:
+    if debug:
+        traceback.print_exception(e)
+    print(f"{PROG}: internal error: {type(e).__name__}: {' '.join(str(e).split())} "
+          f"(a bug in fusegraph; --debug shows the traceback)", file=sys.stderr)
+    return 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CompileError
+from ..errors import CompileError, api_boundary
 from .module import Module
 from .shape import AnyShape
 
@@ -102,6 +102,7 @@ class Program:
         return self.to_text(full=False)
 
     # -- compile and run --------------------------------------------------------------------------
+    @api_boundary
     def compile(self, target: Any, options: Any = None, manager: Any = None) -> Program:
         """Optimize this program for `target` (a target's name, or a target from `fusegraph.get_target`)
         in place; build its executable. `manager` (a PassManager) collects per-pass records."""
@@ -119,6 +120,7 @@ class Program:
     def is_compiled(self) -> bool:
         return self.executable is not None
 
+    @api_boundary
     def run(self, inputs: Mapping[str, Any], *, deadline: float | None = None) -> list[np.ndarray]:
         """Run the compiled program; `deadline`: seconds after which it stops with DeadlineExceeded."""
         if self.executable is None:

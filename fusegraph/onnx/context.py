@@ -103,10 +103,24 @@ class Context:
         return cache.get(ins.uid)
 
     def const_ints(self, ins: Instruction | None, what: str) -> list[int] | None:
+        """The values of a constant list input (shape, axes, pads, repeats, ...): 1-D in ONNX, or a
+        scalar where ORT allows one; a tensor of more dims is refused, not flattened."""
         v = self.const(ins)
         if v is None:
             return None
-        return [int(x) for x in np.asarray(v).reshape(-1)]
+        v = np.asarray(v)
+        if v.ndim > 1:
+            raise self.error(f"{what} must be a 1-D list of integers, it is {ins.shape}")
+        if v.dtype.kind not in "iub":
+            raise self.error(f"{what} must hold integers, it is {ins.shape}")
+        return [int(x) for x in v.reshape(-1)]
+
+    def require_scalar(self, ins: Instruction, what: str) -> None:
+        """A ParseError unless `ins` is scalar-like: a scalar, or a 1-element 1-D tensor (which ORT
+        accepts for ONNX's scalar inputs). A larger rank would broadcast, or be read as its first value."""
+        s = ins.shape
+        if s.is_dynamic or s.ndim > 1 or s.elements != 1:
+            raise self.error(f"{what} must be a scalar (or of shape [1]), it is {s}")
 
     def require_const(self, ins: Instruction | None, what: str) -> np.ndarray:
         v = self.const(ins)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from onnx import AttributeProto, NodeProto, external_data_helper, numpy_helper
+from onnx import AttributeProto, NodeProto, SparseTensorProto, TensorProto, external_data_helper, numpy_helper
 
 from ..errors import ModelLoadError, ParseError
 from ..ir.dtypes import DType
@@ -14,25 +14,52 @@ from ..ir.limits import check_tensor
 _REQUIRED = object()
 
 
-def tensor_to_array(t) -> np.ndarray:
+_ELEM_TYPES = frozenset(TensorProto.DataType.values()) - {TensorProto.UNDEFINED}
+
+
+def tensor_to_array(t: TensorProto) -> np.ndarray:
+    """A tensor's value; a ParseError naming it when its type, dims or data are not a tensor."""
+    what = f"tensor {t.name!r}" if t.name else "a tensor"
     if external_data_helper.uses_external_data(t):
         # loading.py reads every external tensor it may; numpy_helper would read this one from the
         # working directory
-        raise ModelLoadError(f"tensor {t.name!r} keeps its data in an external file, which is not read here "
+        raise ModelLoadError(f"{what} keeps its data in an external file, which is not read here "
                              f"(external data is read for initializers and node attributes only)")
-    arr = numpy_helper.to_array(t)
+    if t.data_type not in _ELEM_TYPES:
+        raise ParseError(f"{what} has data type {t.data_type}, which ONNX does not define")
+    if any(d < 0 for d in t.dims):
+        raise ParseError(f"{what} has dims {list(t.dims)}: a stored tensor's dims are >= 0")
+    try:
+        arr = numpy_helper.to_array(t)
+    except (ValueError, TypeError, KeyError) as e:  # data length disagreeing with dims, odd encodings
+        raise ParseError(f"{what} (dims {list(t.dims)}, {TensorProto.DataType.Name(t.data_type)}) cannot be "
+                         f"read: {e}") from None
     if arr.dtype.kind in "SU":
         arr = arr.astype(object)
     return arr
 
 
-def sparse_to_dense(sparse) -> np.ndarray:
-    """A SparseTensorProto as a dense array; its dims are checked before the zeros are made."""
-    vals = tensor_to_array(sparse.values)
-    idx = tensor_to_array(sparse.indices)
-    check_tensor(list(sparse.dims), DType.from_numpy(vals.dtype), f"sparse tensor {sparse.values.name!r}")
-    dense = np.zeros(tuple(sparse.dims), dtype=vals.dtype)
-    if idx.ndim == 1:
+def sparse_to_dense(sparse: SparseTensorProto) -> np.ndarray:
+    """A sparse tensor (COO indices, flat or per dimension) as a dense array; bad indices are a
+    ParseError naming it."""
+    vals, idx = tensor_to_array(sparse.values), tensor_to_array(sparse.indices)
+    dims = tuple(sparse.dims)
+    what = f"sparse tensor {sparse.values.name!r}"
+    if any(d < 0 for d in dims):
+        raise ParseError(f"{what} has dims {list(dims)}: dims are >= 0")
+    if idx.dtype.kind not in "iu":
+        raise ParseError(f"{what}: its indices are {idx.dtype}, not integers")
+    n = vals.reshape(-1).size
+    flat = idx.ndim == 1
+    if vals.ndim != 1 or (idx.shape != (n,) if flat else idx.shape != (n, len(dims))):
+        raise ParseError(f"{what}: {n} values, indices of shape {list(idx.shape)}, dims {list(dims)}: they "
+                         "do not match (indices are [NNZ] flat or [NNZ, rank])")
+    bound = np.asarray([int(np.prod(dims))]) if flat else np.asarray(dims)
+    if idx.size and (idx.min() < 0 or (idx.reshape(n, -1) >= bound).any()):
+        raise ParseError(f"{what}: an index is outside its dims {list(dims)}")
+    check_tensor(list(dims), DType.from_numpy(vals.dtype), what)  # its size, before the zeros are made
+    dense = np.zeros(dims, dtype=vals.dtype)
+    if flat:
         dense.reshape(-1)[idx] = vals
     else:
         dense[tuple(idx.T)] = vals
@@ -70,12 +97,24 @@ def decode_attribute(a: AttributeProto) -> Any:
     raise ParseError(f"attribute {a.name!r}: unsupported attribute type {a.type}")
 
 
+def check_text(proto, fields: tuple[str, ...], what: str) -> None:
+    """ONNX's strings are proto2 `string`s, which protobuf does not validate: one that is not UTF-8
+    comes back as bytes. Refuse it here, by name, rather than where it is first used as text."""
+    for f in fields:
+        values = getattr(proto, f)
+        for v in (values,) if isinstance(values, (str, bytes)) else values:
+            if not isinstance(v, str):
+                raise ParseError(f"{what}: its {f} {v!r} is not valid UTF-8 text")
+
+
 class Node:
     def __init__(self, proto: NodeProto, opset: int):
+        check_text(proto, ("op_type", "domain", "name", "input", "output"), f"node {proto.name!r}"
+                   if isinstance(proto.name, str) else "a node")
         self.proto = proto
         self.op_type = proto.op_type
         self.domain = proto.domain if proto.domain != "ai.onnx" else ""
-        self.name = proto.name or (proto.output[0] if proto.output else proto.op_type)
+        self.name = proto.name or next((o for o in proto.output if o), proto.op_type)
         self.inputs = list(proto.input)
         self.outputs = list(proto.output)
         self.opset = opset

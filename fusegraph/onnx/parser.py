@@ -9,7 +9,15 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..errors import FusegraphError, InputError, ModelLoadError, ParseError, ShapeError, UnsupportedOpError
+from ..errors import (
+    FusegraphError,
+    InputError,
+    ModelLoadError,
+    ParseError,
+    ShapeError,
+    UnsupportedOpError,
+    api_boundary,
+)
 from ..ir.dtypes import DType
 from ..ir.module import Instruction, Module
 from ..ir.program import Program
@@ -17,8 +25,9 @@ from ..ir.shape import Dim, Shape
 from . import converters  # noqa: F401  (registers every converter)
 from .context import Context
 from .loading import ModelSource, load_model
-from .node import Node, sparse_to_dense, tensor_to_array
+from .node import Node, check_text, sparse_to_dense, tensor_to_array
 from .registry import lookup
+from .schema import check_model, check_node
 
 DimSpec = Any  # int | Dim | (min, max) | (min, max, optimals)
 
@@ -42,7 +51,7 @@ class OnnxParser:
     # -- model ------------------------------------------------------------------------------------
     def parse(self, model: onnx.ModelProto) -> Program:
         self.opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
-        self.opsets.setdefault("", 1 if model.ir_version < 3 else 1)
+        check_model(model, self.opsets)
         self.functions = {(f.domain, f.name): f for f in model.functions}
         graph = model.graph
         main = self.program.main
@@ -52,6 +61,13 @@ class OnnxParser:
             scope[init.name] = ctx.literal(self._initializer(init))
         for sparse in graph.sparse_initializer:
             scope[sparse.values.name] = ctx.literal(sparse_to_dense(sparse))
+        for kind, protos in (("graph input", graph.input), ("graph output", graph.output),
+                             ("initializer", graph.initializer)):
+            for vi in protos:
+                check_text(vi, ("name",), f"a {kind}")
+        names = [vi.name for vi in graph.input]
+        if len(set(names)) != len(names):
+            raise ParseError(f"graph inputs {sorted({n for n in names if names.count(n) > 1})} are declared twice")
         for vi in graph.input:
             if vi.name in scope:
                 continue  # an initializer listed as an input (opset < 9 style): a constant
@@ -79,7 +95,9 @@ class OnnxParser:
     def _initializer(self, t: onnx.TensorProto):
         try:
             return tensor_to_array(t)
-        except (ValueError, TypeError, OSError, onnx.checker.ValidationError) as e:
+        except ParseError as e:
+            raise ModelLoadError(f"initializer {t.name!r}: {e}") from None
+        except (ValueError, TypeError, OSError, onnx.checker.ValidationError) as e:  # external data
             raise ModelLoadError(f"initializer {t.name!r} cannot be read: {e}") from None
 
     def _input_shape(self, vi: onnx.ValueInfoProto) -> Shape:
@@ -134,6 +152,11 @@ class OnnxParser:
         for proto in graph.node:
             node = Node(proto, self.opsets.get(proto.domain if proto.domain != "ai.onnx" else "", 1))
             args = [resolve(n, node) for n in node.inputs]
+            check_node(node, args)
+            for out_name in node.outputs:
+                if out_name in scope:  # SSA: a second writer would silently replace the first
+                    raise ParseError(f"node {node.name!r} ({node.op_type}): output {out_name!r} is already "
+                                     f"{_origin(graph, out_name)}: a tensor has one producer")
             ctx.node = node
             ctx.scopes = scopes  # type: ignore[attr-defined]
             results = self._convert(ctx, node, args)
@@ -236,6 +259,16 @@ class OnnxParser:
         return shape_from_type(vi.type, vi.name)
 
 
+def _origin(graph: onnx.GraphProto, name: str) -> str:
+    """What defines `name` in `graph` first, for a duplicate-producer error."""
+    if any(i.name == name for i in graph.initializer):
+        return "an initializer"
+    if any(i.name == name for i in graph.input):
+        return "a graph input"
+    n = next(n for n in graph.node if name in n.output)
+    return f"the output of node {n.name or n.output[0]!r} ({n.op_type})"
+
+
 def _dim(d: DimSpec) -> Dim:
     if isinstance(d, Dim):
         return d
@@ -245,6 +278,7 @@ def _dim(d: DimSpec) -> Dim:
     return Dim(int(d[0]), None if d[1] is None else int(d[1]), tuple(d[2]) if len(d) > 2 else ())
 
 
+@api_boundary
 def parse_onnx(model: ModelSource, *,
                map_input_dims: Mapping[str, Sequence[int]] | None = None,
                map_dyn_input_dims: Mapping[str, Sequence[DimSpec]] | None = None,

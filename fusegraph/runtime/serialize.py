@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ..errors import CompiledFileError, CompileError, FusegraphError, TargetError
+from ..errors import ArgumentError, CompiledFileError, CompileError, FusegraphError, TargetError
 from ..ir.dtypes import DType
 from ..ir.program import Program
 from ..ir.shape import AnyShape, Shape
@@ -140,10 +140,8 @@ def load_buffer(data: bytes | bytearray | memoryview, *, verify_key: signing.Key
 
 
 def _load(c: Container, verify_key: signing.Key | None, integrity: str) -> Program:
-    from .. import __version__
-
     if integrity not in INTEGRITY_MODES:
-        raise ValueError(f"integrity must be one of {INTEGRITY_MODES}, not {integrity!r}")
+        raise ArgumentError(f"integrity must be one of {INTEGRITY_MODES}, not {integrity!r}")
     key = signing.resolve_key(verify_key)
     if key is not None:
         c.check_signature(key)
@@ -195,7 +193,11 @@ def _read_manifest(c: Container) -> tuple[str, Any, dict[str, str]]:
         raise c.error(f"it was compiled with options {unknown}, which this fusegraph does not know "
                       f"(written by fusegraph {c.writer})")
     values = {name: _option(c, name, value, fields[name].default) for name, value in opts.items()}
-    return target, CompileOptions(**values), dict(meta)
+    try:
+        options = CompileOptions(**values)
+    except ArgumentError as e:
+        raise c.error(f"its manifest's {e}") from None
+    return target, options, dict(meta)
 
 
 def _option(c: Container, name: str, value: Any, default: Any) -> Any:

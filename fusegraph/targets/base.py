@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CompileError, TargetError
+from ..errors import ArgumentError, CompileError, TargetError
 from ..ir.limits import check_nesting
 from ..ir.program import Program
 from ..ir.run_limits import DEFAULT_MAX_LOOP_ITERATIONS, running
@@ -33,6 +33,24 @@ class CompileOptions:
     # dynamic input dims on cpu/gpu: static executables compiled per input shape, this many kept
     # (least recently used dropped); 0: the target's own dynamic mode (targets/specialize.py)
     dynamic_cache_size: int = 8
+
+    def __post_init__(self) -> None:
+        # a value of the wrong type would surface deep in a target (a ctypes call, a pass lookup) as a bug
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(f.default, tuple) and isinstance(value, list):
+                object.__setattr__(self, f.name, value := tuple(value))
+            if not _OPTION_CHECKS[type(f.default)](value):
+                raise ArgumentError(f"compile option {f.name}={value!r}: expected {_OPTION_KINDS[type(f.default)]}")
+
+
+# per type of a field's default: what its values may be
+_OPTION_CHECKS: dict[type, Callable[[Any], bool]] = {
+    bool: lambda v: isinstance(v, bool),
+    tuple: lambda v: isinstance(v, tuple) and all(isinstance(x, str) for x in v),
+    type(None): lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+}
+_OPTION_KINDS = {bool: "True or False", tuple: "a tuple of names", type(None): "None or a positive int"}
 
 
 class Executable:

@@ -123,7 +123,7 @@ def test_resealed_parts_lists(data):
 
 
 @FUZZ
-@given(st.data(), st.sampled_from(["lazy", "eager"]))  # shapes as written, and shapes re-derived
+@given(st.data(), st.sampled_from(["lazy", "eager"]))  # weights checked before the first run, or at load
 def test_resealed_ir_edits(data, integrity):
     text = bytes(Container.from_buffer(valid_file()).part("ir")).decode()
     lines = text.splitlines()
@@ -173,3 +173,14 @@ def test_absurd_lengths_are_refused_without_allocating_them():
     finally:
         tracemalloc.stop()
     assert peak < 4 << 20, f"loading hostile files allocated {peak} bytes"
+
+
+@pytest.mark.parametrize("integrity", ["lazy", "eager"])
+def test_a_resealed_shape_that_disagrees_with_its_rule_is_refused(integrity):
+    # the executable plans its buffers from these shapes: the cpu target copied an (8, 20) result into
+    # the (8, 1) buffer of such an edit and failed with numpy's ValueError at run time
+    text = bytes(Container.from_buffer(valid_file()).part("ir")).decode()
+    line = next(ln for ln in text.splitlines() if " = add(" in ln)
+    edited = text.replace(line, line.rsplit(":", 1)[0] + ": float32[{8..8},1]")
+    with pytest.raises(CompiledFileError, match=r"add: text says float32\[8,1\], the shape rule gives"):
+        fusegraph.load_buffer(reseal(valid_file(), parts={"ir": edited.encode()}), integrity=integrity)

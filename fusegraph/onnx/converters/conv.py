@@ -74,7 +74,14 @@ def per_channel(ctx, p, rank: int):
 
 
 def add_bias(ctx, y, b):
-    return y if b is None else ctx.pointwise("add", y, per_channel(ctx, ctx.convert(b, y.shape.dtype), y.shape.ndim))
+    """y + b per output channel. The bias is 1-D of the channel count: anything else would broadcast
+    against the output in some other way (ORT refuses it too)."""
+    if b is None:
+        return y
+    channels = y.shape.dims[1]
+    if b.shape.ndim != 1 or (channels.is_fixed and b.shape.dims[0].is_fixed and b.shape.lens[0] != channels.min):
+        raise ctx.error(f"bias {b.shape} must be 1-D of the output's channel count ({channels})")
+    return ctx.pointwise("add", y, per_channel(ctx, ctx.convert(b, y.shape.dtype), y.shape.ndim))
 
 
 def compute_type(x) -> DType:

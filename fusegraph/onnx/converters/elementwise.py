@@ -114,6 +114,8 @@ def clip_v11(ctx, node, args):
     info = np.finfo(x.shape.dtype.np) if x.shape.dtype.is_float else np.iinfo(x.shape.dtype.np)
     lo = args[1] if len(args) > 1 and args[1] is not None else ctx.scalar_like(info.min, x)
     hi = args[2] if len(args) > 2 and args[2] is not None else ctx.scalar_like(info.max, x)
+    ctx.require_scalar(lo, "min")
+    ctx.require_scalar(hi, "max")
     return ctx.pointwise("clip", x, lo, hi)
 
 

@@ -121,9 +121,26 @@ def _affine(ctx, y, scale, bias, channelwise: bool):
     return y
 
 
+def _bn_outputs(node) -> tuple[int, ...]:
+    """The output counts ONNX allows: Y alone, or with the running mean and variance in training mode
+    (opset 14 on); from opset 9 to 13, Y alone or all five (with the saved mean and variance)."""
+    if node.opset >= 14:
+        return (1, 3) if node.attr("training_mode", 0) else (1,)
+    return (1, 5) if node.opset >= 9 else (1, 2, 3, 4, 5)
+
+
 @converter("BatchNormalization")
 def batch_norm(ctx, node, args):
     x, scale, bias, mean, var = args[:5]
+    channels = x.shape.dims[1] if x.shape.ndim > 1 else None
+    for p, what in zip(args[1:5], ("scale", "B", "input_mean", "input_var")):
+        if p.shape.ndim != 1 or (channels is not None and channels.is_fixed and p.shape.dims[0].is_fixed
+                                 and p.shape.lens[0] != channels.min):
+            raise ctx.error(f"{what} {p.shape} must be 1-D of the input's channel count ({channels})")
+    n_out, allowed = len(node.outputs), _bn_outputs(node)
+    if n_out not in allowed:
+        raise ctx.error(f"{n_out} outputs: BatchNormalization at opset {node.opset} "
+                        f"(training_mode={node.attr('training_mode', 0)}) has {' or '.join(map(str, allowed))}")
     eps = float(node.attr("epsilon", 1e-5))
     dtype, ct = x.shape.dtype, compute_type(x)
     xc = ctx.convert(x, ct)

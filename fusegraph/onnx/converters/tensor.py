@@ -75,8 +75,9 @@ def constant_of_shape(ctx, node, args):
 @converter("Range", since=11)
 def range_(ctx, node, args):
     # the bounds are scalars, though exporters (and ONNX's own function bodies) pass 1-element tensors
-    args = [ctx.reshape(a, []) if a.shape.ndim and not a.shape.is_dynamic and a.shape.elements == 1 else a
-            for a in args]
+    for a, what in zip(args, ("start", "limit", "delta")):
+        ctx.require_scalar(a, what)
+    args = [ctx.reshape(a, []) if a.shape.ndim else a for a in args]
     values = [ctx.const(a) for a in args]
     if all(v is not None for v in values):
         return ctx.literal(make_op("range").compute(values))
@@ -102,9 +103,12 @@ def trilu(ctx, node, args):
     diagonal = np.arange(cols)[None, :] - np.arange(rows)[:, None]  # which diagonal each element is on
     upper = bool(node.attr("upper", 1))
     k_in = arg(args, 1)
+    if k_in is not None:
+        ctx.require_scalar(k_in, "k")
     k = ctx.const(k_in) if k_in is not None else np.int64(0)
     if k is not None:
-        keep = ctx.literal(diagonal >= int(k) if upper else diagonal <= int(k))
+        k = int(np.asarray(k).reshape(-1)[0])
+        keep = ctx.literal(diagonal >= k if upper else diagonal <= k)
     else:  # k known at run time: compare against it in the graph
         k_in = ctx.convert(k_in, DType.int64)
         keep = ctx.pointwise("greater_equal" if upper else "less_equal", ctx.literal(diagonal), k_in)

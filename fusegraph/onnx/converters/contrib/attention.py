@@ -31,6 +31,13 @@ from ..movement import reshape_static
 MS = "com.microsoft"
 
 
+def required(ctx, args, names: dict[int, str]) -> None:
+    """A ParseError for the first of these required inputs (index: name) the node leaves out."""
+    for k, name in names.items():
+        if arg(args, k) is None:
+            raise ctx.error(f"input {k} ({name}) is required")
+
+
 def static_lens(ctx, x: Instruction, what: str) -> tuple[int, ...]:
     if x.shape.is_dynamic:
         raise ctx.error(f"{what} {x.shape} must have static dims")
@@ -125,6 +132,7 @@ def _reject(ctx, node, args, attrs=(), inputs=()):
 # -- Attention --------------------------------------------------------------------------------------
 @converter("Attention", domain=MS)
 def attention(ctx, node, args):
+    required(ctx, args, {0: "input", 1: "weights"})
     x, weights, bias, mask, past, attention_bias = (arg(args, k) for k in range(6))
     _reject(ctx, node, args, ("do_rotary", "past_present_share_buffer"), [(6, "past_sequence_length")])
     n = _num_heads(ctx, node)
@@ -170,6 +178,7 @@ def _projected(ctx, x: Instruction, bias, n: int, what: str) -> Instruction:
 
 @converter("MultiHeadAttention", domain=MS)
 def multi_head_attention(ctx, node, args):
+    required(ctx, args, {0: "query"})
     query, key, value, bias, mask, attention_bias, past_k, past_v = (arg(args, i) for i in range(8))
     _reject(ctx, node, args, inputs=[(8, "past_sequence_length"), (9, "cache_indirection")])
     n = _num_heads(ctx, node)
