@@ -140,6 +140,8 @@ def load_buffer(data: bytes | bytearray | memoryview, *, verify_key: signing.Key
 
 
 def _load(c: Container, verify_key: signing.Key | None, integrity: str) -> Program:
+    from .. import __version__
+
     if integrity not in INTEGRITY_MODES:
         raise ArgumentError(f"integrity must be one of {INTEGRITY_MODES}, not {integrity!r}")
     key = signing.resolve_key(verify_key)
