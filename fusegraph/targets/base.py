@@ -47,10 +47,12 @@ class CompileOptions:
 # per type of a field's default: what its values may be
 _OPTION_CHECKS: dict[type, Callable[[Any], bool]] = {
     bool: lambda v: isinstance(v, bool),
+    int: lambda v: isinstance(v, int) and not isinstance(v, bool),  # ranges are checked where they apply
     tuple: lambda v: isinstance(v, tuple) and all(isinstance(x, str) for x in v),
     type(None): lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
 }
-_OPTION_KINDS = {bool: "True or False", tuple: "a tuple of names", type(None): "None or a positive int"}
+_OPTION_KINDS = {bool: "True or False", int: "an int", tuple: "a tuple of names",
+                 type(None): "None or a positive int"}
 
 
 class Executable:

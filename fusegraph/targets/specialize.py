@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import InputError, ShapeError, TargetError
 from ..ir.program import Program
+from ..ir.run_limits import running
 from ..ir.shape import Shape
 from ..runtime.validate import check_inputs
 from .base import CompileOptions, Executable, Target
@@ -94,13 +95,15 @@ class SpecializingExecutable(Executable):
         return self.target.compile(static, self.options)
 
     # -- running ---------------------------------------------------------------------------------------
-    def run(self, inputs: Mapping[str, Any]) -> list[Any]:
+    def run(self, inputs: Mapping[str, Any], *, deadline: float | None = None) -> list[Any]:
         self._run_pending_checks()
         if isinstance(inputs, Mapping) and any(_is_device(v) for v in inputs.values()):
             # device tensors (gpu): the specialized executable's own door takes them
-            return self.executable_for(self._device_lens(inputs)).run(inputs)
+            return self.executable_for(self._device_lens(inputs)).run(inputs, deadline=deadline)
         checked = check_inputs(self.input_specs, inputs)
-        return self.executable_for(_lens(checked)).execute(checked)
+        exe = self.executable_for(_lens(checked))  # a first compile at this shape is not the run's time
+        with running(deadline, self.options.max_loop_iterations):
+            return exe.execute(checked)
 
     def execute(self, inputs: dict[str, Any]) -> list[Any]:
         return self.executable_for(_lens(inputs)).execute(inputs)

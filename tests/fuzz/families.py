@@ -96,7 +96,8 @@ def judge_model(model: onnx.ModelProto | bytes, feeds: dict[str, np.ndarray], ta
     try:
         sess = _ort_session(data)
         names = {i.name for i in sess.get_inputs()}
-        want = sess.run(None, {k: v for k, v in feeds.items() if k in names})
+        # 0-d arrays, not numpy scalars: ORT's Python API refuses the latter ("Unable to handle object")
+        want = sess.run(None, {k: np.asarray(v) for k, v in feeds.items() if k in names})
     except Exception as e:  # noqa: BLE001
         if _ort_refuses(e):
             return "accepted-invalid", ort_message(e)

@@ -20,28 +20,12 @@ CASES = {
     "node-init-dims": 150, "model-proto": 200, "model-bytes": 150, "run-inputs": 150, "fgx-raw": 100,
     "fgx-resealed": 250, "fgx-ok": 20, "model-hostile": 16, "fgx-artifacts": 40,
 }
-# seconds a case may take: the hostile families' hangs are expected (see KNOWN) and each costs this much
+# seconds a case may take: the hostile families build and refuse large or endless programs
 TIMEOUTS = {"model-hostile": 8, "fgx-artifacts": 10}
 
-# Known outcomes that another branch fixes, keyed by case family: (outcome, detail regex, reason).
-# Each is counted as known(...), never as passing; delete an entry once its fix has merged.
-_A = "hostile-a"
-KNOWN: dict[str, list[tuple[str, str, str]]] = {
-    "model-hostile": [
-        ("untyped-error", r"^external: ValidationError", f"{_A}: external data location (absolute or escaping path)"),
-        ("hang", r"^external:", f"{_A}: FIFO and other non-regular external data files (/dev/zero, /proc/self/mem)"),
-        ("hang", r"^loop:", f"{_A}: Loop trip count limit (a 2**62 trip count with a true condition)"),
-        ("hang", r"^huge:", f"{_A}: size checks, ResourceError, max_memory"),
-        ("accepted-invalid", r"^huge: .*Failed to allocate", f"{_A}: size checks (a 4 TiB output: ORT runs out)"),
-        ("untyped-error", r"^nested-if: RecursionError", f"{_A}: nested-If recursion"),
-        ("crash", r"^nested-if:", f"{_A}: nested-If recursion"),
-        ("hang", r"^nested-if:", f"{_A}: nested-If recursion"),
-    ],
-    "fgx-artifacts": [
-        (outcome, r"", f"{_A}: .fgx kernel-binding memory corruption (resealed kernel artifacts)")
-        for outcome in ("crash", "hang", "untyped-error")
-    ],
-}
+# Known outcomes that a branch not yet merged fixes, keyed by case family: (outcome, detail regex,
+# reason). Each is counted as known(...), never as passing; delete an entry once its fix has merged.
+KNOWN: dict[str, list[tuple[str, str, str]]] = {}
 
 
 def known_reason(family: str, outcome: str, detail: str) -> str | None:
