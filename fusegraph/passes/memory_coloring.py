@@ -81,9 +81,15 @@ def plan_buffers(module: Module) -> list[Buffer]:
 
 
 def reads(ins: Instruction) -> set[int]:
-    """uids an instruction reads when it runs: its inputs and what its submodules use, their
-    outputs included (a body may return an enclosing value unchanged: TorchScript's loop condition)."""
-    used = {i.uid for i in ins.inputs}
+    """uids an instruction reads when it runs: its inputs and what its submodules use."""
+    return {i.uid for i in ins.inputs} | body_reads(ins)
+
+
+def body_reads(ins: Instruction) -> set[int]:
+    """uids the submodules of `ins` read from their env (an enclosing value may also be one of the
+    instruction's inputs), their outputs included: a body may return an enclosing value unchanged
+    (TorchScript's loop condition)."""
+    used: set[int] = set()
     for sub in ins.module_args:
         used |= {o.uid for o in sub.outputs}
         for x in sub.instructions:

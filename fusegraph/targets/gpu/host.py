@@ -80,8 +80,9 @@ def host_runner(step: Step) -> Callable[[list[Any], Mapping[int, Any]], Any]:
 
 
 def outer_reads(ins: Instruction, own: set[int]) -> list[int]:
-    """uids of `own` (the enclosing module's values) that `ins`'s submodules read besides its inputs."""
-    from ...passes.memory_coloring import reads
+    """uids of `own` (the enclosing module's values) that `ins`'s submodules read from the env they
+    are given, which holds only these: a value that is also one of `ins`'s inputs is among them when a
+    body reads or returns it (a TorchScript loop returns its outer condition unchanged)."""
+    from ...passes.memory_coloring import body_reads
 
-    args = {x.uid for x in ins.inputs}
-    return sorted(u for u in reads(ins) if u in own and u not in args)
+    return sorted(body_reads(ins) & own)

@@ -4,6 +4,8 @@ indices wrap, ties in top_k go to the lower index)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...errors import CompileError
 from .device import torch, torch_dtype
 from .lowering import lowering
@@ -60,18 +62,37 @@ def wrap_indices(t, idx, n):
 _REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
 
 
+def _last_update_wins(t, pos, upd, n):
+    """`upd` (one row per entry of `pos`, flat positions among n) with each row replaced by that of the
+    last entry writing the same position. A device scatter writes duplicates in no set order; given
+    equal rows, any order gives the reference's result (ops/indexing._scatter: the last update wins).
+    No host sync, so a CUDA graph may capture it."""
+    order = t.arange(pos.numel(), device=pos.device)
+    last = t.full((n,), -1, dtype=t.int64, device=pos.device).scatter_reduce_(0, pos, order, "amax")
+    return upd[last[pos]]
+
+
 @lowering("scatter_elements", mode="into")
 def scatter_elements(ctx, step):
     op = step.ins.op
-    wrap = ctx.index_checks.wrapper(op, step.inputs[0].shape.lens[op.axis])
+    t = torch()
+    shape = step.inputs[0].shape.lens
+    numel = int(np.prod(shape, dtype=np.int64))
+    wrap = ctx.index_checks.wrapper(op, shape[op.axis])
 
     def run(out, data, idx, upd):
-        out.copy_(data)
         idx = wrap(idx)
-        if op.reduction == "none":
-            out.scatter_(op.axis, idx, upd)
-        else:
+        if op.reduction != "none":
+            out.copy_(data)
             out.scatter_reduce_(op.axis, idx, upd, reduce=_REDUCE[op.reduction], include_self=True)
+            return
+        # the flat position each update writes: indices may cover less than data off the axis
+        where = t.arange(numel, device=idx.device).view(shape)
+        where = where[tuple(slice(None) if d == op.axis else slice(0, k) for d, k in enumerate(idx.shape))]
+        pos = where.gather(op.axis, idx).reshape(-1)
+        res = data.contiguous().clone()
+        res.view(-1).index_copy_(0, pos, _last_update_wins(t, pos, upd.reshape(-1), numel))
+        out.copy_(res)
     return run
 
 
@@ -93,7 +114,7 @@ def scatter_nd(ctx, step):
         rows = res.view(-1, *data_shape[m:])
         u = upd.reshape(-1, *data_shape[m:])
         if op.reduction == "none":
-            rows.index_copy_(0, lin, u)
+            rows.index_copy_(0, lin, _last_update_wins(t, lin, u, rows.shape[0]))
         elif op.reduction == "add":
             rows.index_add_(0, lin, u)
         else:

@@ -112,3 +112,25 @@ def test_values_torch_cannot_hold_stay_on_the_host(gpu_target):
     ref = fusegraph.parse_onnx(model).compile(fusegraph.get_target("ref"))
     assert_close(p.run(x), ref.run(x), rtol=0, atol=0)
     assert p.run(x)[0].min() >= -8 and p.run(x)[0].max() <= 7  # saturated to int4's range
+
+
+def test_host_loop_whose_body_returns_its_outer_condition_unchanged(gpu_target):
+    # TorchScript's loops pass the enclosing `True` both as the Loop's condition input and, through an
+    # Identity the importer removes, as the body's condition output: the host step's env needs it
+    # although it is one of the step's inputs
+    body = helper.make_graph(
+        [helper.make_node("Tanh", ["h"], ["t"]), helper.make_node("Add", ["t", "bias"], ["h2"]),
+         helper.make_node("Identity", ["go"], ["go_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("go_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h2", TensorProto.FLOAT, [2, 3])])
+    nodes = [helper.make_node("Constant", [], ["go"], value=helper.make_tensor("go", TensorProto.BOOL, [], [True])),
+             helper.make_node("Exp", ["b"], ["bias"]),
+             helper.make_node("Loop", ["steps", "go", "h0"], ["h_n"], body=body)]
+    feeds = {"steps": np.array(4, np.int64), "h0": randn(2, 3), "b": randn(2, 3)}
+    model = make_model(nodes, feeds, ["h_n"])
+    with pytest.warns(HostFallbackWarning, match="loop"):
+        p = compile_with(gpu_target, model)
+    assert_close(p.run(feeds), run_ort(model, feeds), rtol=1e-5, atol=1e-6)
