@@ -56,7 +56,7 @@ def test_typed_errors_and_interrupts_pass_unchanged():
 def test_a_bug_inside_run_leaves_as_an_internal_error(monkeypatch):
     p = fusegraph.parse_onnx(make_model([helper.make_node("Relu", ["x"], ["y"])], X, ["y"])).compile("ref")
 
-    def boom(inputs):
+    def boom(inputs, **options):
         raise ZeroDivisionError("deep inside")
 
     monkeypatch.setattr(p.executable, "run", boom)

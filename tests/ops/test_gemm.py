@@ -129,10 +129,10 @@ def test_attention_float_mask():
     attention_check(inputs, {"qk_matmul_output_mode": 2}, n_outputs=4)
 
 
-def reference_check(op_type, inputs, attrs, opset, domain="", extra_opsets=None, names=None):
+def reference_check(op_type, inputs, attrs, opset, domain="", extra_opsets=None, names=None, outputs=("y",)):
     """One node against the ONNX reference (ONNX Runtime has neither LinearAttention nor FlexAttention)."""
-    node = helper.make_node(op_type, names or list(inputs), ["y"], domain=domain, **attrs)
-    model = make_model([node], inputs, ["y"], opset=opset, extra_opsets=extra_opsets)
+    node = helper.make_node(op_type, names or list(inputs), list(outputs), domain=domain, **attrs)
+    model = make_model([node], inputs, list(outputs), opset=opset, extra_opsets=extra_opsets)
     assert_close(run_fusegraph(model, inputs), ReferenceEvaluator(model).run(None, inputs))
 
 
@@ -147,7 +147,7 @@ def test_linear_attention(rule):
         inputs["beta"] = rng.random((b, t, hkv)).astype(np.float32)
     names = ["q", "k", "v", "state", "decay" if "decay" in inputs else "", "beta" if "beta" in inputs else ""]
     reference_check("LinearAttention", inputs, {"update_rule": rule, "q_num_heads": hq, "kv_num_heads": hkv},
-                    opset=27, names=names)
+                    opset=27, names=names, outputs=("y", "present_state"))  # its schema: both outputs
 
 
 @pytest.mark.parametrize("with_mods", [False, True])

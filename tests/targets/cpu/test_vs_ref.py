@@ -81,9 +81,12 @@ def test_half_softmax_rounds_each_step_as_the_reference(dtype):
 def test_half_reductions_round_as_the_reference(dtype, op):
     # 300 terms: a bfloat16 sum rounded at every step drifts far from the float32 sum
     x = (rng.random((4, 300)) + 0.5).astype(dtype)
-    attrs = {"axis": -1} if op == "LogSoftmax" else {"axes": [1], "keepdims": 1}
-    nodes = [n("Mul", ["x", "x"], ["s"]), n(op, ["s"], ["y"], **attrs)]
-    assert_same(*both(make_model(nodes, {"x": x}, ["y"], opset=17), {"x": x}))
+    # ReduceSum takes its axes as an input from opset 13, ReduceMean from opset 18
+    attrs = {"axis": -1} if op == "LogSoftmax" else {"axes": [1], "keepdims": 1} if op == "ReduceMean" else {"keepdims": 1}
+    reduce = n(op, ["s", "axes"], ["y"], **attrs) if op == "ReduceSum" else n(op, ["s"], ["y"], **attrs)
+    nodes = [n("Mul", ["x", "x"], ["s"]), reduce]
+    init = {"axes": np.array([1], np.int64)} if op == "ReduceSum" else {}
+    assert_same(*both(make_model(nodes, {"x": x}, ["y"], init, opset=17), {"x": x}))
 
 
 def test_pointwise_input_whose_size_1_dim_has_another_stride():
