@@ -111,6 +111,10 @@ class PassManager:
 
 def run_pipeline(program: Program, passes: Sequence[Any], options: Any = None,
                  manager: PassManager | None = None) -> PassManager:
-    manager = manager or PassManager(disabled=getattr(options, "disabled_passes", ()) or ())
+    disabled = getattr(options, "disabled_passes", ()) or ()
+    if manager is None:
+        manager = PassManager(disabled=disabled)
+    else:  # a caller's manager (recording records) still honours the options' disabled passes
+        manager.disabled |= set(disabled)
     manager.run(program, passes)
     return manager

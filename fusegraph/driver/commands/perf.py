@@ -61,8 +61,6 @@ def run(args: argparse.Namespace) -> int:
 
         manager = PassManager()
     options = compile_options(args, threads=threads)
-    if manager is not None:
-        manager.disabled |= set(options.disabled_passes)
     loaded = load(args, target=target, options=options, manager=manager, warn_defaults=True)
     target = loaded.target or target  # a compiled .fgx file runs on the target it was compiled for
     feeds = loaded.inputs(args.fill, args.seed)
