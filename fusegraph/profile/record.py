@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..ir.module import Instruction
-from ..ir.provenance import OnnxNode
+from ..ir.provenance import OnnxNode, merged
 from ..ir.shape import Shape
 
 
@@ -31,12 +31,18 @@ def _bytes(shape: Any) -> int:
     return shape.bytes if isinstance(shape, Shape) and not shape.is_dynamic else 0
 
 
-def step_info(ins: Instruction, flops: Callable[[Instruction], float] | None = None) -> StepInfo:
-    """`ins` as a step; `flops` (the targets pass passes/flops.py's count, a layer above this one)."""
+def step_info(ins: Instruction, flops: Callable[[Instruction], float] | None = None,
+              members: Sequence[Instruction] = ()) -> StepInfo:
+    """`ins` as a step; `flops` (the targets pass passes/flops.py's count, a layer above this one).
+    `members`: the instructions a target computes in this one step beyond `ins` (a gpu GEMM with its
+    epilogue), whose ONNX nodes and FLOPs the step carries too; bytes stay what the step reads and writes."""
     args = ", ".join(f"%{i.uid}" for i in ins.inputs)
     moved = _bytes(ins.shape) + sum(_bytes(i.shape) for i in ins.inputs)
-    return StepInfo(ins.uid, ins.op.name, f"%{ins.uid} = {ins.op.name}({args}) -> {ins.shape}", ins.origin,
-                    float(flops(ins)) if flops else 0.0, float(moved))
+    covered = [m for m in members if m is not ins]
+    origin = merged(*(m.origin for m in covered), ins.origin) if covered else ins.origin
+    work = sum(float(flops(m)) for m in (*covered, ins)) if flops else 0.0
+    return StepInfo(ins.uid, ins.op.name, f"%{ins.uid} = {ins.op.name}({args}) -> {ins.shape}", origin,
+                    work, float(moved))
 
 
 class Recorder:
@@ -46,10 +52,12 @@ class Recorder:
     clock = staticmethod(time.perf_counter_ns)
 
     def __init__(self, target: str, instructions: Mapping[int, Instruction],
-                 flops: Callable[[Instruction], float] | None = None):
+                 flops: Callable[[Instruction], float] | None = None,
+                 members: Mapping[int, Sequence[Instruction]] | None = None):
         self.target = target
         self._instructions = instructions
         self._flops = flops
+        self._members = members or {}  # uid -> the instructions its step computes with it (step_info)
         self.infos: dict[int, StepInfo] = {}
         self.runs: list[list[tuple[int, int, int]]] = []  # per run: (uid, start ns, end ns) in order
         self.lanes: dict[str, list[list[tuple[int, int, int]]]] = {}  # extra lanes (gpu: host launches)
@@ -59,7 +67,7 @@ class Recorder:
 
     def step(self, uid: int, t0: int, t1: int, value: Any = None, lane: str | None = None) -> None:
         if uid not in self.infos:
-            self.infos[uid] = step_info(self._instructions[uid], self._flops)
+            self.infos[uid] = step_info(self._instructions[uid], self._flops, self._members.get(uid, ()))
         if lane is None:
             self.runs[-1].append((uid, t0, t1))
         else:

@@ -109,7 +109,13 @@ class Executable:
 
         instructions = {i.uid: i for m in self.program.modules.values() for i in m.instructions}
         cls = Capture if capture else Recorder
-        return cls(getattr(self.program, "target_name", "") or "", instructions, instruction_flops)
+        return cls(getattr(self.program, "target_name", "") or "", instructions, instruction_flops,
+                   self.step_members())
+
+    def step_members(self) -> dict[int, list[Any]]:
+        """uid -> the instructions that uid's step computes with it, where one kernel step covers
+        several instructions the IR keeps apart (none here; the gpu target's GEMM epilogues)."""
+        return {}
 
     def profile(self, inputs: Mapping[str, Any], runs: int = 10, warmup: int = 1) -> Any:
         """`warmup` plain runs, then `runs` runs with every kernel step timed: a profile.Profile."""

@@ -112,3 +112,19 @@ def test_trace_command_writes_compile_phases_and_runs(tmp_path, capsys):
     assert sum(e["cat"] == "run" for e in events) == 2
     compile_end = max(e["ts"] + e["dur"] for e in events if e["cat"] == "compile")
     assert all(e["ts"] >= compile_end - 1e-3 for e in events if e["cat"] == "run")  # runs follow the compile
+
+
+def test_a_step_covering_several_instructions_names_all_their_nodes():
+    # the gpu target runs a GEMM and its epilogue as one step whose instruction is the epilogue's:
+    # the step must carry the GEMM's node and FLOPs too (the 'fc' MatMul went missing from gpu profiles)
+    from fusegraph.passes.flops import instruction_flops
+    from fusegraph.profile import step_info
+
+    p = fusegraph.parse_onnx(small_cnn())
+    by_name = {n.name: i for i in p.main.instructions for n in i.origin if len(i.origin) == 1}
+    dot, tanh = by_name["fc"], by_name["tanh"]
+    alone = step_info(tanh, instruction_flops)
+    assert {n.name for n in alone.origin} == {"tanh"}
+    both = step_info(tanh, instruction_flops, [dot, tanh])
+    assert [n.name for n in both.origin] == ["fc", "tanh"]
+    assert both.flops == instruction_flops(dot) + instruction_flops(tanh) > alone.flops

@@ -64,6 +64,13 @@ class GpuExecutable(DeviceDoor, Executable):
         self.graph = None
         self.graph_mode = graph_mode and device.type == "cuda"
         self._warm = False
+        self.plan: Any = None  # the static build's plan.Plan (set when built): its steps' pattern members
+
+    def step_members(self) -> dict[int, list[Any]]:
+        """A pattern step (a GEMM and its epilogue) computes all its members: profiles name them all."""
+        if self.plan is None:
+            return {}
+        return {s.ins.uid: s.members for s in self.plan.steps if s.members}
 
     # -- running ----------------------------------------------------------------------------------
     def _precision(self):
