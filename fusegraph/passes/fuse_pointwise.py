@@ -6,6 +6,10 @@ instruction's fused group (such producers were absorbed). A group has one root (
 The fused body computes what the group computed, roundings included: a half-precision op rounds its
 result to float16/bfloat16 before its consumers read it (ONNX defines those intermediate types), so
 an absorbed half value is rounded in the body and read back as float32, as the unfused op would be.
+Except in a program that `quantize_fp16`/`quantize_bf16` made half (HALF_COMPUTE_KEY in its metadata):
+there half is a storage format the compiler chose, not the model's arithmetic, so values that never
+leave the kernel stay float32 and only the group's result is rounded — as PyTorch's Inductor and
+autocast compute (1 + |x| rounded to half before a log loses x; a speech front-end was off by 1.2e-2).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from ..ops.pointwise import FusedPointwise
 from ..ops.scalar import Call, Expr, Var, convert, converts_to
 
 HALF = (DType.float16, DType.bfloat16)
+HALF_COMPUTE_KEY = "half_compute"  # program metadata set by quantize/fp16.py: the half type it chose
 MAX_BODY_NODES = 256  # keeps bodies (and generated kernels) small when a DAG would unroll into a big tree
 
 
@@ -72,7 +77,7 @@ def _group(root: Instruction, done: set[int]) -> set[int]:
     return group
 
 
-def _body(root: Instruction, group: set[int]) -> tuple[Expr, list[Instruction]]:
+def _body(root: Instruction, group: set[int], round_half: bool = True) -> tuple[Expr, list[Instruction]]:
     externals: list[Instruction] = []
     index: dict[int, int] = {}
 
@@ -83,7 +88,7 @@ def _body(root: Instruction, group: set[int]) -> tuple[Expr, list[Instruction]]:
                 externals.append(ins)
             return Var(index[ins.uid])
         value = _substitute(ins.op.expr, {k: build(x) for k, x in enumerate(ins.inputs)})
-        return value if ins is root else _rounded(value, ins.shape.dtype)
+        return value if ins is root or not round_half else _rounded(value, ins.shape.dtype)
 
     return build(root), externals
 
@@ -91,6 +96,7 @@ def _body(root: Instruction, group: set[int]) -> tuple[Expr, list[Instruction]]:
 def fuse_pointwise(module: Module) -> bool:
     changed = False
     done: set[int] = set()
+    round_half = not (module.program is not None and module.program.metadata.get(HALF_COMPUTE_KEY))
     for root in reversed(module.instructions[:]):
         if root.uid in done or not _fusible(root) or not root.users:
             continue
@@ -98,7 +104,7 @@ def fuse_pointwise(module: Module) -> bool:
         done |= group
         if len(group) < 2:
             continue
-        body, externals = _body(root, group)
+        body, externals = _body(root, group, round_half)
         if _size(body) > MAX_BODY_NODES:
             continue
         op = FusedPointwise(body_text=str(body), n_inputs=len(externals), out_type=root.shape.dtype)

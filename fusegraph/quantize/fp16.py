@@ -9,7 +9,8 @@ layer-norm moments: everything that accumulates) read float32, their weights unr
 results are converted back, so accumulation stays in float32 while the tensors between ops are
 half. Ops whose shape rule refuses half inputs are kept in float32 the same way. Run it before
 fusion: the converts then fuse into the neighbouring kernels (a layer norm stays one fused_reduce
-that accumulates in float32).
+that accumulates in float32), and the program's metadata tells fuse_pointwise that half is storage
+here, so a fused chain computes in float32 and rounds once, at its end.
 
 An output's last pointwise op computes in float32 from its half inputs, so the result is not
 rounded to half on its way out. Invariant afterwards: no float32 value remains in the main module
@@ -32,6 +33,7 @@ from ..ir.op import OpKind
 from ..ir.program import Program
 from ..ir.shape import Shape
 from ..ops.pointwise import Convert, FusedPointwise
+from ..passes.fuse_pointwise import HALF_COMPUTE_KEY
 from ..passes.propagate_constant import propagate_constant
 
 DEFAULT_KEEP_FP32 = frozenset({
@@ -102,6 +104,8 @@ def _quantize_module(module: Module, half: DType, keep: frozenset[str]) -> bool:
     # norm's variance can exceed half's range (PP-OCRv4 det: 9.8e7) where its folded scale
     # gamma / sqrt(var + eps) does not; clipped to 65504 first, it made the model's output garbage.
     propagate_constant(module)
+    if module.program is not None:  # fusion then keeps the values inside a kernel in float32
+        module.program.metadata[HALF_COMPUTE_KEY] = half.name
     new: dict[int, Instruction] = {}       # old uid -> its replacement
     converted: dict[tuple[int, DType], Instruction] = {}
 
