@@ -190,3 +190,16 @@ def test_a_half_model_keeps_the_rounding_its_types_define():
     half.metadata.clear()  # as a model that came in half from ONNX
     (body,) = _fused_bodies(half)
     assert body.count("convert_float16") == 2  # abs and add rounded, as the unfused ops would be
+
+
+def test_the_half_program_keeps_every_nodes_provenance():
+    # quantize_fp16 rebuilds the module: its instructions lost their ONNX nodes, so `perf --profile
+    # --fp16` named none and `verify --per-layer --fp16` had no tensor to compare
+    from tests.profile.models import small_cnn
+
+    model = small_cnn()
+    p = fusegraph.quantize_fp16(fusegraph.parse_onnx(model))
+    computing = [i for i in p.main.instructions if i.op.kind.name != "BUILTIN"]
+    assert all(i.origin for i in computing)
+    assert {n.name for i in computing for n in i.origin} == {n.name for n in model.graph.node}
+    assert {i.tensor for i in computing if i.tensor} >= {"c", "r", "g", "y"}

@@ -123,6 +123,7 @@ def _quantize_module(module: Module, half: DType, keep: frozenset[str]) -> bool:
         return converted[key]
 
     old = list(module.instructions)
+    watermark = max(i.uid for i in old)  # instructions made from here on have larger uids
     ret = module.return_ins
     outputs = {o.uid for o in ret.inputs}
     for ins in old:
@@ -145,6 +146,7 @@ def _quantize_module(module: Module, half: DType, keep: frozenset[str]) -> bool:
             new[ins.uid] = module.insert(ins, _half_op(ins.op, half), *half_inputs, module_args=ins.module_args)
         except FusegraphError:  # the op refuses half inputs: keep it in float32
             new[ins.uid] = _rebuild(module, ins, [as_type(x, F32, ins) for x in inputs], as_type, half)
+    _keep_provenance(old, new, watermark)
     outs = []
     for o in ret.inputs:
         x = new.get(o.uid, o)
@@ -154,6 +156,23 @@ def _quantize_module(module: Module, half: DType, keep: frozenset[str]) -> bool:
         if ins is not ret and not ins.users and not ins.is_param and ins.module is module:
             module.remove(ins)
     return True
+
+
+def _keep_provenance(old: list[Instruction], new: dict[int, Instruction], watermark: int) -> None:
+    """Each replacement computes its old instruction's ONNX nodes and tensor, and so do the converts
+    made for it to read (profiles, traces and `verify --per-layer` name nodes through them)."""
+    for ins in old:
+        r = new.get(ins.uid)
+        if r is None or r is ins or ins.op.kind is OpKind.BUILTIN:
+            continue
+        r.origin = r.origin or ins.origin
+        r.tensor = r.tensor or ins.tensor
+        stack = [r, *r.inputs]
+        while stack:
+            x = stack.pop()
+            if x.uid > watermark and x.op.kind is not OpKind.BUILTIN and (x is r or not x.origin):
+                x.origin = x.origin or ins.origin
+                stack.extend(x.inputs)
 
 
 def _rebuild(module: Module, ins: Instruction, inputs: list[Instruction], as_type, half: DType) -> Instruction:
