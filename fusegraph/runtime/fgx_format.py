@@ -36,7 +36,7 @@ FLAG_SIGNED = 1
 KNOWN_FLAGS = FLAG_SIGNED
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_PARTS = 1 << 20
-PART_KINDS = ("ir", "weights", "artifact")
+PART_KINDS = ("ir", "weights", "artifact", "meta")
 _PART_NAME = re.compile(r"[\w./-]{1,200}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 

@@ -30,7 +30,7 @@ from ..ir.dtypes import DType
 from ..ir.program import Program
 from ..ir.shape import AnyShape, Shape
 from ..ir.text import parse_program, print_program
-from . import signing
+from . import provenance_part, signing
 from .fgx_format import ALIGNMENT, Container, ContainerWriter
 
 INTEGRITY_MODES = ("lazy", "eager")
@@ -88,6 +88,7 @@ def _write(program: Program, out: BinaryIO, sign_key: signing.Key | None) -> Non
 
     ir = exe.program
     writer.add("ir", "ir", print_program(ir, literal_writer=write_literal).encode("utf-8"))
+    writer.add(provenance_part.PART, provenance_part.KIND, provenance_part.dump(ir))
     artifacts = target.export_artifacts(exe)
     for name in sorted(artifacts):
         writer.add(_ARTIFACT + name, "artifact", artifacts[name])
@@ -149,7 +150,7 @@ def _load(c: Container, verify_key: signing.Key | None, integrity: str) -> Progr
         c.check_signature(key)
     target_name, options, metadata = _read_manifest(c)
     target = _target(c, target_name)
-    kinds: dict[str, list[str]] = {"ir": [], "weights": [], "artifact": []}
+    kinds: dict[str, list[str]] = {"ir": [], "weights": [], "artifact": [], "meta": []}
     for name, part in c.parts.items():
         kinds[part.kind].append(name)
     if kinds["ir"] != ["ir"]:
@@ -159,13 +160,17 @@ def _load(c: Container, verify_key: signing.Key | None, integrity: str) -> Progr
     trusted = key is not None
     eager = trusted or integrity == "eager"
     bulk = kinds["weights"] + [n for n in kinds["artifact"] if n.startswith(_BULK_ARTIFACT)]
-    c.verify(kinds["ir"] + [n for n in kinds["artifact"] if n not in bulk] + (bulk if eager else []))
+    if kinds["meta"] not in ([], [provenance_part.PART]):
+        raise c.error(f"its meta parts are {kinds['meta']}: this fusegraph knows only {provenance_part.PART!r}")
+    c.verify(kinds["ir"] + kinds["meta"] + [n for n in kinds["artifact"] if n not in bulk] + (bulk if eager else []))
     # A signed IR's shapes were derived and verified when it was compiled: re-derive them unless the
     # signature holds and this fusegraph (these shape rules) wrote it, or when asked to check
     # everything. Kernels, buffers and the memory plan are sized from these shapes.
     as_written = trusted and integrity != "eager" and c.manifest.get("fusegraph_version") == __version__
     program = _parse_ir(c, check_shapes=not as_written)
     program.metadata = metadata
+    if kinds["meta"]:
+        provenance_part.apply(program, c.part(provenance_part.PART), c.error)
     _check_specs(c, program)
     if not trusted:
         _check_parameters(c, program)
