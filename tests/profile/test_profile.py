@@ -33,6 +33,7 @@ def test_every_step_names_its_onnx_nodes(target):
         named |= {n.name for n in info.origin}
     # every ONNX node is computed by some step, and fusion kept each name (flatten may be a view)
     assert NODES - {"flatten"} <= named
+    assert all(info.origin for info in prof.steps)  # layout copies included: no "(compiler)" step
     times = prof.step_times()
     assert all(len(ts) == 3 and min(ts) >= 0 for ts in times.values())
     total = sum(r.share for r in by_kernel(prof))

@@ -74,6 +74,7 @@ def _redirect(module: Module, old: Instruction, new: Instruction) -> None:
     picky = [u for u in old.users if _picky(u)]
     if picky:
         copy = module.insert_after(new, Contiguous(), new)  # before every reader of `old`
+        copy.origin = old.origin  # old's value, for profiles
         for u in picky:
             module.replace_inputs(u, [copy if i is old else i for i in u.inputs])
     module.replace(old, new)
@@ -152,5 +153,6 @@ def choose_layout(module: Module) -> bool:
                 key = (x.inputs[0].uid, x.op.perm) if x.op.name == "transpose" else (x.uid,)
                 if key not in copies:  # one copy for every reader of the same view
                     copies[key] = module.insert(ins, Contiguous(), x)
+                    copies[key].origin = ins.origin  # the copy works for its reader's node
                 module.replace_inputs(ins, [copies[key], *ins.inputs[1:]])
     return True
