@@ -69,7 +69,7 @@ def _parse(source: Any, default_dim_value: int, default_dyn_dim_value: Any, map_
         if print_program_on_error:
             import onnx
 
-            print(onnx.helper.printable_graph(proto.graph), file=sys.stderr)
+            print(onnx.printer.to_text(proto.graph), file=sys.stderr)
         raise
     return program(p, max_loop_iterations=max(limits) if limits else None)
 
