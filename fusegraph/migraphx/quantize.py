@@ -11,6 +11,7 @@ Quantize before compile(), as on MIGraphX.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -80,16 +81,16 @@ def _calibrated(kind: str, prog: program, t: target, calibration: Sequence[Mappi
     p = _fusegraph_program(prog, fn)
     if not isinstance(t, target):
         raise ArgumentError(f"{fn}: expected a migraphx.target (get_target(name)), got {t!r}")
+    samples = _calibration(prog, calibration, fn)
     try:
-        from ..quantize import int8
+        int8 = importlib.import_module("fusegraph.quantize.int8")
     except ModuleNotFoundError as e:
         if e.name and e.name.startswith("fusegraph"):
             raise NotSupportedError(f"migraphx.{fn}: {kind} quantization is not available in this build of "
                                     "fusegraph (fusegraph/quantize/int8.py is missing); quantize_fp16 and "
                                     "quantize_bf16 are") from None
         raise
-    quantizer = getattr(int8, fn)
-    quantizer(p, _calibration(prog, calibration, fn), quantize_ops=tuple(sorted(_op_names(ins_names, fn))))
+    getattr(int8, fn)(p, samples, quantize_ops=tuple(sorted(_op_names(ins_names, fn))))
 
 
 @api_boundary

@@ -156,3 +156,15 @@ def test_get_onnx_operators():
     ops = migraphx.get_onnx_operators()
     assert {"Conv", "MatMul", "Relu", "Loop", "NonMaxSuppression"} <= set(ops) and ops == sorted(ops)
     assert "Frobnicate" not in ops
+
+
+@pytest.mark.gpu
+def test_run_async_on_a_cuda_stream(model_path):
+    import torch
+
+    p = migraphx.parse_onnx(model_path, default_dim_value=4)
+    p.compile(migraphx.get_target("gpu"))
+    stream = torch.cuda.Stream()
+    got = p.run_async({"x": _x(4)}, stream.cuda_stream, "cudaStream_t")
+    np.testing.assert_allclose(np.array(got[0]), dense_reference(_x(4)), rtol=1e-5, atol=1e-6)
+    assert got[0].get_shape().type_string() == "float_type"
