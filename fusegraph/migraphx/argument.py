@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError, ShapeError
+from ..errors import ArgumentError, NotSupportedError, ShapeError
 from ..ir.dtypes import DType
 from ..ir.shape import Shape
 from .shape import shape
@@ -71,6 +71,16 @@ class argument:  # noqa: N801  (MIGraphX's name)
         return eq if eq is NotImplemented else not eq
 
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    @staticmethod
+    def save(arg: argument, filename: str) -> None:
+        raise NotSupportedError("migraphx.argument.save (msgpack argument files) is not supported by "
+                                "fusegraph.migraphx; nearest: numpy.save(filename, numpy.array(arg))")
+
+    @staticmethod
+    def load(filename: str) -> argument:
+        raise NotSupportedError("migraphx.argument.load (msgpack argument files) is not supported by "
+                                "fusegraph.migraphx; nearest: migraphx.argument(numpy.load(filename))")
 
     def __repr__(self) -> str:
         return ", ".join(str(x) for x in self._a.reshape(-1).tolist())

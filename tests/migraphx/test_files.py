@@ -7,7 +7,7 @@ import pytest
 
 import fusegraph
 import fusegraph.migraphx as migraphx
-from fusegraph.errors import ArgumentError, CompileError, CompiledFileError
+from fusegraph.errors import ArgumentError, CompiledFileError, CompileError
 
 from .models import dense, dense_reference
 

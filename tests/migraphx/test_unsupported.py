@@ -31,3 +31,10 @@ def test_not_supported_is_a_fusegraph_error_and_typos_stay_attribute_errors():
     assert issubclass(NotSupportedError, FusegraphError)
     with pytest.raises(AttributeError):
         migraphx.parse_onxx  # noqa: B018
+
+
+def test_argument_files_are_refused_with_numpy_named():
+    with pytest.raises(NotSupportedError, match="numpy.save"):
+        migraphx.argument.save(migraphx.argument([1.0]), "a.msgpack")
+    with pytest.raises(NotSupportedError, match="numpy.load"):
+        migraphx.argument.load("a.msgpack")
