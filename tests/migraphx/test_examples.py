@@ -80,3 +80,17 @@ def test_generated_inputs_run(model_file, capsys):
     """Without --input the script feeds generate_argument data, as MIGraphX's examples do."""
     run_example("resnet50_classify.py", [str(model_file("resnet50")), "--target", "ref"])
     assert "image 0: class " in capsys.readouterr().out
+
+
+def test_resnet50_fp16(model_file, tmp_path):
+    """--fp16 quantizes with quantize_fp16 before compiling: float16 accuracy against ORT's float32."""
+    model = model_file("resnet50")
+    images = np.random.default_rng(3).standard_normal((1, 3, 64, 64), dtype=np.float32)
+    np.save(tmp_path / "images.npy", images)
+    out = tmp_path / "logits.npy"
+    run_example("resnet50_classify.py", [str(model), "--target", "ref", "--fp16", "--input",
+                                         str(tmp_path / "images.npy"), "--output", str(out)])
+    (expected,) = ort_run(model, {"input": images})
+    got = np.load(out)
+    assert got.dtype == np.float32
+    assert np.linalg.norm(got - expected) / np.linalg.norm(expected) < 1e-2
