@@ -4,6 +4,8 @@ calibrated quantizer where this build has it)."""
 from __future__ import annotations
 
 import importlib.util
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -91,3 +93,20 @@ def test_int8_without_calibration_uses_generated_data():
 def test_calibration_must_be_a_list_of_dicts():
     with pytest.raises(ArgumentError, match="wrap it in a list"):
         migraphx.quantize_int8(_program(), migraphx.get_target("ref"), calibration={"x": _x()})
+
+
+@pytest.mark.parametrize("fn", ["quantize_int8", "quantize_fp8"])
+def test_calibrated_wrappers_hand_numpy_samples_and_op_names_to_the_quantizer(fn, monkeypatch):
+    """What reaches fusegraph's quantizer: the fusegraph program, calibration as dicts of numpy
+    arrays (arguments unwrapped), and MIGraphX's op names as fusegraph's."""
+    calls = []
+    fake = types.ModuleType("fusegraph.quantize.int8")
+    setattr(fake, fn, lambda program, calibration, **kw: calls.append((program, calibration, kw)))
+    monkeypatch.setitem(sys.modules, "fusegraph.quantize.int8", fake)
+    p = _program()
+    getattr(migraphx, fn)(p, migraphx.get_target("ref"), calibration=[{"x": migraphx.argument(_x())}],
+                          ins_names=["dot", "quant_convolution"])
+    ((program, calibration, kw),) = calls
+    assert program is p.fusegraph_program
+    assert type(calibration[0]["x"]) is np.ndarray and np.array_equal(calibration[0]["x"], _x())
+    assert kw == {"quantize_ops": ("convolution", "dot")}
