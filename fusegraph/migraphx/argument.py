@@ -30,8 +30,10 @@ def _as_array(data: Any) -> np.ndarray:
         a = np.asarray(data)
     except (TypeError, ValueError) as e:
         raise ArgumentError(f"argument: cannot read {type(data).__name__} as a tensor: {e}") from None
-    if a.dtype.kind in "USOV" and a.dtype != object:
-        raise ArgumentError(f"argument: {a.dtype} data has no MIGraphX type")
+    try:
+        DType.from_numpy(a.dtype)
+    except TypeError as e:
+        raise ArgumentError(f"argument: {a.dtype} data has no fusegraph type ({e})") from None
     if any(st < 0 for st in a.strides):  # a MIGraphX shape has non-negative strides
         a = np.ascontiguousarray(a)
     return a

@@ -40,7 +40,7 @@ def _op_names(ins_names: Iterable[str], fn: str) -> frozenset[str]:
 
 
 def _half(prog: Any, ins_names: Iterable[str], fn: str, convert: Any) -> None:
-    from ..quantize.fp16 import DEFAULT_KEEP_FP32
+    from ..quantize import DEFAULT_KEEP_FP32
 
     p = _fusegraph_program(prog, fn)
     names = _op_names(ins_names, fn)

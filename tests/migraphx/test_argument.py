@@ -60,3 +60,8 @@ def test_negative_strides_become_a_contiguous_copy():
     a = migraphx.argument(x)
     assert a.get_shape().strides() == [1]
     np.testing.assert_array_equal(np.array(a), x)
+
+
+def test_data_without_a_tensor_type_is_refused():
+    with pytest.raises(ArgumentError, match="datetime64"):
+        migraphx.argument(np.array(["2026-12-01"], dtype="datetime64[D]"))

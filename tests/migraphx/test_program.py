@@ -168,3 +168,17 @@ def test_run_async_on_a_cuda_stream(model_path):
     got = p.run_async({"x": _x(4)}, stream.cuda_stream, "cudaStream_t")
     np.testing.assert_allclose(np.array(got[0]), dense_reference(_x(4)), rtol=1e-5, atol=1e-6)
     assert got[0].get_shape().type_string() == "float_type"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int64", "bool"])
+def test_device_outputs_come_back_bit_exact(dtype):
+    """run_async's device-to-host copy (on CPU torch tensors here): bf16 goes through its bits."""
+    torch = pytest.importorskip("torch")
+    from fusegraph.ir import DType
+    from fusegraph.migraphx.program import _to_host
+
+    dt = DType(dtype)
+    values = (np.arange(-3, 3) * 1.5).astype(dt.np)
+    t = torch.from_numpy(values.view(np.int16)).view(torch.bfloat16) if dtype == "bfloat16" else torch.from_numpy(values)
+    back = _to_host(t, dt)
+    assert back.dtype == dt.np and back.tobytes() == values.tobytes()
