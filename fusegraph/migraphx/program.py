@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError, CompileError, NotSupportedError
+from ..errors import ArgumentError, CompileError, NotSupportedError, api_boundary
 from ..ir.program import Program
+from ..ir.run_limits import running
 from .argument import _as_array, argument
 from .module import module
 from .shape import shape
@@ -75,10 +76,12 @@ class program:  # noqa: N801  (MIGraphX's name)
         outs = self.fusegraph_program.run(_feeds(params))
         return [argument(o) for o in outs]
 
+    @api_boundary
     def run_async(self, params: Mapping[str, Any], stream: int = 0, stream_name: str = "ihipStream_t") -> list[argument]:
         """`run`, its device work ordered on `stream` (a HIP/CUDA stream handle, as an int) on the gpu
         target. It returns once the outputs are on the host, so it is synchronous for the caller. Where
-        there is no stream (stream 0, the ref and cpu targets) it is `run`."""
+        there is no stream (stream 0, the ref and cpu targets) it is `run`. `stream_name` (MIGraphX
+        checks the handle's type by it) is not needed: torch takes the handle as it is."""
         if not isinstance(stream, int):
             raise ArgumentError(f"program.run_async: stream must be a stream handle (an int), got {stream!r}")
         exe = self.fusegraph_program.executable
@@ -87,7 +90,8 @@ class program:  # noqa: N801  (MIGraphX's name)
         import torch
 
         ext = torch.cuda.ExternalStream(stream)
-        outs = exe.run_device(_feeds(params), stream=ext, copy_outputs=True)
+        with running(None, exe.options.max_loop_iterations):  # the limits Executable.run keeps
+            outs = exe.run_device(_feeds(params), stream=ext, copy_outputs=True)
         ext.synchronize()
         dtypes = [s.dtype for s in self.fusegraph_program.get_output_shapes()]
         return [argument(_to_host(o, dt)) for o, dt in zip(outs, dtypes)]
