@@ -95,9 +95,10 @@ def parse_onnx_buffer(onnx_buffer: bytes, default_dim_value: int = 0, default_dy
                       map_input_dims: Mapping[str, Sequence[int]] | None = None,
                       map_dyn_input_dims: Mapping[str, Sequence[Any]] | None = None,
                       skip_unknown_operators: bool = False, print_program_on_error: bool = False,
-                      max_loop_iterations: int | None = None, limit_max_iterations: int | None = None,
-                      external_data_path: str | os.PathLike = "") -> program:
-    """Parse an ONNX model held in bytes into a program."""
+                      external_data_path: str | os.PathLike = "", max_loop_iterations: int | None = None,
+                      limit_max_iterations: int | None = None) -> program:
+    """Parse an ONNX model held in bytes into a program (positional order as MIGraphX's binding:
+    external_data_path follows print_program_on_error)."""
     if isinstance(onnx_buffer, str):  # pybind11 hands MIGraphX a std::string: bytes in Python 3
         raise ArgumentError("parse_onnx_buffer: expected the model's bytes, got a str (read the file in 'rb' mode)")
     if not isinstance(onnx_buffer, (bytes, bytearray, memoryview)):
