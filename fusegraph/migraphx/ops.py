@@ -36,6 +36,11 @@ class op:  # noqa: N801  (MIGraphX's name)
         max = "max"
         lpnorm = "lpnorm"
 
+    class rnn_direction(str, enum.Enum):  # noqa: N801
+        forward = "forward"
+        reverse = "reverse"
+        bidirectional = "bidirectional"
+
     def __init__(self, name: str, **attrs: Any):
         fg = OP_NAMES.get(name, name)
         if fg not in registered_ops() or fg.startswith("@"):

@@ -72,6 +72,10 @@ def test_pooling_mode_enum():
     assert _run(p, {"x": np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)})[0].reshape(-1).tolist() == [3.0]
 
 
+def test_enum_attributes_become_their_values():
+    assert migraphx.op("rnn", direction=migraphx.op.rnn_direction.bidirectional).build([]).direction == "bidirectional"
+
+
 def test_module_print_and_repr(capsys):
     p = migraphx.program()
     mm = p.get_main_module()
