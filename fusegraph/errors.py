@@ -88,6 +88,11 @@ class ArgumentError(FusegraphError, ValueError):
     """A public function was called with an argument it does not accept (an unknown mode, a bad type)."""
 
 
+class NotSupportedError(FusegraphError):
+    """A name of another engine's API (fusegraph.migraphx mirrors MIGraphX's) that fusegraph does not
+    provide; the message names it and the nearest fusegraph equivalent."""
+
+
 class FileAccessError(FusegraphError):
     """A file could not be read or written (missing, a directory, no permission, disk full)."""
 
