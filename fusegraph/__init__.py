@@ -11,6 +11,7 @@ from . import ops as _ops  # noqa: F401  (registers every op)
 from .errors import FusegraphError, api_boundary
 from .ir import Dim, DType, Program, Shape
 from .onnx import parse_onnx
+from .sparsity import is_2_4, make_sparse, prune_2_4
 from .targets import CompileOptions, get_target
 
 __version__ = "0.1.0"
@@ -65,6 +66,6 @@ def load_buffer(data, *, verify_key=None, integrity="lazy") -> Program:
 
 
 __all__ = [
-    "CompileOptions", "DType", "Dim", "FusegraphError", "Program", "Shape", "get_target", "load", "load_buffer",
-    "parse_onnx", "quantize_bf16", "quantize_fp16", "save", "save_buffer",
+    "CompileOptions", "DType", "Dim", "FusegraphError", "Program", "Shape", "get_target", "is_2_4", "load",
+    "load_buffer", "make_sparse", "parse_onnx", "prune_2_4", "quantize_bf16", "quantize_fp16", "save", "save_buffer",
 ]

@@ -291,7 +291,13 @@ def dot(ins: Instruction, ctx: LowerContext) -> Kernel:
         # constant weights: packed once into oneDNN's layout; its threads are the same OpenMP pool
         # as the generated kernels', where numpy's BLAS would bring a second, competing pool
         prim, av, _ = _matmul(ins, ctx, w)
-        return lambda args, out: prim(av.view(args[0]), out=out)
+
+        def dense(args, out):
+            return prim(av.view(args[0]), out=out)
+
+        from .sparse import sparse_dot  # mostly-zero weights: a sparse product where it times faster
+
+        return sparse_dot(ins, ctx, w, dense) or dense
     if _f32(ins) and a.shape.ndim == b.shape.ndim >= 2:
         prim, av, bv = _matmul(ins, ctx, b.shape)
         return lambda args, out: prim(av.view(args[0]), bv.view(args[1]), out=out)

@@ -1,0 +1,174 @@
+"""Sparse weights on the cpu target: y = x @ W for a constant W with few nonzeros, in C.
+
+W [K, N] is packed once, at compile, by output column (the CSR form of W transposed: for column n
+the rows k of its nonzeros, ascending, and their values). A run packs x [M, K] into tiles of 8 or 64
+rows laid out k-major, so the terms of one column over a tile are contiguous, which the compiler
+vectorizes, and a tile stays in cache while a block of 64 columns reads it. Each output element adds
+its terms in ascending k, one rounding each (no FMA contraction: -ffp-contract=off), so results do
+not depend on the thread count. For M = 1 each column is a gathered dot product.
+
+The dot lowering (kernels/dense.py) times this against oneDNN's dense product at compile and keeps
+the faster (`choose`): sparsity pays only past a density that depends on the machine and the shape.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from ..codegen.build import build_library
+from ..codegen.kernels import KernelSource
+
+MAX_DENSITY = 0.5  # denser weights are not even tried: the dense kernels win by far
+MARGIN = 0.9  # the sparse kernel must win by 10 %: timing noise must not flip the choice between compiles
+
+_SOURCE = r"""
+/* x [M, K] is packed into tiles of T rows, xp[tile][k][t] (zero-padded), so the terms of one output
+   column over a tile are T contiguous floats: acc[0..T) += v * xp[tile][k][0..T) vectorizes, and a
+   tile's K x T block stays in cache while every column of a block of columns reads it. */
+#define FG_SPMM(T)                                                                                    \
+static void fg_spmm_t##T(const float* x, float* y, int64_t M, int64_t K, int64_t N,                   \
+                         const int64_t* indptr, const int32_t* rows, const float* vals, float* xp,     \
+                         int threads) {                                                               \
+    const int64_t tiles = (M + T - 1) / T, NB = 64, blocks = (N + NB - 1) / NB;                       \
+    _Pragma("omp parallel num_threads(threads)")                                                      \
+    {                                                                                                 \
+        _Pragma("omp for collapse(2) schedule(static)")                                               \
+        for (int64_t i = 0; i < tiles; i++)                                                           \
+            for (int64_t k = 0; k < K; k++)                                                           \
+                for (int64_t t = 0; t < T; t++) {                                                     \
+                    const int64_t m = i * T + t;                                                      \
+                    xp[(i * K + k) * T + t] = m < M ? x[m * K + k] : 0.0f;                            \
+                }                                                                                     \
+        _Pragma("omp for collapse(2) schedule(dynamic, 1)")                                           \
+        for (int64_t i = 0; i < tiles; i++)                                                           \
+            for (int64_t b = 0; b < blocks; b++) {                                                    \
+                const int64_t tm = M - i * T < T ? M - i * T : T;                                     \
+                const float* tile = xp + i * K * T;                                                   \
+                const int64_t n1 = (b + 1) * NB < N ? (b + 1) * NB : N;                               \
+                for (int64_t n = b * NB; n < n1; n++) {                                               \
+                    float acc[T];                                                                     \
+                    for (int t = 0; t < T; t++) acc[t] = 0.0f;                                        \
+                    for (int64_t j = indptr[n]; j < indptr[n + 1]; j++) {                             \
+                        const float v = vals[j];                                                      \
+                        const float* xr = tile + (int64_t)rows[j] * T;                                \
+                        for (int t = 0; t < T; t++) acc[t] += v * xr[t];                              \
+                    }                                                                                 \
+                    for (int64_t t = 0; t < tm; t++) y[(i * T + t) * N + n] = acc[t];                 \
+                }                                                                                     \
+            }                                                                                         \
+    }                                                                                                 \
+}
+FG_SPMM(8)
+FG_SPMM(64)
+
+__attribute__((visibility("default")))
+void fg_spmm_f32(const float* x, float* y, int64_t M, int64_t K, int64_t N, const int64_t* indptr,
+                 const int32_t* rows, const float* vals, float* xp, int threads) {
+    if (M == 1) {  /* one gathered dot product per column */
+        #pragma omp parallel for num_threads(threads) schedule(static) if (N * 64 > 32768)
+        for (int64_t n = 0; n < N; n++) {
+            float acc = 0.0f;
+            for (int64_t j = indptr[n]; j < indptr[n + 1]; j++) acc += vals[j] * x[rows[j]];
+            y[n] = acc;
+        }
+    } else if (M <= 32) {
+        fg_spmm_t8(x, y, M, K, N, indptr, rows, vals, xp, threads);
+    } else {
+        fg_spmm_t64(x, y, M, K, N, indptr, rows, vals, xp, threads);
+    }
+}
+"""
+
+
+def _tile(m: int) -> int:
+    return 1 if m == 1 else 8 if m <= 32 else 64
+
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int64
+
+
+@functools.cache
+def _library():
+    from ....ir.dtypes import DType
+
+    src = KernelSource(name="fg_spmm_f32", code=_SOURCE, helpers=(), in_dtypes=(DType.float32,),
+                       out_dtype=DType.float32)
+    fn = build_library([src]).kernels["fg_spmm_f32"]._fn
+    fn.argtypes = [_P, _P, _I, _I, _I, _P, _P, _P, _P, ctypes.c_int]
+    fn.restype = None
+    return fn
+
+
+def density(w: np.ndarray) -> float:
+    return float(np.count_nonzero(w)) / max(w.size, 1)
+
+
+class SparseWeights:
+    """W [K, N] packed by output column; `__call__(x, out)` computes x @ W for x [..., K]."""
+
+    def __init__(self, w: np.ndarray, threads: int):
+        if w.ndim != 2 or w.dtype != np.float32:
+            raise ValueError(f"sparse weights are float32 matrices, got {w.dtype}{list(w.shape)}")
+        self.k, self.n = w.shape
+        wt = np.ascontiguousarray(w.T)
+        nz = wt != 0
+        self.indptr = np.concatenate([[0], np.cumsum(nz.sum(axis=1))]).astype(np.int64)
+        self.rows = np.nonzero(nz)[1].astype(np.int32)  # row-major order: ascending k per column
+        self.vals = wt[nz].astype(np.float32)
+        self.nnz = int(self.vals.size)
+        self.threads = threads
+        self._fn = _library()
+
+    def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        lead = x.shape[:-1]
+        m = int(np.prod(lead)) if lead else 1
+        x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(m, self.k)
+        if out is None or not out.flags.c_contiguous:
+            target = np.empty((*lead, self.n), np.float32)
+        else:
+            target = out
+        t = _tile(m)
+        packed = np.empty(-(-m // t) * t * self.k, np.float32)  # x in tiles of t rows
+        self._fn(x2.ctypes.data, target.ctypes.data, m, self.k, self.n, self.indptr.ctypes.data,
+                 self.rows.ctypes.data, self.vals.ctypes.data, packed.ctypes.data, self.threads)
+        if out is not None and target is not out:
+            out[...] = target
+            return out
+        return target
+
+
+def _median_time(fn: Callable[[], object], reps: int) -> float:
+    fn()  # warm: caches, page faults, OpenMP team
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+def choose(dense: Callable[[np.ndarray], object], sparse: SparseWeights, x_lens: tuple[int, ...],
+           reps: int = 5) -> tuple[bool, float, float]:
+    """Whether the sparse product beats `dense` on an input of `x_lens` (and both median times)."""
+    x = np.random.default_rng(0).standard_normal(x_lens).astype(np.float32)
+    t_dense = _median_time(lambda: dense(x), reps)
+    t_sparse = _median_time(lambda: sparse(x), reps)
+    return t_sparse < MARGIN * t_dense, t_dense, t_sparse
+
+
+def sparse_dot(ins, ctx, w: np.ndarray, dense: Callable) -> Callable | None:
+    """The sparse kernel for dot `ins` with constant weights `w`, if it times faster than `dense`
+    (the oneDNN step, `dense(args, out)`); None to keep the dense one."""
+    if w.ndim != 2 or w.dtype != np.float32 or density(w) > MAX_DENSITY:
+        return None
+    a = ins.inputs[0]
+    flops = 2.0 * ins.shape.elements * a.shape.lens[-1]
+    kernel = SparseWeights(w, ctx.threads_for(flops))
+    faster, _, _ = choose(lambda x: dense([x], None), kernel, tuple(a.shape.lens))
+    return (lambda args, out: kernel(args[0], out)) if faster else None
