@@ -30,6 +30,8 @@ _SOURCE = r"""
 /* x [M, K] is packed into tiles of T rows, xp[tile][k][t] (zero-padded), so the terms of one output
    column over a tile are T contiguous floats: acc[0..T) += v * xp[tile][k][0..T) vectorizes, and a
    tile's K x T block stays in cache while every column of a block of columns reads it. */
+typedef float fg_v8 __attribute__((vector_size(32)));  /* 8 floats: one AVX register where there is one */
+typedef float fg_v8u __attribute__((vector_size(32), aligned(4)));  /* the same, read unaligned */
 #define FG_SPMM(T)                                                                                    \
 static void fg_spmm_t##T(const float* x, float* y, int64_t M, int64_t K, int64_t N,                   \
                          const int64_t* indptr, const int32_t* rows, const float* vals, float* xp,     \
@@ -51,14 +53,15 @@ static void fg_spmm_t##T(const float* x, float* y, int64_t M, int64_t K, int64_t
                 const float* tile = xp + i * K * T;                                                   \
                 const int64_t n1 = (b + 1) * NB < N ? (b + 1) * NB : N;                               \
                 for (int64_t n = b * NB; n < n1; n++) {                                               \
-                    float acc[T];                                                                     \
-                    for (int t = 0; t < T; t++) acc[t] = 0.0f;                                        \
+                    fg_v8 acc[T / 8];                                                                 \
+                    for (int q = 0; q < T / 8; q++) acc[q] = (fg_v8){0};                              \
                     for (int64_t j = indptr[n]; j < indptr[n + 1]; j++) {                             \
-                        const float v = vals[j];                                                      \
-                        const float* xr = tile + (int64_t)rows[j] * T;                                \
-                        for (int t = 0; t < T; t++) acc[t] += v * xr[t];                              \
+                        const fg_v8 v = (fg_v8){0} + vals[j];                                         \
+                        const fg_v8u* xr = (const fg_v8u*)(tile + (int64_t)rows[j] * T);              \
+                        for (int q = 0; q < T / 8; q++) acc[q] += v * xr[q];                          \
                     }                                                                                 \
-                    for (int64_t t = 0; t < tm; t++) y[(i * T + t) * N + n] = acc[t];                 \
+                    const float* a = (const float*)acc;                                               \
+                    for (int64_t t = 0; t < tm; t++) y[(i * T + t) * N + n] = a[t];                   \
                 }                                                                                     \
             }                                                                                         \
     }                                                                                                 \
