@@ -31,7 +31,7 @@ from .build import BuildContext
 from .device import torch, torch_dtype
 from .executable import DeviceDoor, as_tensor, check_input_names, library_flags, on_stream
 from .host import device_value, host_runner, host_value, outer_reads, why_host
-from .lowering import describe_lowering, find_lowering
+from .lowering import LOWERINGS, describe_lowering, find_lowering
 from .plan import Step, is_dynamic, list_steps
 
 DEVICE, HOST = "device", "host"
@@ -88,7 +88,8 @@ def _concrete_step(step: Step, shapes: list[AnyShape]) -> Step:
             out = ins.op.infer_shape(shapes)
     except _SHAPE_ERRORS as e:
         raise CompileError(f"target 'gpu': {ins.op} has no shape rule for inputs {shapes}: {e}") from e
-    if is_dynamic(out):  # the output size depends on the data (nonzero, unique...): the host knows it
+    if is_dynamic(out) and not (step.kind in LOWERINGS and LOWERINGS[step.kind].sizes_output):
+        # the output size depends on the data (nonzero, unique...): the host knows it
         raise CompileError(f"target 'gpu': {ins.op} has a data-dependent output shape {out}")
     return Step(step.kind, Instruction(ins.op, inputs, out, ins.module_args), inputs, dict(step.data))
 
