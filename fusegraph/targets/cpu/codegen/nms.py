@@ -60,7 +60,16 @@ static int64_t KNAME_class(const float *scores, const float *c, int64_t n, int64
                            int has_score, float score_thr, uint64_t *heap, int64_t *kept) {
     const float *lo0 = c, *lo1 = c + n, *hi0 = c + 2 * n, *hi1 = c + 3 * n, *area = c + 4 * n;
     int64_t m = 0, count = 0;
-    for (int64_t i = 0; i < n; ++i)
+    int64_t i = 0;
+    if (has_score)  /* most scores fail: one vector compare per 16 skips them (1.4x on a detector's) */
+        for (; i + 16 <= n; i += 16) {
+            int any = 0;
+            for (int k = 0; k < 16; ++k) any |= scores[i + k] > score_thr;
+            if (any)
+                for (int k = 0; k < 16; ++k)
+                    if (scores[i + k] > score_thr) heap[m++] = KNAME_key(scores[i + k], i + k);
+        }
+    for (; i < n; ++i)
         if (!has_score || scores[i] > score_thr) heap[m++] = KNAME_key(scores[i], i);
     for (int64_t k = m / 2 - 1; k >= 0; --k) KNAME_sift(heap, m, k);
     while (m > 0 && count < limit) {
@@ -73,6 +82,12 @@ static int64_t KNAME_class(const float *scores, const float *c, int64_t n, int64
         if (keep) kept[count++] = box;
     }
     return count;
+}
+static inline int64_t KNAME_pair(int64_t pc, int64_t C, int64_t N, int64_t limit, const float *scores,
+                                 const float *corners, const float *thr, int has_score, uint64_t *heap,
+                                 int64_t *kept) {
+    return KNAME_class(scores + pc * N, corners + (pc / C) * 5 * N, N, limit, thr[0], has_score, thr[1], heap,
+                       kept + pc * limit);
 }
 FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {
     int64_t *out = (int64_t *)p[0];
@@ -99,17 +114,20 @@ FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {
     }
     const int64_t pairs = B * C;
     const int use = fg_threads(nt, pairs * N, 65536);
-    #pragma omp parallel num_threads(use)
-    {
+    if (use == 1) {  /* no OpenMP region: entering one costs more than a detector's whole NMS */
         uint64_t *heap = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)(N > 0 ? N : 1));
-        #pragma omp for schedule(dynamic, 1)
-        for (int64_t pc = 0; pc < pairs; ++pc) {
-            const int64_t b = pc / C;
-            if (!heap) { counts[pc] = -1; continue; }
-            counts[pc] = KNAME_class(scores + pc * N, corners + b * 5 * N, N, limit, thr[0], (int)has_score,
-                                     thr[1], heap, kept + pc * limit);
-        }
+        for (int64_t pc = 0; pc < pairs; ++pc)
+            counts[pc] = heap ? KNAME_pair(pc, C, N, limit, scores, corners, thr, (int)has_score, heap, kept) : -1;
         free(heap);
+    } else {
+        #pragma omp parallel num_threads(use)
+        {
+            uint64_t *heap = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)(N > 0 ? N : 1));
+            #pragma omp for schedule(dynamic, 1)
+            for (int64_t pc = 0; pc < pairs; ++pc)
+                counts[pc] = heap ? KNAME_pair(pc, C, N, limit, scores, corners, thr, (int)has_score, heap, kept) : -1;
+            free(heap);
+        }
     }
     int64_t total = 0;
     for (int64_t pc = 0; pc < pairs; ++pc)
