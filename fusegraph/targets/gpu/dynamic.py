@@ -114,6 +114,9 @@ def lower_dynamic(program: Program, options: CompileOptions, device: Any, host_f
             except FusegraphError as e:  # the lowering rejects this op (attribute at run time, ...)
                 run.place, run.reason = HOST, str(e)
         if run.place == HOST:
+            if not step.ins.op.host_fallback:  # a custom op whose definition forbids it (custom/definition.py)
+                raise CompileError(f"target 'gpu' cannot run {step.ins.op} on the device ({run.reason}) and its "
+                                   "definition does not allow running its reference on the host (host_fallback=False)")
             if not host_fallback:
                 find_lowering(step)  # today's error, naming the op, when it has no lowering at all
                 raise CompileError(f"target 'gpu' cannot run {step.ins.op} on the device ({run.reason}) "
@@ -288,7 +291,7 @@ class DynamicExecutable(DeviceDoor, Executable):
             entry = find_lowering(concrete)
             return entry.mode, entry.build(self.ctx, concrete), concrete.ins.shape
         except FusegraphError as e:
-            if not self.host_fallback:
+            if not (self.host_fallback and run.step.ins.op.host_fallback):
                 raise
             self._prepare_host(run, f"for input shapes {list(shapes)}: {e}")
             return str(e)
@@ -304,7 +307,7 @@ class DynamicExecutable(DeviceDoor, Executable):
             warnings.warn(f"target 'gpu': {name} runs on the host {why}", HostFallbackWarning, stacklevel=5)
 
     def _fallback(self, run: Run, env: dict[int, Any], hosted: dict[int, Any], why: str) -> Any:
-        if not self.host_fallback:
+        if not (self.host_fallback and run.step.ins.op.host_fallback):
             raise CompileError(f"target 'gpu': {run.step.ins.op} reads {why} and host_fallback is off")
         self._prepare_host(run, f"(it reads {why})")
         return self._host_step(run, env, hosted)
