@@ -197,3 +197,10 @@ def _register(d: CustomOpDef) -> None:
 def custom_ops() -> dict[str, CustomOpDef]:
     """Every registered custom op's definition, by its IR op name."""
     return {n: c.definition for n, c in registered_ops().items() if issubclass(c, CustomOp)}  # type: ignore[attr-defined]
+
+
+def uses_custom_ops(program: Any) -> list[str]:
+    """The qualified names of the custom ops `program` holds (ONNX Runtime cannot run those)."""
+    names = {ins.op.definition.qualified for m in program.modules.values() for ins in m.instructions
+             if isinstance(ins.op, CustomOp)}
+    return sorted(names)
