@@ -8,7 +8,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, FusegraphError
 
 
 def load_custom_ops(spec: str) -> None:
@@ -23,9 +23,19 @@ def load_custom_ops(spec: str) -> None:
             raise ArgumentError(f"--custom-ops {spec}: not a Python file")
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[name] = module
-        module_spec.loader.exec_module(module)
+        _run(spec, lambda: module_spec.loader.exec_module(module))  # type: ignore[union-attr]
         return
     try:
-        importlib.import_module(spec)
+        _run(spec, lambda: importlib.import_module(spec))
     except ModuleNotFoundError as e:
         raise ArgumentError(f"--custom-ops {spec}: no module {e.name!r}") from None
+
+
+def _run(spec: str, load) -> None:
+    """`load()`; the user's module failing is a user error naming it, not a bug in fusegraph."""
+    try:
+        load()
+    except (FusegraphError, ModuleNotFoundError):
+        raise
+    except Exception as e:
+        raise ArgumentError(f"--custom-ops {spec}: importing it failed: {type(e).__name__}: {e}") from e

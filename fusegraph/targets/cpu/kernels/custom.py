@@ -71,7 +71,11 @@ def _c_kernel(ins: Instruction, op: CustomOp, ctx: LowerContext) -> Kernel:
     name, code = _c_source(op, d.cpu)  # type: ignore[arg-type]
     src = KernelSource(name=name, code=code, helpers=(), in_dtypes=tuple(i.shape.dtype for i in ins.inputs),
                        out_dtype=ins.shape.dtype)
-    kernel = build_library([src], threads=ctx.threads)[name]
+    try:
+        kernel = build_library([src], threads=ctx.threads)[name]
+    except CompileError as e:
+        raise CompileError(f"cpu target: custom op {d.qualified}: its C kernel {d.cpu.symbol!r} does not build: "  # type: ignore[union-attr]
+                           f"{e}") from None
     static = None if ins.shape.is_dynamic else ins.shape
     dtype = ins.shape.dtype.np
 
