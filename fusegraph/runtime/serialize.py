@@ -25,7 +25,14 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ..errors import ArgumentError, CompiledFileError, CompileError, CustomOpError, FusegraphError, TargetError
+from ..errors import (
+    ArgumentError,
+    CompiledFileError,
+    CompileError,
+    CustomOpError,
+    FusegraphError,
+    TargetError,
+)
 from ..ir.dtypes import DType
 from ..ir.program import Program
 from ..ir.shape import AnyShape, Shape

@@ -71,7 +71,6 @@ def non_max_suppression(boxes: Any, scores: Any, limit: int, iou: float, score: 
     kept = t.zeros((rows, limit), dtype=t.int64, device=dev)
     kept_box = tuple(t.zeros((rows, limit), dtype=x.dtype, device=dev) for x in box)
     held = t.zeros(rows, dtype=t.int64, device=dev)
-    row_ix = t.arange(rows, device=dev)[:, None]
     for start in range(0, longest, _BLOCK):
         width = min(_BLOCK, longest - start)
         cand = order[:, start:start + width]
