@@ -62,7 +62,8 @@ def non_max_suppression(boxes: Any, scores: Any, limit: int, iou: float, score: 
         return t.zeros((0, 3), dtype=t.int64, device=dev)
     flat = scores.reshape(rows, n)
     valid = flat > score if score is not None else t.ones_like(flat, dtype=t.bool)
-    key = t.where(valid, flat, t.full_like(flat, float("-inf")))  # kept scores are > score >= -inf
+    # kept scores are > score >= -inf; + 0 makes -0.0 +0.0 (a radix sort on the bits would order them)
+    key = t.where(valid, flat + 0.0, t.full_like(flat, float("-inf")))
     order = t.sort(key, dim=1, descending=True, stable=True).indices
     count = valid.sum(1)
     longest = int(count.max())  # host read

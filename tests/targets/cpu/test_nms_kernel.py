@@ -89,3 +89,24 @@ def test_the_kernel_is_compiled_and_mismatched_inputs_fail():
     with pytest.raises(fusegraph.errors.ExecutionError, match="non_max_suppression"):
         exe.run({"b": np.zeros((1, 6, 4), np.float32), "s": scores, "m": np.array([3], I64),
                  "iou": np.zeros(1, np.float32), "st": np.zeros(1, np.float32)})
+
+
+@pytest.mark.parametrize("threshold", [0.0, -0.0, 1e-40, 0.5, -1.0])
+def test_special_scores_compare_as_ort_does(threshold):
+    """The kernel compares scores with a threshold >= 0 as integers (codegen/nms.py): NaN, +-inf,
+    -0.0 and denormal scores, a -0.0 and a denormal threshold must select what ORT selects."""
+    cpu = target_or_skip("cpu")
+    r = np.random.default_rng(9)
+    special = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-40, 1e-45, 0.5, 0.7], np.float32)
+    scores = r.choice(special, (1, 2, 80)).astype(np.float32)
+    boxes = (r.random((1, 80, 4)) * 10).astype(np.float32)
+    model = _model(0, 5, boxes, scores)
+    exe = fusegraph.parse_onnx(model).compile(cpu, fusegraph.CompileOptions(threads=1))
+    feeds = {"b": boxes, "s": scores, "m": np.array([50], I64), "iou": np.array([0.5], np.float32),
+             "st": np.array([threshold], np.float32)}
+    got = exe.run(feeds)[0]
+    want = run_ort(model, feeds)[0]
+    # ORT orders NaN and the rest by its priority queue; the selected set above a threshold excludes NaN
+    keep = ~np.isnan(scores[0, want[:, 1], want[:, 2]]) if len(want) else np.zeros(0, bool)
+    assert not np.isnan(scores[0, got[:, 1], got[:, 2]]).any()
+    np.testing.assert_array_equal(got, want[keep])

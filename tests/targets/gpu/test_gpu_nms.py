@@ -93,3 +93,23 @@ def test_the_target_runs_nms_on_the_device(gpu_target):
     assert program.executable.host_ops == []
     np.testing.assert_array_equal(program.run({"b": boxes, "s": scores})[0],
                                   run_ort(model, {"b": boxes, "s": scores})[0])
+
+
+@pytest.mark.parametrize("threshold", [0.0, -0.0, 1e-40, -1.0])
+def test_torch_kernel_on_special_scores(threshold):
+    """NaN, +-inf, +-0.0 and denormal scores: -0.0 and +0.0 are equal scores (ordered by index, as
+    ORT orders them), NaN never passes a threshold."""
+    import torch
+
+    from fusegraph.targets.gpu.nms import non_max_suppression
+
+    r = np.random.default_rng(4)
+    special = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-40, 1e-45, 0.5, 0.7], np.float32)
+    scores = r.choice(special, (1, 2, 80)).astype(np.float32)
+    boxes = (r.random((1, 80, 4)) * 10).astype(np.float32)
+    want = NonMaxSuppression().compute([boxes, scores, np.array([50], I64), np.array([0.5], np.float32),
+                                        np.array([threshold], np.float32)])
+    dev = _device()
+    got = non_max_suppression(torch.from_numpy(boxes).to(dev), torch.from_numpy(scores).to(dev), 50,
+                              np.float32(0.5), np.float32(threshold), False)
+    np.testing.assert_array_equal(got.cpu().numpy(), want)

@@ -28,6 +28,7 @@ from .kernels import KernelSource
 _CODE = r"""
 #include <stdlib.h>
 static inline uint64_t KNAME_key(float s, int64_t i) {
+    s += 0.0f;  /* -0.0 as +0.0: they are equal scores, ordered by index */
     uint32_t u; memcpy(&u, &s, 4);
     u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  /* larger float -> larger unsigned */
     return ((uint64_t)u << 32) | (uint32_t)~(uint32_t)i;  /* equal scores: lower index is larger */
@@ -43,32 +44,49 @@ static inline void KNAME_sift(uint64_t *h, int64_t n, int64_t k) {
     }
     h[k] = v;
 }
-/* ORT's SuppressByIOU on precomputed corners: a (selected) and b (candidate) */
-static inline int KNAME_suppress(const float *lo0, const float *lo1, const float *hi0, const float *hi1,
-                                 const float *area, int64_t a, int64_t b, float thr) {
-    const float ix0 = lo1[a] > lo1[b] ? lo1[a] : lo1[b], ix1 = hi1[a] < hi1[b] ? hi1[a] : hi1[b];
-    if (ix1 <= ix0) return 0;
-    const float iy0 = lo0[a] > lo0[b] ? lo0[a] : lo0[b], iy1 = hi0[a] < hi0[b] ? hi0[a] : hi0[b];
-    if (iy1 <= iy0) return 0;
-    const float inter = (ix1 - ix0) * (iy1 - iy0);
-    if (inter <= 0.0f) return 0;
-    const float uni = area[a] + area[b] - inter;
-    if (area[a] <= 0.0f || area[b] <= 0.0f || uni <= 0.0f) return 0;
-    return inter / uni > thr;
+/* ORT's SuppressByIOU, of candidate b against every kept box at once: the kept boxes' corners lie
+   in contiguous arrays (k: lo0, lo1, hi0, hi1, area, `cap` apart), so the loop vectorizes; the
+   tests ORT makes one by one (x then y overlap, areas, union) are one mask, which selects the same */
+static inline int KNAME_suppressed(const float *k, int64_t cap, int64_t count, float b0, float b1, float c0,
+                                   float c1, float ab, float thr) {
+    const float *lo0 = k, *lo1 = k + cap, *hi0 = k + 2 * cap, *hi1 = k + 3 * cap, *area = k + 4 * cap;
+    for (int64_t j0 = 0; j0 < count; j0 += 16) {  /* 16 at a time: most suppressed boxes stop early */
+        const int64_t j1 = j0 + 16 < count ? j0 + 16 : count;
+        int hit = 0;
+        for (int64_t j = j0; j < j1; ++j) {
+            const float ix = (hi1[j] < c1 ? hi1[j] : c1) - (lo1[j] > b1 ? lo1[j] : b1);
+            const float iy = (hi0[j] < c0 ? hi0[j] : c0) - (lo0[j] > b0 ? lo0[j] : b0);
+            const float inter = ix * iy, uni = area[j] + ab - inter;
+            const int ok = (ix > 0.0f) & (iy > 0.0f) & (inter > 0.0f) & (area[j] > 0.0f) & (ab > 0.0f)
+                           & (uni > 0.0f);
+            hit |= ok & (inter / (ok ? uni : 1.0f) > thr);
+        }
+        if (hit) return 1;
+    }
+    return 0;
 }
 static int64_t KNAME_class(const float *scores, const float *c, int64_t n, int64_t limit, float iou,
-                           int has_score, float score_thr, uint64_t *heap, int64_t *kept) {
+                           int has_score, float score_thr, uint64_t *heap, float *kc, int64_t *kept) {
     const float *lo0 = c, *lo1 = c + n, *hi0 = c + 2 * n, *hi1 = c + 3 * n, *area = c + 4 * n;
     int64_t m = 0, count = 0;
     int64_t i = 0;
-    if (has_score)  /* most scores fail: one vector compare per 16 skips them (1.4x on a detector's) */
-        for (; i + 16 <= n; i += 16) {
-            int any = 0;
-            for (int k = 0; k < 16; ++k) any |= scores[i + k] > score_thr;
-            if (any)
-                for (int k = 0; k < 16; ++k)
-                    if (scores[i + k] > score_thr) heap[m++] = KNAME_key(scores[i + k], i + k);
+    if (has_score && score_thr >= 0.0f) {
+        /* most scores fail: a block of 32 whose largest is not above the threshold is skipped. The
+           largest is taken over the scores' bits as int32 (for a threshold >= 0 floats above it
+           order as their bits do; negative floats are negative ints; a NaN's bits are above the
+           threshold's, so its block is looked at, and excluded below): gcc vectorizes an integer
+           max, and integer compares take no microcode assist on the denormals tiny scores are */
+        const float t0 = score_thr + 0.0f;  /* -0.0 as +0.0 */
+        int32_t tb; memcpy(&tb, &t0, 4);
+        const int32_t *bits = (const int32_t *)scores;
+        for (; i + 32 <= n; i += 32) {
+            int32_t top = INT32_MIN;
+            for (int k = 0; k < 32; ++k) top = bits[i + k] > top ? bits[i + k] : top;
+            if (top > tb)  /* (as integers here too: a float compare of a denormal takes an assist) */
+                for (int k = 0; k < 32; ++k)
+                    if (bits[i + k] > tb && bits[i + k] <= 0x7f800000) heap[m++] = KNAME_key(scores[i + k], i + k);
         }
+    }
     for (; i < n; ++i)
         if (!has_score || scores[i] > score_thr) heap[m++] = KNAME_key(scores[i], i);
     for (int64_t k = m / 2 - 1; k >= 0; --k) KNAME_sift(heap, m, k);
@@ -76,18 +94,19 @@ static int64_t KNAME_class(const float *scores, const float *c, int64_t n, int64
         const int64_t box = (int64_t)(uint32_t)~(uint32_t)heap[0];
         heap[0] = heap[--m];
         KNAME_sift(heap, m, 0);
-        int keep = 1;
-        for (int64_t j = 0; j < count; ++j)
-            if (KNAME_suppress(lo0, lo1, hi0, hi1, area, kept[j], box, iou)) { keep = 0; break; }
-        if (keep) kept[count++] = box;
+        if (KNAME_suppressed(kc, limit, count, lo0[box], lo1[box], hi0[box], hi1[box], area[box], iou)) continue;
+        kc[count] = lo0[box]; kc[limit + count] = lo1[box]; kc[2 * limit + count] = hi0[box];
+        kc[3 * limit + count] = hi1[box]; kc[4 * limit + count] = area[box];
+        kept[count++] = box;
     }
     return count;
 }
 static inline int64_t KNAME_pair(int64_t pc, int64_t C, int64_t N, int64_t limit, const float *scores,
                                  const float *corners, const float *thr, int has_score, uint64_t *heap,
                                  int64_t *kept) {
+    float *kc = (float *)(heap + N);  /* the kept boxes' corners, after the heap in the same scratch */
     return KNAME_class(scores + pc * N, corners + (pc / C) * 5 * N, N, limit, thr[0], has_score, thr[1], heap,
-                       kept + pc * limit);
+                       kc, kept + pc * limit);
 }
 FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {
     int64_t *out = (int64_t *)p[0];
@@ -115,14 +134,14 @@ FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {
     const int64_t pairs = B * C;
     const int use = fg_threads(nt, pairs * N, 65536);
     if (use == 1) {  /* no OpenMP region: entering one costs more than a detector's whole NMS */
-        uint64_t *heap = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)(N > 0 ? N : 1));
+        uint64_t *heap = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)(N > 0 ? N : 1) + sizeof(float) * 5 * (size_t)limit);
         for (int64_t pc = 0; pc < pairs; ++pc)
             counts[pc] = heap ? KNAME_pair(pc, C, N, limit, scores, corners, thr, (int)has_score, heap, kept) : -1;
         free(heap);
     } else {
         #pragma omp parallel num_threads(use)
         {
-            uint64_t *heap = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)(N > 0 ? N : 1));
+            uint64_t *heap = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)(N > 0 ? N : 1) + sizeof(float) * 5 * (size_t)limit);
             #pragma omp for schedule(dynamic, 1)
             for (int64_t pc = 0; pc < pairs; ++pc)
                 counts[pc] = heap ? KNAME_pair(pc, C, N, limit, scores, corners, thr, (int)has_score, heap, kept) : -1;
