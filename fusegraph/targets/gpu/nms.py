@@ -14,8 +14,9 @@ ties keep the lower index first), then looked at in blocks of up to _BLOCK:
      entries exact after t rounds, and the first repeat is the greedy answer; chains of
      suppression are short, so a few batched rounds replace a step per candidate);
   3. the row's first `limit` kept boxes are appended.
-The host reads a few scalars (the longest row, whether a round changed anything, whether a block
-was the last needed) and the output count; the boxes and scores never leave the device.
+The host reads a few scalars (the longest row; per block, whether a round changed anything and,
+when more blocks follow, whether any row still needs one and how many boxes rows hold) and the
+output count; the boxes and scores never leave the device.
 """
 
 from __future__ import annotations
@@ -69,8 +70,9 @@ def non_max_suppression(boxes: Any, scores: Any, limit: int, iou: float, score: 
     longest = int(count.max())  # host read
     box = corners(t, boxes, center)
     batch_of = t.arange(rows, device=dev) // classes
-    kept = t.zeros((rows, limit), dtype=t.int64, device=dev)
-    kept_box = tuple(t.zeros((rows, limit), dtype=x.dtype, device=dev) for x in box)
+    # one column past `limit`: where candidates not kept are scattered (no host read of which are)
+    kept = t.zeros((rows, limit + 1), dtype=t.int64, device=dev)
+    kept_box = tuple(t.zeros((rows, limit + 1), dtype=x.dtype, device=dev) for x in box)
     held = t.zeros(rows, dtype=t.int64, device=dev)
     for start in range(0, longest, _BLOCK):
         width = min(_BLOCK, longest - start)
@@ -98,11 +100,10 @@ def non_max_suppression(boxes: Any, scores: Any, limit: int, iou: float, score: 
         # 3. the first (limit - held) of each row's kept candidates
         rank = keep.cumsum(1)
         keep &= held[:, None] + rank <= limit
-        r, i = keep.nonzero(as_tuple=True)
-        at = held[r] + rank[r, i] - 1
-        kept[r, at] = cand[r, i]
+        at = t.where(keep, held[:, None] + rank - 1, t.full_like(rank, limit))
+        kept.scatter_(1, at, cand)
         for dst, src in zip(kept_box, mine):
-            dst[r, at] = src[r, i]
+            dst.scatter_(1, at, src)
         held += keep.sum(1)
         if start + width < longest and not bool(((held < limit) & (count > start + width)).any()):
             break
