@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ...custom.definition import custom_ops
 from ...custom.kernels import TorchKernel, TritonKernel
-from ...errors import ExecutionError
+from ...errors import CompileError, ExecutionError
 from ...ir.shape import Shape, TupleShape
 from .lowering import LOWERINGS, Lowering
 
@@ -31,6 +31,9 @@ def _torch_value(ctx, step):
 
 def _triton_into(ctx, step):
     op = step.ins.op
+    if isinstance(step.ins.shape, TupleShape):
+        raise CompileError(f"target 'gpu': custom op {op.definition.qualified}: a TritonKernel writes one output, "
+                           f"its shape rule gives {step.ins.shape} (use a TorchKernel)")
     launch, attrs = op.definition.gpu.launch, op.attrs
 
     def run(out, *args):
