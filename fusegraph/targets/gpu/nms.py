@@ -50,9 +50,13 @@ def overlaps(t: Any, a: tuple, b: tuple, thr: float) -> Any:
 
 
 def non_max_suppression(boxes: Any, scores: Any, limit: int, iou: float, score: float | None,
-                        center: bool) -> Any:
-    """The selected [batch, class, box] triples (int64 [K, 3]) of ONNX NonMaxSuppression."""
+                        center: bool, kernel: str = "auto") -> Any:
+    """The selected [batch, class, box] triples (int64 [K, 3]) of ONNX NonMaxSuppression. `kernel`:
+    the greedy pass as one Triton kernel (nms_triton.py) or in torch ops (below); "auto": Triton on
+    CUDA for float32 boxes and limits it serves."""
     import torch as t
+
+    from .nms_triton import greedy, lanes_for
 
     dev = boxes.device
     batches, n = boxes.shape[:2]
@@ -67,6 +71,12 @@ def non_max_suppression(boxes: Any, scores: Any, limit: int, iou: float, score: 
     key = t.where(valid, flat + 0.0, t.full_like(flat, float("-inf")))
     order = t.sort(key, dim=1, descending=True, stable=True).indices
     count = valid.sum(1)
+    if kernel == "auto":
+        kernel = "triton" if boxes.is_cuda and boxes.dtype == t.float32 and lanes_for(limit) else "torch"
+    if kernel == "triton":
+        kept, held = greedy(order, count, boxes, classes, limit, iou, center)
+        r, k = (t.arange(limit, device=dev) < held[:, None]).nonzero(as_tuple=True)  # by row, in order
+        return t.stack([r // classes, r % classes, kept[r, k]], 1)
     longest = int(count.max())  # host read
     box = corners(t, boxes, center)
     batch_of = t.arange(rows, device=dev) // classes

@@ -53,14 +53,15 @@ def test_torch_kernel_matches_the_reference_on_ties(center, block, monkeypatch):
         want = op.compute(args + ([np.array([score], np.float32)] if score is not None else []))
         dev = _device()
         got = nms.non_max_suppression(torch.from_numpy(boxes).to(dev), torch.from_numpy(scores).to(dev),
-                                      limit, iou, score, center)
+                                      limit, iou, score, center, kernel="torch")
         assert got.dtype == torch.int64
         np.testing.assert_array_equal(got.cpu().numpy(), want)
 
 
-def test_torch_kernel_matches_ort_on_a_detector_head():
+@pytest.mark.parametrize("kernel", ["torch", "auto"])
+def test_torch_kernel_matches_ort_on_a_detector_head(kernel):
     """The benchmark's YOLOv8 head (8400 boxes, 80 classes, limit 100), a dense load: rows longer than
-    a block, classes that fill their 100 boxes."""
+    a block, classes that fill their 100 boxes. "auto" is the Triton greedy pass on CUDA."""
     import torch
 
     from fusegraph.targets.gpu.nms import non_max_suppression
@@ -74,7 +75,7 @@ def test_torch_kernel_matches_ort_on_a_detector_head():
     want = run_ort(model, {"b": boxes, "s": scores})[0]
     dev = _device()
     got = non_max_suppression(torch.from_numpy(boxes).to(dev), torch.from_numpy(scores).to(dev), 100,
-                              np.float32(0.45), np.float32(0.25), True)
+                              np.float32(0.45), np.float32(0.25), True, kernel=kernel)
     np.testing.assert_array_equal(got.cpu().numpy(), want)
 
 
@@ -110,6 +111,26 @@ def test_torch_kernel_on_special_scores(threshold):
     want = NonMaxSuppression().compute([boxes, scores, np.array([50], I64), np.array([0.5], np.float32),
                                         np.array([threshold], np.float32)])
     dev = _device()
-    got = non_max_suppression(torch.from_numpy(boxes).to(dev), torch.from_numpy(scores).to(dev), 50,
-                              np.float32(0.5), np.float32(threshold), False)
-    np.testing.assert_array_equal(got.cpu().numpy(), want)
+    for kernel in ("torch", "auto"):  # (auto: Triton on CUDA)
+        got = non_max_suppression(torch.from_numpy(boxes).to(dev), torch.from_numpy(scores).to(dev), 50,
+                                  np.float32(0.5), np.float32(threshold), False, kernel=kernel)
+        np.testing.assert_array_equal(got.cpu().numpy(), want)
+
+
+@pytest.mark.parametrize("center", [False, True])
+def test_triton_greedy_matches_the_reference_on_ties(center, gpu_target):
+    """The greedy pass as one Triton kernel (nms_triton.py; the interpreter here, CUDA on a GPU)."""
+    import torch
+
+    from fusegraph.targets.gpu.nms import non_max_suppression
+
+    r = np.random.default_rng(20 + int(center))
+    op = NonMaxSuppression(center_point_box=center)
+    dev = _device()
+    for _ in range(12):
+        boxes, scores, limit, iou, score = _random_case(r)
+        args = [boxes, scores, np.array([limit], I64), np.array([iou], np.float32)]
+        want = op.compute(args + ([np.array([score], np.float32)] if score is not None else []))
+        got = non_max_suppression(torch.from_numpy(boxes).to(dev), torch.from_numpy(scores).to(dev),
+                                  limit, iou, score, center, kernel="triton")
+        np.testing.assert_array_equal(got.cpu().numpy(), want)
