@@ -5,7 +5,9 @@ each kept unless its IoU with a box its class kept before is above the IoU thres
 the IoU is computed with ORT's float32 operations, in its order.
 
 Every (batch, class) row is handled at once. Its candidates are sorted (a stable descending sort:
-ties keep the lower index first), then looked at in blocks of up to _BLOCK:
+ties keep the lower index first). On CUDA the greedy pass is one Triton kernel (nms_triton.py);
+otherwise (CPU tensors, other dtypes, limits past its lanes) candidates are looked at in blocks of
+up to _BLOCK, in torch ops:
   1. a candidate overlapping a box its row kept in an earlier block is dropped (IoU against the
      kept boxes, in chunks of _BLOCK);
   2. within the block, greedy selection is the fixed point of
