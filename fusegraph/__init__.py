@@ -8,6 +8,7 @@
 """
 
 from . import ops as _ops  # noqa: F401  (registers every op)
+from .custom import custom_op
 from .errors import FusegraphError, api_boundary
 from .ir import Dim, DType, Program, Shape
 from .onnx import parse_onnx
@@ -66,6 +67,7 @@ def load_buffer(data, *, verify_key=None, integrity="lazy") -> Program:
 
 
 __all__ = [
-    "CompileOptions", "DType", "Dim", "FusegraphError", "Program", "Shape", "get_target", "is_2_4", "load",
-    "load_buffer", "make_sparse", "parse_onnx", "prune_2_4", "quantize_bf16", "quantize_fp16", "save", "save_buffer",
+    "CompileOptions", "DType", "Dim", "FusegraphError", "Program", "Shape", "custom_op", "get_target", "is_2_4",
+    "load", "load_buffer", "make_sparse", "parse_onnx", "prune_2_4", "quantize_bf16", "quantize_fp16", "save",
+    "save_buffer",
 ]

@@ -84,6 +84,11 @@ class CompiledFileError(FusegraphError):
     its signature check; the message says which part and why."""
 
 
+class CustomOpError(FusegraphError):
+    """A custom op (fusegraph.custom_op) that a compiled file needs is not registered in this process,
+    or is registered at another version: names the op, its domain and the version the file wants."""
+
+
 class ArgumentError(FusegraphError, ValueError):
     """A public function was called with an argument it does not accept (an unknown mode, a bad type)."""
 

@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
                      epilog=f"Run '{PROG} COMMAND --help' for a command's options.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    parser.add_argument("--custom-ops", action="append", default=[], metavar="MODULE",
+                        help="import this module (a dotted name or a .py file) first: the custom ops it defines "
+                             "(fusegraph.custom_op) parse, run, load and verify; repeatable")
     # The subcommands accept --debug too; SUPPRESS keeps them from resetting the top-level value.
     debug = argparse.ArgumentParser(add_help=False)
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -63,6 +66,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # --help, --version and usage errors end here
         return e.code if isinstance(e.code, int) else 2
     try:
+        for spec in args.custom_ops:
+            from ..custom.loading import load_custom_ops
+
+            load_custom_ops(spec)
         return int(args.func(args))
     except InternalError as e:  # a bug caught at the API boundary: report the original
         return _internal(e.__cause__ or e, args.debug)

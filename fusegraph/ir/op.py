@@ -35,6 +35,9 @@ class Op:
     kind: ClassVar[OpKind] = OpKind.OPAQUE
     # Whether the result depends only on input values (constant propagation may evaluate it).
     deterministic: ClassVar[bool] = True
+    # Whether a target without a kernel for it may run its reference on the host (custom ops say;
+    # custom/definition.py): the gpu target's host steps honour it.
+    host_fallback: ClassVar[bool] = True
 
     # -- shapes -----------------------------------------------------------------------------------
     def compute_shape(self, inputs: Sequence[Shape]) -> AnyShape:

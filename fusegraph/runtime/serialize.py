@@ -25,7 +25,14 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ..errors import ArgumentError, CompiledFileError, CompileError, FusegraphError, TargetError
+from ..errors import (
+    ArgumentError,
+    CompiledFileError,
+    CompileError,
+    CustomOpError,
+    FusegraphError,
+    TargetError,
+)
 from ..ir.dtypes import DType
 from ..ir.program import Program
 from ..ir.shape import AnyShape, Shape
@@ -102,7 +109,44 @@ def _write(program: Program, out: BinaryIO, sign_key: signing.Key | None) -> Non
         "metadata": dict(ir.metadata),
         "weights": {"blobs": len(blobs), "bytes": nbytes},
         "artifacts": sorted(artifacts),
+        "custom_ops": _custom_ops(ir),
     }, key)
+
+
+def _custom_ops(program: Program) -> list[dict[str, Any]]:
+    """The custom ops the program uses, by IR name, domain, name and version: a loading process must
+    have registered the same ones (their code is never in the file)."""
+    from ..custom.definition import CustomOp
+
+    seen: dict[str, dict[str, Any]] = {}
+    for m in program.modules.values():
+        for ins in m.instructions:
+            if isinstance(ins.op, CustomOp) and ins.op.name not in seen:
+                d = ins.op.definition
+                seen[ins.op.name] = {"op": ins.op.name, "domain": d.domain, "name": d.name, "version": d.version}
+    return [seen[k] for k in sorted(seen)]
+
+
+def _check_custom_ops(c: Container) -> None:
+    """CustomOpError, naming the op, unless every custom op the file records is registered here at its
+    version (the IR would otherwise fail to parse with an unknown op name, saying less)."""
+    from ..custom.definition import CustomOp
+    from ..ir.op import registered_ops
+
+    wanted = c.manifest.get("custom_ops", [])
+    if not isinstance(wanted, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("op"), str) and type(e.get("version")) is int for e in wanted):
+        raise c.error("its manifest's custom_ops is not a list of {op, domain, name, version}")
+    ops = registered_ops()
+    for e in wanted:
+        cls = ops.get(e["op"])
+        what = f"{e.get('domain')}.{e.get('name')} version {e['version']}"
+        if cls is None or not issubclass(cls, CustomOp):
+            raise CustomOpError(f"the program uses custom op {what}, which is not registered in this process: "
+                                "import the module that defines it (fusegraph.custom_op) before loading")
+        if cls.definition.version != e["version"]:
+            raise CustomOpError(f"the program uses custom op {what}; this process registered version "
+                                f"{cls.definition.version}")
 
 
 def _jsonable(v: Any) -> Any:
@@ -167,6 +211,7 @@ def _load(c: Container, verify_key: signing.Key | None, integrity: str) -> Progr
     # signature holds and this fusegraph (these shape rules) wrote it, or when asked to check
     # everything. Kernels, buffers and the memory plan are sized from these shapes.
     as_written = trusted and integrity != "eager" and c.manifest.get("fusegraph_version") == __version__
+    _check_custom_ops(c)
     program = _parse_ir(c, check_shapes=not as_written)
     program.metadata = metadata
     if kinds["meta"]:

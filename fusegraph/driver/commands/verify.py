@@ -131,7 +131,11 @@ def run(args: argparse.Namespace) -> int:
     actual = loaded.run(feeds)
     reference = args.reference
     if reference == "auto":
-        reference = "ort" if ort.available() and loaded.source.proto is not None else "ref"
+        from ...custom.definition import uses_custom_ops
+
+        # ORT cannot run custom ops: their numpy references (the ref target) are what they are checked against
+        reference = ("ort" if ort.available() and loaded.source.proto is not None
+                     and not uses_custom_ops(loaded.program) else "ref")
     if reference == "ort":
         with status("running ONNX Runtime"):
             expected = ort.OrtSession(loaded.source).run(feeds)

@@ -31,7 +31,7 @@ from .build import BuildContext
 from .device import torch, torch_dtype
 from .executable import DeviceDoor, as_tensor, check_input_names, library_flags, on_stream
 from .host import device_value, host_runner, host_value, outer_reads, why_host
-from .lowering import describe_lowering, find_lowering
+from .lowering import LOWERINGS, describe_lowering, find_lowering
 from .plan import Step, is_dynamic, list_steps
 
 DEVICE, HOST = "device", "host"
@@ -88,7 +88,8 @@ def _concrete_step(step: Step, shapes: list[AnyShape]) -> Step:
             out = ins.op.infer_shape(shapes)
     except _SHAPE_ERRORS as e:
         raise CompileError(f"target 'gpu': {ins.op} has no shape rule for inputs {shapes}: {e}") from e
-    if is_dynamic(out):  # the output size depends on the data (nonzero, unique...): the host knows it
+    if is_dynamic(out) and not (step.kind in LOWERINGS and LOWERINGS[step.kind].sizes_output):
+        # the output size depends on the data (nonzero, unique...): the host knows it
         raise CompileError(f"target 'gpu': {ins.op} has a data-dependent output shape {out}")
     return Step(step.kind, Instruction(ins.op, inputs, out, ins.module_args), inputs, dict(step.data))
 
@@ -113,6 +114,9 @@ def lower_dynamic(program: Program, options: CompileOptions, device: Any, host_f
             except FusegraphError as e:  # the lowering rejects this op (attribute at run time, ...)
                 run.place, run.reason = HOST, str(e)
         if run.place == HOST:
+            if not step.ins.op.host_fallback:  # a custom op whose definition forbids it (custom/definition.py)
+                raise CompileError(f"target 'gpu' cannot run {step.ins.op} on the device ({run.reason}) and its "
+                                   "definition does not allow running its reference on the host (host_fallback=False)")
             if not host_fallback:
                 find_lowering(step)  # today's error, naming the op, when it has no lowering at all
                 raise CompileError(f"target 'gpu' cannot run {step.ins.op} on the device ({run.reason}) "
@@ -287,7 +291,7 @@ class DynamicExecutable(DeviceDoor, Executable):
             entry = find_lowering(concrete)
             return entry.mode, entry.build(self.ctx, concrete), concrete.ins.shape
         except FusegraphError as e:
-            if not self.host_fallback:
+            if not (self.host_fallback and run.step.ins.op.host_fallback):
                 raise
             self._prepare_host(run, f"for input shapes {list(shapes)}: {e}")
             return str(e)
@@ -303,7 +307,7 @@ class DynamicExecutable(DeviceDoor, Executable):
             warnings.warn(f"target 'gpu': {name} runs on the host {why}", HostFallbackWarning, stacklevel=5)
 
     def _fallback(self, run: Run, env: dict[int, Any], hosted: dict[int, Any], why: str) -> Any:
-        if not self.host_fallback:
+        if not (self.host_fallback and run.step.ins.op.host_fallback):
             raise CompileError(f"target 'gpu': {run.step.ins.op} reads {why} and host_fallback is off")
         self._prepare_host(run, f"(it reads {why})")
         return self._host_step(run, env, hosted)

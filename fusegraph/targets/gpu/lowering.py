@@ -35,23 +35,26 @@ class Lowering:
     mode: str                                   # "into" | "value" | "view"
     build: Callable[..., Any]
     note: str = ""                              # how the op runs (shown by `describe_lowering`)
+    # a "value" step whose output extent it decides from the data (nms): the dynamic mode runs it
+    # on the device and takes the tensor's size as the value's shape
+    sizes_output: bool = False
 
 
 LOWERINGS: dict[str, Lowering] = {}
 
 
-def lowering(*names: str, mode: str, note: str = ""):
+def lowering(*names: str, mode: str, note: str = "", sizes_output: bool = False):
     """Register a builder for ops `names`. Builders of "into"/"value" ops take (ctx, step) and return
     a function (run at every execution) of the input tensors (and `out` for "into"); "view" builders
     take (ctx, step) and return a function of the one input tensor."""
-    if mode not in ("into", "value", "view"):
+    if mode not in ("into", "value", "view") or (sizes_output and mode != "value"):
         raise ValueError(mode)
 
     def register(fn):
         for n in names:
             if n in LOWERINGS:
                 raise CompileError(f"two gpu lowerings for {n!r}")
-            LOWERINGS[n] = Lowering(mode, fn, note)
+            LOWERINGS[n] = Lowering(mode, fn, note, sizes_output)
         return fn
 
     return register
@@ -84,6 +87,6 @@ def load_tables() -> None:
     """Import the lower_* modules, which fill LOWERINGS."""
     global _loaded
     if not _loaded:
-        from . import lower_math, lower_movement, lower_nn, lower_tensor  # noqa: F401  (register entries)
+        from . import lower_custom, lower_math, lower_movement, lower_nms, lower_nn, lower_tensor  # noqa: F401  (register entries)
 
         _loaded = True

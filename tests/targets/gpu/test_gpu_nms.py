@@ -1,0 +1,136 @@
+"""NonMaxSuppression on the gpu target (targets/gpu/nms.py): the torch kernel against ONNX Runtime
+on random ties, flipped and empty boxes and every optional input, on CPU tensors here and CUDA ones
+on a GPU; through the target, the step runs on the device (no host fallback)."""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import fusegraph
+from fusegraph.ops.select import NonMaxSuppression
+from tests.util import make_model, run_ort
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+I64 = np.int64
+
+
+def _device():
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _random_case(r: np.random.Generator):
+    batches, classes, n = int(r.integers(1, 3)), int(r.integers(1, 4)), int(r.integers(0, 70))
+    boxes = r.integers(0, 8, (batches, n, 4)).astype(np.float32)  # small integers: equal IoUs, empty boxes
+    scores = (r.integers(0, 4, (batches, classes, n)) / 4).astype(np.float32)  # quarters: many ties
+    limit = int(r.integers(-1, 25))
+    iou = float(r.choice([0, 0.3, 0.5, 1]))
+    score = None if r.random() < 0.3 else float(r.choice([-1, 0, 0.25, 0.5]))
+    return boxes, scores, limit, np.float32(iou), None if score is None else np.float32(score)
+
+
+@pytest.mark.parametrize("center", [False, True])
+@pytest.mark.parametrize("block", [512, 3])
+def test_torch_kernel_matches_the_reference_on_ties(center, block, monkeypatch):
+    """Against the reference (itself checked against ORT: tests/ops/test_indexing.py); block 3 makes
+    most rows span several blocks and look back at boxes kept in earlier ones."""
+    import torch
+
+    from fusegraph.targets.gpu import nms
+
+    monkeypatch.setattr(nms, "_BLOCK", block)
+    r = np.random.default_rng(int(center) + block)
+    op = NonMaxSuppression(center_point_box=center)
+    for _ in range(60):
+        boxes, scores, limit, iou, score = _random_case(r)
+        args = [boxes, scores, np.array([limit], I64), np.array([iou], np.float32)]
+        want = op.compute(args + ([np.array([score], np.float32)] if score is not None else []))
+        dev = _device()
+        got = nms.non_max_suppression(torch.from_numpy(boxes).to(dev), torch.from_numpy(scores).to(dev),
+                                      limit, iou, score, center, kernel="torch")
+        assert got.dtype == torch.int64
+        np.testing.assert_array_equal(got.cpu().numpy(), want)
+
+
+@pytest.mark.parametrize("kernel", ["torch", "auto"])
+def test_torch_kernel_matches_ort_on_a_detector_head(kernel):
+    """The benchmark's YOLOv8 head (8400 boxes, 80 classes, limit 100), a dense load: rows longer than
+    a block, classes that fill their 100 boxes. "auto" is the Triton greedy pass on CUDA."""
+    import torch
+
+    from fusegraph.targets.gpu.nms import non_max_suppression
+
+    r = np.random.default_rng(5)
+    boxes = np.concatenate([r.random((1, 8400, 2)) * 640, r.random((1, 8400, 2)) * 58 + 2], -1).astype(np.float32)
+    scores = (r.random((1, 80, 8400)) ** 8).astype(np.float32)
+    node = helper.make_node("NonMaxSuppression", ["b", "s", "m", "iou", "st"], ["out"], center_point_box=1)
+    consts = {"m": np.array([100], I64), "iou": np.array([0.45], np.float32), "st": np.array([0.25], np.float32)}
+    model = make_model([node], {"b": boxes, "s": scores}, ["out"], consts, opset=13)
+    want = run_ort(model, {"b": boxes, "s": scores})[0]
+    dev = _device()
+    got = non_max_suppression(torch.from_numpy(boxes).to(dev), torch.from_numpy(scores).to(dev), 100,
+                              np.float32(0.45), np.float32(0.25), True, kernel=kernel)
+    np.testing.assert_array_equal(got.cpu().numpy(), want)
+
+
+def test_the_target_runs_nms_on_the_device(gpu_target):
+    """A one-node model: no host step, no HostFallbackWarning, ORT's selections."""
+    r = np.random.default_rng(11)
+    boxes, scores, *_ = _random_case(r)
+    boxes, scores = r.random((1, 50, 4)).astype(np.float32) * 10, (r.integers(0, 5, (1, 3, 50)) / 4).astype(np.float32)
+    node = helper.make_node("NonMaxSuppression", ["b", "s", "m", "iou", "st"], ["out"])
+    consts = {"m": np.array([7], I64), "iou": np.array([0.3], np.float32), "st": np.array([0.2], np.float32)}
+    model = make_model([node], {"b": boxes, "s": scores}, ["out"], consts, opset=13)
+    program = fusegraph.parse_onnx(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a host fallback would warn
+        program.compile(gpu_target)
+    assert program.executable.host_ops == []
+    np.testing.assert_array_equal(program.run({"b": boxes, "s": scores})[0],
+                                  run_ort(model, {"b": boxes, "s": scores})[0])
+
+
+@pytest.mark.parametrize("threshold", [0.0, -0.0, 1e-40, -1.0])
+def test_torch_kernel_on_special_scores(threshold):
+    """NaN, +-inf, +-0.0 and denormal scores: -0.0 and +0.0 are equal scores (ordered by index, as
+    ORT orders them), NaN never passes a threshold."""
+    import torch
+
+    from fusegraph.targets.gpu.nms import non_max_suppression
+
+    r = np.random.default_rng(4)
+    special = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-40, 1e-45, 0.5, 0.7], np.float32)
+    scores = r.choice(special, (1, 2, 80)).astype(np.float32)
+    boxes = (r.random((1, 80, 4)) * 10).astype(np.float32)
+    want = NonMaxSuppression().compute([boxes, scores, np.array([50], I64), np.array([0.5], np.float32),
+                                        np.array([threshold], np.float32)])
+    dev = _device()
+    for kernel in ("torch", "auto"):  # (auto: Triton on CUDA)
+        got = non_max_suppression(torch.from_numpy(boxes).to(dev), torch.from_numpy(scores).to(dev), 50,
+                                  np.float32(0.5), np.float32(threshold), False, kernel=kernel)
+        np.testing.assert_array_equal(got.cpu().numpy(), want)
+
+
+@pytest.mark.parametrize("center", [False, True])
+def test_triton_greedy_matches_the_reference_on_ties(center, gpu_target):
+    """The greedy pass as one Triton kernel (nms_triton.py; the interpreter here, CUDA on a GPU)."""
+    import torch
+
+    from fusegraph.targets.gpu.nms import non_max_suppression
+
+    r = np.random.default_rng(20 + int(center))
+    op = NonMaxSuppression(center_point_box=center)
+    dev = _device()
+    for _ in range(12):
+        boxes, scores, limit, iou, score = _random_case(r)
+        args = [boxes, scores, np.array([limit], I64), np.array([iou], np.float32)]
+        want = op.compute(args + ([np.array([score], np.float32)] if score is not None else []))
+        got = non_max_suppression(torch.from_numpy(boxes).to(dev), torch.from_numpy(scores).to(dev),
+                                  limit, iou, score, center, kernel="triton")
+        np.testing.assert_array_equal(got.cpu().numpy(), want)
