@@ -27,7 +27,9 @@ from ...ir.op import OpKind
 from ...ir.program import Program
 from ...ir.shape import Shape, same_steps
 from ...passes.memory_coloring import reads
+from ..asynchronous import cores
 from ..base import CompileOptions, Executable
+from .cores import budget
 
 
 @dataclasses.dataclass
@@ -186,13 +188,20 @@ class CpuExecutable(Executable):
     def arena_bytes(self) -> int:
         return self.main.arena_bytes
 
+    threads = 1  # the cores one run uses (set by the target: its OpenMP team's size)
+
+    def async_workers(self) -> int:
+        return max(1, cores() // self.threads)
+
     def execute(self, inputs: dict[str, Any]) -> list[np.ndarray]:
         rows, static = self.main.thread_plan()
-        return self._results(self.main.run(self._env(inputs, static), rows))
+        with budget().take(self.threads):  # no more runs at once than the cores hold (cores.py)
+            return self._results(self.main.run(self._env(inputs, static), rows))
 
     def execute_observed(self, inputs: dict[str, Any], observer: Any) -> list[np.ndarray]:
         rows, static = self.main.thread_plan()
-        return self._results(self.main.run_observed(self._env(inputs, static), rows, observer))
+        with budget().take(self.threads):
+            return self._results(self.main.run_observed(self._env(inputs, static), rows, observer))
 
     def _env(self, inputs: dict[str, Any], static: dict[int, Any]) -> dict[int, Any]:
         env: dict[int, Any] = dict(self.main.constants)
