@@ -11,6 +11,7 @@ from . import ops as _ops  # noqa: F401  (registers every op)
 from .errors import FusegraphError, api_boundary
 from .ir import Dim, DType, Program, Shape
 from .onnx import parse_onnx
+from .pipeline import Pipeline, Stage, StageError
 from .targets import CompileOptions, get_target
 
 __version__ = "0.1.0"
@@ -66,5 +67,5 @@ def load_buffer(data, *, verify_key=None, integrity="lazy") -> Program:
 
 __all__ = [
     "CompileOptions", "DType", "Dim", "FusegraphError", "Program", "Shape", "get_target", "load", "load_buffer",
-    "parse_onnx", "quantize_bf16", "quantize_fp16", "save", "save_buffer",
+    "parse_onnx", "Pipeline", "Stage", "StageError", "quantize_bf16", "quantize_fp16", "save", "save_buffer",
 ]
