@@ -29,6 +29,15 @@ def _compiled(target, model=None) -> fusegraph.Program:
     return p
 
 
+def _at_once(fn, args) -> None:
+    """`fn(a)` for each of `args`, each on a thread of its own, all at once."""
+    threads = [threading.Thread(target=fn, args=(a,)) for a in args]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def _feeds(k: int) -> dict:
     return {"x": np.random.default_rng(k).standard_normal((4, 16)).astype(np.float32)}
 
@@ -46,21 +55,30 @@ def test_contexts_share_weights_and_own_their_buffers(gpu_target):
         np.testing.assert_array_equal(ctx.run(_feeds(k))[0], p.run(_feeds(k))[0])
 
 
+def test_a_contexts_outputs_survive_another_contexts_run(gpu_target):
+    # device outputs alias their executable's buffers: a context's are its own
+    t = _torch()
+    p = _compiled(gpu_target)
+    ctx = p.context()
+    x0, x1 = (t.from_numpy(_feeds(k)["x"]).to(p.executable.device) for k in range(2))
+    out0 = p.executable.run_device({"x": x0})[0]
+    out1 = ctx.executable.run_device({"x": x1})[0]
+    np.testing.assert_array_equal(out0.cpu().numpy(), p.run(_feeds(0))[0])
+    np.testing.assert_array_equal(out1.cpu().numpy(), ctx.run(_feeds(1))[0])
+
+
+@pytest.mark.gpu  # (Triton's interpreter is not thread-safe)
 def test_contexts_run_from_threads_at_once(gpu_target):
     p = _compiled(gpu_target)
     contexts = [p.context() for _ in range(3)]
     want = {k: p.run(_feeds(k))[0] for k in range(6)}
     got: dict[int, np.ndarray] = {}
 
-    def serve(c, ks):
-        for k in ks:
-            got[k] = c.run(_feeds(k))[0]
+    def serve(i):
+        for k in range(i, 6, 3):
+            got[k] = contexts[i].run(_feeds(k))[0]
 
-    threads = [threading.Thread(target=serve, args=(c, range(i, 6, 3))) for i, c in enumerate(contexts)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _at_once(serve, range(3))
     for k in range(6):
         np.testing.assert_array_equal(got[k], want[k])
 
@@ -114,11 +132,7 @@ def test_four_contexts_on_four_streams_from_four_threads(gpu_target):
         for k in range(i, 16, 4):
             got[k] = contexts[i].run_async({"x": inputs[k]}, stream=stream).result()[0].cpu().numpy()
 
-    threads = [threading.Thread(target=serve, args=(i,)) for i in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    _at_once(serve, range(4))
     for k in range(16):
         np.testing.assert_array_equal(got[k], want[k])
 
