@@ -3,7 +3,9 @@
 
 Each executable has a pool of its own, made on the first `run_async`, with as many workers as it
 can run at once without oversubscribing the cores (`Executable.async_workers`: the cpu target's
-runs each use `threads` cores, so cores // threads of them): further runs queue. The gpu target
+runs each use `threads` cores, so cores // threads of them): further runs queue. On cpu each worker
+also takes its run's cores from the process's budget (targets/cpu/cores.py), so the async runs of
+several programs do not oversubscribe the cores either. The gpu target
 has its own `run_async` (targets/gpu/streams.py: work queued on a CUDA stream, no host thread).
 """
 
@@ -38,7 +40,8 @@ def submit(exe: Any, inputs: Mapping[str, Any], stream: Any, after: Iterable[Any
     def run_async() -> list[Any]:
         for f in after:
             f.result()  # an earlier stage's error is this run's too
-        return exe.run(inputs, deadline=deadline)
+        with exe.holding_cores():
+            return exe.run(inputs, deadline=deadline)
 
     return _pool(exe).submit(run_async)
 

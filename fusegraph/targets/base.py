@@ -89,6 +89,12 @@ class Executable:
 
         return cores()
 
+    def holding_cores(self) -> Any:
+        """A block in which a run_async worker holds the cores its run uses (the cpu target's budget)."""
+        import contextlib
+
+        return contextlib.nullcontext()
+
     def run_async(self, inputs: Mapping[str, Any], *, stream: Any = None, after: Any = (),
                   deadline: float | None = None) -> Any:
         """Start a run; a Future-like handle back (`.result()`, `.done()`). `after`: handles of runs

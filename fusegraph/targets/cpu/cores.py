@@ -1,14 +1,15 @@
-"""The process's cores, handed out to cpu runs: a run takes its `threads` cores before it starts and
-gives them back when it ends, first come first served, so that runs from many threads (on one
-program or on several) never oversubscribe the cores.
+"""The process's cores, handed out to the cpu target's async runs: a `run_async` worker takes its
+run's `threads` cores before the run starts and gives them back when it ends, first come first
+served, so the async runs of one program or of several never oversubscribe the cores (each thread
+that runs a cpu program gets an OpenMP team of its own: oneDNN and the generated kernels split
+every kernel into `threads` static parts). A run asking for more than all the cores runs alone.
 
-Why: each thread that calls a cpu program gets an OpenMP team of its own (oneDNN and the generated
-kernels split every kernel into `threads` static parts), so 8 callers of a 2-thread program on 2
-cores made 16 runnable threads, and every kernel's team waited at its barrier for members the
-scheduler had set aside. ONNX Runtime's callers share one pool per session instead. Queued here, the
-runs of the default (all cores) run one after another, each with every core, and programs compiled
-with fewer threads (`CompileOptions.threads`, e.g. `per_instance_threads(n)` for n instances) run
-side by side as far as the cores go. A run asking for more than all the cores runs alone.
+`run` called from the user's own threads does not take from the budget: queueing those runs one
+after another halved ResNet-50's throughput and doubled its p99 at 8 client threads on the busy
+2-core VM (another process spinning one core; 0.54-0.68 against 0.98-1.14 requests/s, p99 13.3-17.7
+against 8.0-9.2 s, three rounds alternating), where more threads win more of the contended cores
+and libgomp throttles its spinning once it has more threads than cores. N instances serving at
+once: compile each with `threads=per_instance_threads(N)`.
 """
 
 from __future__ import annotations

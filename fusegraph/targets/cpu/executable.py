@@ -193,15 +193,17 @@ class CpuExecutable(Executable):
     def async_workers(self) -> int:
         return max(1, cores() // self.threads)
 
+    def holding_cores(self):
+        """run_async's runs take their cores from the process's budget (cores.py)."""
+        return budget().take(self.threads)
+
     def execute(self, inputs: dict[str, Any]) -> list[np.ndarray]:
         rows, static = self.main.thread_plan()
-        with budget().take(self.threads):  # no more runs at once than the cores hold (cores.py)
-            return self._results(self.main.run(self._env(inputs, static), rows))
+        return self._results(self.main.run(self._env(inputs, static), rows))
 
     def execute_observed(self, inputs: dict[str, Any], observer: Any) -> list[np.ndarray]:
         rows, static = self.main.thread_plan()
-        with budget().take(self.threads):
-            return self._results(self.main.run_observed(self._env(inputs, static), rows, observer))
+        return self._results(self.main.run_observed(self._env(inputs, static), rows, observer))
 
     def _env(self, inputs: dict[str, Any], static: dict[int, Any]) -> dict[int, Any]:
         env: dict[int, Any] = dict(self.main.constants)
