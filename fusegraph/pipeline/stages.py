@@ -52,10 +52,12 @@ class Stage:
             value = carried.value()
             return Carried(fn(value, request) if self.request else fn(value))
         if self.on_device:
-            # queued after the previous gpu stage's event, reading its device outputs
-            after = [carried.pending] if carried.pending is not None else []
-            value = carried.pending.device_outputs if carried.pending is not None else carried.value()
-            return Carried(pending=fn.run_async(self.inputs(value), after=after))
+            # queued after the previous gpu stage's event, reading its device outputs (a run on
+            # Triton's interpreter is done when it returns: its handle is a plain Future)
+            pending = carried.pending
+            chained = pending is not None and hasattr(pending, "device_outputs")
+            value = pending.device_outputs if chained else carried.value()
+            return Carried(pending=fn.run_async(self.inputs(value), after=[pending] if chained else []))
         return Carried(fn.run(self.inputs(carried.value())))
 
     def inputs(self, value: Any) -> Mapping[str, Any]:

@@ -99,6 +99,28 @@ def test_run_async_reports_a_bad_input_typed(gpu_target):
         p.run_async({"x": np.zeros((5, 16), np.float32)}).result()
 
 
+def _as_numpy(v):
+    return v if isinstance(v, np.ndarray) else v.cpu().numpy()
+
+
+def test_a_pipeline_of_gpu_programs_and_a_host_step(gpu_target):
+    first, second = _compiled(gpu_target), _compiled(gpu_target, _model(0.5))
+    pipe = fusegraph.Pipeline([first, lambda outs: [_as_numpy(outs[0]) * 2], second])
+    for k in range(2):
+        want = second.run({"x": first.run(_feeds(k))[0] * 2})[0]
+        np.testing.assert_array_equal(_as_numpy(pipe.run(_feeds(k))[0]), want)
+
+
+@pytest.mark.gpu
+def test_a_pipeline_keeps_intermediates_on_the_device_and_overlaps(gpu_target):
+    first, second = _compiled(gpu_target), _compiled(gpu_target, _model(0.5))
+    with fusegraph.Pipeline([first, second]) as pipe:
+        got = list(pipe.map(_feeds(k) for k in range(8)))
+    for k, g in enumerate(got):
+        assert g[0].is_cuda  # the second stage read the first's device outputs
+        np.testing.assert_array_equal(g[0].cpu().numpy(), second.run({"x": first.run(_feeds(k))[0]})[0])
+
+
 # -- on CUDA: streams, events, graphs ----------------------------------------------------------------
 def _torch():
     import torch
