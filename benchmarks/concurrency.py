@@ -97,7 +97,7 @@ def cpu_worker(engine: str, model: str, levels: list[int], requests: int, thread
     else:
         import fusegraph
 
-        program = fusegraph.parse_onnx(proto)
+        program = fusegraph.parse_onnx(proto, map_input_dims={k: list(v.shape) for k, v in feeds.items()})
         program.compile("cpu", fusegraph.CompileOptions(threads=threads))
         run = lambda: program.run(feeds)  # noqa: E731
     return [closed_loop([run] * c, requests) for c in levels]
@@ -119,6 +119,9 @@ def run_cpu(args) -> dict:
                 for point in json.loads(done.stdout.strip().splitlines()[-1]):
                     rows.append({"model": model, "engine": engine, **point})
                     print(json.dumps(rows[-1]), flush=True)
+            # written after each model: a run cut short keeps what it measured
+            write_results(args.name, {"target": "cpu", "busy": args.busy, "threads": args.threads,
+                                      "rows": with_speedups(rows)})
     finally:
         if busy is not None:
             busy.kill()
@@ -217,10 +220,10 @@ def main() -> None:
     if args.worker:
         print(json.dumps(cpu_worker(args.worker, args.models[0], args.concurrency, args.requests, args.threads)))
         return
+    args.name = "-".join(x for x in ("concurrency", args.target, "busy" if args.busy else "", args.tag) if x)
     result = run_cpu(args) if args.target == "cpu" else run_gpu(args)
     print(table(result["rows"]))
-    name = "-".join(x for x in ("concurrency", args.target, "busy" if args.busy else "", args.tag) if x)
-    print("wrote", write_results(name, result))
+    print("wrote", write_results(args.name, result))
 
 
 if __name__ == "__main__":
