@@ -69,6 +69,10 @@ class DeviceFuture:
         CUDA event is waited for without one)."""
         self.event.synchronize()
         if not self._host:
+            t = torch()
+            for o in self._outputs:  # made on the run's stream, read on the caller's: not freed under it
+                if isinstance(o, t.Tensor) and o.is_cuda:
+                    o.record_stream(t.cuda.current_stream(o.device))
             return self._outputs
         return [to_host(v, s.dtype) if isinstance(v, torch().Tensor) else v for v, s in zip(self._outputs, self._shapes)]
 
