@@ -12,6 +12,7 @@ from .custom import custom_op
 from .errors import FusegraphError, api_boundary
 from .ir import Dim, DType, Program, Shape
 from .onnx import parse_onnx
+from .pipeline import Pipeline, Stage, StageError
 from .sparsity import is_2_4, make_sparse, prune_2_4
 from .targets import CompileOptions, get_target
 
@@ -67,7 +68,7 @@ def load_buffer(data, *, verify_key=None, integrity="lazy") -> Program:
 
 
 __all__ = [
-    "CompileOptions", "DType", "Dim", "FusegraphError", "Program", "Shape", "custom_op", "get_target", "is_2_4",
-    "load", "load_buffer", "make_sparse", "parse_onnx", "prune_2_4", "quantize_bf16", "quantize_fp16", "save",
-    "save_buffer",
+    "CompileOptions", "DType", "Dim", "FusegraphError", "Pipeline", "Program", "Shape", "Stage", "StageError",
+    "custom_op", "get_target", "is_2_4", "load", "load_buffer", "make_sparse", "parse_onnx", "prune_2_4",
+    "quantize_bf16", "quantize_fp16", "save", "save_buffer",
 ]

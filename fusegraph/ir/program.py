@@ -126,3 +126,31 @@ class Program:
         if self.executable is None:
             raise CompileError("the program is not compiled: call program.compile(target) first")
         return self.executable.run(inputs, deadline=deadline)
+
+    @api_boundary
+    def run_async(self, inputs: Mapping[str, Any], *, stream: Any = None, after: Any = (),
+                  deadline: float | None = None) -> Any:
+        """Start a run and return at once: a Future-like handle (`.result()` waits and gives the outputs,
+        `.done()`). On ref and cpu the run goes to a worker thread (no more at once than the cores
+        allow); on gpu it is queued on `stream` (a torch.cuda.Stream; None: the context's own), device
+        tensors in giving device tensors out, and `.event` orders other streams after it. `after`:
+        handles of runs that must finish first (on gpu: their events, without waiting on the host)."""
+        if self.executable is None:
+            raise CompileError("the program is not compiled: call program.compile(target) first")
+        return self.executable.run_async(inputs, stream=stream, after=after, deadline=deadline)
+
+    @api_boundary
+    def context(self) -> Program:
+        """An execution context of this compiled program: a Program sharing its IR, weights and compiled
+        kernels whose runs have their own buffers (and on gpu their own CUDA stream and graph), so that
+        several threads run one compiled program at once, each on its context. Make the contexts before
+        serving (on gpu each captures its CUDA graph when made). On ref and cpu every thread has its
+        own buffers already, and a context is the program itself."""
+        if self.executable is None:
+            raise CompileError("the program is not compiled: call program.compile(target) first")
+        exe = self.executable.context()
+        if exe is self.executable:
+            return self
+        ctx = Program(empty=True)
+        ctx.modules, ctx.metadata, ctx.target_name, ctx.executable = self.modules, self.metadata, self.target_name, exe
+        return ctx

@@ -76,6 +76,33 @@ class Executable:
         with running(deadline, self.options.max_loop_iterations):
             return self.execute(check_inputs(self.input_specs, inputs))
 
+    # -- concurrency (targets/asynchronous.py; the gpu target's: targets/gpu/streams.py) ------------
+    def context(self) -> Executable:
+        """An execution context: an executable sharing this one's weights and kernels, with run-time
+        state (arena, stream, CUDA graph) of its own, so that contexts run at once from several
+        threads. Host targets keep that state per thread already: their context is the executable."""
+        return self
+
+    def async_workers(self) -> int:
+        """How many runs `run_async` lets run at once (the rest queue): one per core."""
+        from .asynchronous import cores
+
+        return cores()
+
+    def holding_cores(self) -> Any:
+        """A block in which a run_async worker holds the cores its run uses (the cpu target's budget)."""
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def run_async(self, inputs: Mapping[str, Any], *, stream: Any = None, after: Any = (),
+                  deadline: float | None = None) -> Any:
+        """Start a run; a Future-like handle back (`.result()`, `.done()`). `after`: handles of runs
+        that must finish first. `stream` is the gpu target's (a torch.cuda.Stream)."""
+        from .asynchronous import submit
+
+        return submit(self, inputs, stream, after, deadline)
+
     def defer_check(self, check: Callable[[], None]) -> None:
         """Make `check` (which raises on failure) run once, before the first `run`; until it passes,
         every `run` raises its error."""

@@ -108,6 +108,17 @@ class SpecializingExecutable(Executable):
     def execute(self, inputs: dict[str, Any]) -> list[Any]:
         return self.executable_for(_lens(inputs)).execute(inputs)
 
+    def run_async(self, inputs: Mapping[str, Any], *, stream: Any = None, after: Any = (),
+                  deadline: float | None = None) -> Any:
+        """On a host target, a worker thread's run (compiling a new shape there too); on gpu, the run
+        of the executable for these input shapes, queued on its stream."""
+        if self.target.name != "gpu":
+            return super().run_async(inputs, stream=stream, after=after, deadline=deadline)
+        self._run_pending_checks()
+        device = isinstance(inputs, Mapping) and any(_is_device(v) for v in inputs.values())
+        lens = self._device_lens(inputs) if device else _lens(check_inputs(self.input_specs, inputs))
+        return self.executable_for(lens).run_async(inputs, stream=stream, after=after, deadline=deadline)
+
     def _device_lens(self, inputs: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
         if set(inputs) != set(self.input_specs):
             raise InputError(f"inputs {sorted(inputs)} are not the program's {list(self.input_specs)}")

@@ -27,7 +27,9 @@ from ...ir.op import OpKind
 from ...ir.program import Program
 from ...ir.shape import Shape, same_steps
 from ...passes.memory_coloring import reads
+from ..asynchronous import cores
 from ..base import CompileOptions, Executable
+from .cores import budget
 
 
 @dataclasses.dataclass
@@ -185,6 +187,15 @@ class CpuExecutable(Executable):
     @property
     def arena_bytes(self) -> int:
         return self.main.arena_bytes
+
+    threads = 1  # the cores one run uses (set by the target: its OpenMP team's size)
+
+    def async_workers(self) -> int:
+        return max(1, cores() // self.threads)
+
+    def holding_cores(self):
+        """run_async's runs take their cores from the process's budget (cores.py)."""
+        return budget().take(self.threads)
 
     def execute(self, inputs: dict[str, Any]) -> list[np.ndarray]:
         rows, static = self.main.thread_plan()

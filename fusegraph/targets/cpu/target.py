@@ -49,6 +49,7 @@ class CpuTarget(Target):
         plan = main.memory_plan
         exe = CpuExecutable(program, options, steps, plan.arena_bytes if plan else 0)
         exe.built = built
+        exe.threads = threads
         return exe
 
     def export_artifacts(self, executable: Executable) -> dict[str, bytes | memoryview]:

@@ -109,28 +109,9 @@ class GpuTarget(Target):
         return SegmentedExecutable(program, options, split, prefix, rest)
 
     def _lower_static(self, program: Program, options: CompileOptions, device, tuner) -> Executable:
-        from .build import BuildContext, allocate, build_steps
-        from .executable import GpuExecutable
-        from .lowering import storage_mode
-        from .plan import make_plan
+        from .contexts import build_static
 
-        main = program.main
-        plan = make_plan(main, storage_mode)
-        ctx = BuildContext(device)
-        ctx.tuner = tuner
-        slots, activations, weights = allocate(plan, main, device)
-        activations.zero_()  # inputs start as zeros: the warm-up run reads valid indices
-        outputs = {plan.owner[o.uid] for o in main.outputs if o.uid in plan.owner}
-        steps, step_uids = build_steps(plan, ctx, slots, outputs)
-        exe = GpuExecutable(program, options, device, steps, slots, (activations, weights),
-                            self.graph_mode, {}, fp32_exact=True, index_checks=ctx.index_checks)
-        exe.step_uids = step_uids
-        exe.plan = plan
-        exe.literal_tensors = {i.uid: slots[i.uid].t for i in main.instructions if i.is_literal}
-        exe.warm_up()  # GEMM epilogues are autotuned here, at their first run
-        exe.sources.update(ctx.sources())
-        exe.tuning = ctx.tuning()
-        exe.gemm_kernels = ctx.gemm_kernels()
+        exe = build_static(program, options, device, tuner, self.graph_mode)
         exe.tuning_times = {k: tuner.timings[k] for k in exe.tuning if k in tuner.timings}  # timed by this compile
         return exe
 

@@ -103,6 +103,25 @@ class EagerModule:
 
 def allocate(plan: Plan, module: Module, device: Any) -> tuple[dict[int, Slot], Any, Any]:
     """Slots of params, literals and arena/output buffers; the activation and weight allocations."""
+    slots, activations = allocate_activations(plan, module, device)
+    weight_slots, weights = allocate_weights(plan, module, device)
+    slots.update(weight_slots)
+    return slots, activations, weights
+
+
+def _view(plan: Plan, storage: Any, offset: int, ins: Instruction) -> Any:
+    """`ins`'s tensor at `offset` of `storage` (channels-last where the plan says)."""
+    shape = ins.shape
+    order = channels_last_order(shape.ndim) if ins.uid in plan.channels_last and shape.ndim in (4, 5) \
+        else tuple(range(shape.ndim))
+    strides = dense_strides(shape.lens, order)
+    flat = storage[offset:offset + max(shape.bytes, 0)].view(torch_dtype(shape.dtype))
+    return flat.as_strided(shape.lens, strides)
+
+
+def allocate_activations(plan: Plan, module: Module, device: Any) -> tuple[dict[int, Slot], Any]:
+    """Slots of params and arena/output buffers over one new activation allocation (what each
+    execution context has of its own)."""
     t = torch()
     by_uid = {i.uid: i for i in module.instructions}
     params = [i for i in module.instructions if i.is_param]
@@ -115,23 +134,22 @@ def allocate(plan: Plan, module: Module, device: Any) -> tuple[dict[int, Slot], 
     base_in = base_out + plan.output_bytes
     activations = t.empty(max(base_in + n_in, 1), dtype=t.uint8, device=device)
     slots: dict[int, Slot] = {}
-
-    def view(storage, offset: int, ins: Instruction) -> Any:
-        shape = ins.shape
-        order = channels_last_order(shape.ndim) if ins.uid in plan.channels_last and shape.ndim in (4, 5) \
-            else tuple(range(shape.ndim))
-        strides = dense_strides(shape.lens, order)
-        flat = storage[offset:offset + max(shape.bytes, 0)].view(torch_dtype(shape.dtype))
-        return flat.as_strided(shape.lens, strides)
-
     for uid, offset in plan.offsets.items():
-        slots[uid] = Slot(view(activations, offset, by_uid[uid]))
+        slots[uid] = Slot(_view(plan, activations, offset, by_uid[uid]))
     for uid, offset in plan.output_offsets.items():
-        slots[uid] = Slot(view(activations, base_out + offset, by_uid[uid]))
+        slots[uid] = Slot(_view(plan, activations, base_out + offset, by_uid[uid]))
     for p in params:
-        slots[p.uid] = Slot(view(activations, base_in + input_offsets[p.uid], p))
+        slots[p.uid] = Slot(_view(plan, activations, base_in + input_offsets[p.uid], p))
     for uid, (concat, axis, start) in plan.slices.items():  # concat inputs written in place
         slots[uid] = Slot(slots[concat].t.narrow(axis, start, by_uid[uid].shape.lens[axis]))
+    return slots, activations
+
+
+def allocate_weights(plan: Plan, module: Module, device: Any) -> tuple[dict[int, Slot], Any]:
+    """Slots of the literals over one weight allocation, copied in from the host (shared by every
+    execution context of an executable)."""
+    t = torch()
+    slots: dict[int, Slot] = {}
     literals = [i for i in module.instructions if i.is_literal and has_torch_dtype(i.shape.dtype)]
     offsets, n_w = {}, 0
     for lit in literals:
@@ -139,13 +157,13 @@ def allocate(plan: Plan, module: Module, device: Any) -> tuple[dict[int, Slot], 
         n_w += _align(lit.shape.bytes)
     weights = t.empty(max(n_w, 1), dtype=t.uint8, device=device)
     for lit in literals:
-        dst = view(weights, offsets[lit.uid], lit)
+        dst = _view(plan, weights, offsets[lit.uid], lit)
         dst.copy_(host_tensor(lit.literal, lit.shape.dtype).reshape(lit.shape.lens))  # one host-to-device copy
         slots[lit.uid] = Slot(dst)
     for i in module.instructions:
         if i.is_literal and i.uid not in slots:
             slots[i.uid] = Slot(None)  # no device type (strings, 4-bit): an error if a step reads it
-    return slots, activations, weights
+    return slots, weights
 
 
 def _check_tensor_type(ins: Instruction) -> None:

@@ -33,6 +33,7 @@ from .executable import DeviceDoor, as_tensor, check_input_names, library_flags,
 from .host import device_value, host_runner, host_value, outer_reads, why_host
 from .lowering import LOWERINGS, describe_lowering, find_lowering
 from .plan import Step, is_dynamic, list_steps
+from .streams import RunOrder
 
 DEVICE, HOST = "device", "host"
 # What a shape rule may raise on shapes it cannot take (the IR's own ShapeError, or numpy's errors).
@@ -159,6 +160,7 @@ class DynamicExecutable(DeviceDoor, Executable):
         self.host_fallback = host_fallback
         self.graph = None  # never captured
         self._lock = threading.Lock()
+        self._order = RunOrder()
         self._shapes = {i.uid: i.shape for i in main.instructions}
         self._params = {p.op.param_name: p for p in main.parameters}
         self._outputs = list(main.outputs)
@@ -220,9 +222,11 @@ class DynamicExecutable(DeviceDoor, Executable):
 
     def _run(self, inputs: dict[str, Any]) -> list[Any]:
         with self._lock, library_flags(self.device, exact=True):
+            self._order.before(self.device)  # its scratch and flags serve one run at a time (streams.py)
             outs = self._run_steps(inputs)
             # an index out of range: the op's ExecutionError (one read of the flags, index_checks.py)
             self.ctx.index_checks.raise_if_flagged(lambda: self._run_steps(inputs))
+            self._order.after(self.device)
             return outs
 
     def _run_steps(self, inputs: dict[str, Any]) -> list[Any]:

@@ -5,7 +5,10 @@ one device copy, or none when the caller writes into `input_buffers()` directly)
 captured graph) run on the caller's current stream, or the one given; outputs come back as numpy
 arrays, or as device tensors that alias the executable's output buffers (valid until the next run,
 like torch.compile's CUDA graphs) unless `copy_outputs` is asked for. One run at a time per
-executable (a lock): the buffers and the graph are shared. An index out of range is the op's
+executable (a lock, and on the device the order of streams.py): the buffers and the graph are
+shared; `context()` makes another executable over the same weights and kernels with buffers and a
+graph of its own (contexts.py), which runs at once beside it, and `run_async` queues a run on a
+CUDA stream without waiting (streams.py). An index out of range is the op's
 ExecutionError after the run, from the indexing steps' device flags (index_checks.py), in eager
 runs and graph replays alike.
 """
@@ -29,6 +32,7 @@ from ..base import CompileOptions, Executable
 from .device import to_host, torch
 from .index_checks import IndexChecks
 from .lowering import Slot
+from .streams import RunOrder
 
 
 class DeviceDoor:
@@ -41,6 +45,13 @@ class DeviceDoor:
             with running(deadline, self.options.max_loop_iterations):  # type: ignore[attr-defined]
                 return self.run_device(inputs)  # type: ignore[attr-defined]
         return super().run(inputs, deadline=deadline)  # type: ignore[misc]
+
+    def run_async(self, inputs: Mapping[str, Any], *, stream: Any = None, after: Any = (),
+                  deadline: float | None = None) -> Any:
+        """Queue a run on `stream` (None: this executable's own); a DeviceFuture back (streams.py)."""
+        from .streams import run_async
+
+        return run_async(self, inputs, stream, after, deadline)
 
 
 class GpuExecutable(DeviceDoor, Executable):
@@ -65,12 +76,20 @@ class GpuExecutable(DeviceDoor, Executable):
         self.graph_mode = graph_mode and device.type == "cuda"
         self._warm = False
         self.plan: Any = None  # the static build's plan.Plan (set when built): its steps' pattern members
+        self._order = RunOrder()  # a run on another stream than the last waits for it (streams.py)
 
     def step_members(self) -> dict[int, list[Any]]:
         """A pattern step (a GEMM and its epilogue) computes all its members: profiles name them all."""
         if self.plan is None:
             return {}
         return {s.ins.uid: s.members for s in self.plan.steps if s.members}
+
+    def context(self) -> GpuExecutable:
+        """An execution context (contexts.py): these weights and kernels, its own input and output
+        buffers, arena, scratch and CUDA graph (captured now), so it runs beside this one."""
+        from .contexts import make_context
+
+        return make_context(self)
 
     # -- running ----------------------------------------------------------------------------------
     def _precision(self):
@@ -160,6 +179,7 @@ class GpuExecutable(DeviceDoor, Executable):
     def _host_run(self, inputs: dict[str, Any], launch: Callable[[], None],
                   after: Callable[[], None] | None = None) -> list[np.ndarray]:
         with self._lock:
+            self._order.before(self.device)
             for name, value in inputs.items():
                 buf, dt = self._inputs[name]
                 _copy_in(buf, value, dt)
@@ -167,6 +187,7 @@ class GpuExecutable(DeviceDoor, Executable):
                 self.warm_up()
             try:
                 launch()
+                self._order.after(self.device)
                 self._check_indices()
                 return [to_host(slot.t, dt) for slot, dt in self._outputs]
             finally:
@@ -180,6 +201,7 @@ class GpuExecutable(DeviceDoor, Executable):
         on the current stream. Outputs alias the executable's buffers unless `copy_outputs`."""
         self._run_pending_checks()
         with self._lock, on_stream(stream):
+            self._order.before(self.device)
             if inputs is not None:
                 check_input_names(inputs, self._inputs)
                 for name, value in inputs.items():
@@ -190,7 +212,9 @@ class GpuExecutable(DeviceDoor, Executable):
             self._launch()
             self._check_indices()  # a sync where the program has indexing steps
             outs = [slot.t for slot, _ in self._outputs]
-            return [o.clone() for o in outs] if copy_outputs else outs
+            outs = [o.clone() for o in outs] if copy_outputs else outs
+            self._order.after(self.device)  # (after the copies: they read the buffers too)
+            return outs
 
     # -- description --------------------------------------------------------------------------------
     @property
