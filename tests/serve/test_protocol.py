@@ -274,14 +274,19 @@ def test_failures_are_counted_and_a_failing_batch_leaves_the_model_serving(serve
         grpc_client.infer("mlp", [_grpc_input(bad)])
     with pytest.raises(InferenceServerException, match="has no version '7'"):
         grpc_client.infer("mlp", [_grpc_input(_x(1))], model_version="7")
-    model = server.repo.get("mlp").model
-    real = model.execute
+    executors = server.repo.get("mlp").scheduler.executors
+    raised = []
 
-    def crash_once(inputs, n):  # the model raising, as a crashing kernel would
-        monkeypatch.setattr(model, "execute", real)
-        raise MemoryError("arena exhausted")
+    def crash_once(real):
+        def execute(inputs, n):  # the model raising, as a crashing kernel would
+            if raised:
+                return real(inputs, n)
+            raised.append(n)
+            raise MemoryError("arena exhausted")
+        return execute
 
-    monkeypatch.setattr(model, "execute", crash_once)
+    for ex in executors:  # whichever instance takes the batch
+        monkeypatch.setattr(ex, "execute", crash_once(ex.execute))
     with pytest.raises(InferenceServerException) as e:
         grpc_client.infer("mlp", [_grpc_input(_x(1))])
     assert e.value.status() == "StatusCode.INTERNAL" and "MemoryError: arena exhausted" in e.value.message()
