@@ -56,8 +56,13 @@ class WorkerProcess:
         self.name = init["name"]
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
-        self.restarts = 0
+        self.starts = 0        # processes that loaded the model (the first, then each restart)
+        self._ready = False    # the current process has loaded the model and not died since
         self._lock = threading.Lock()
+
+    @property
+    def restarts(self) -> int:
+        return max(0, self.starts - 1)
 
     @property
     def pid(self) -> int | None:
@@ -96,9 +101,12 @@ class WorkerProcess:
             self._reap()
             raise ModelConfigError(f"model {self.name!r} failed to load: {self.init['path']}: "
                                    f"{header['error']}: {header['message']}")
+        self.starts += 1
+        self._ready = True
         return header
 
     def _reap(self, grace_s: float = _STOP_GRACE_S) -> int | None:
+        self._ready = False
         if self.sock is not None:
             self.sock.close()
             self.sock = None
@@ -112,7 +120,7 @@ class WorkerProcess:
 
     @property
     def running(self) -> bool:
-        return self.proc is not None and self.sock is not None and self.proc.poll() is None
+        return self._ready and self.proc is not None and self.proc.poll() is None
 
     def execute(self, inputs: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
         with self._lock:
@@ -152,7 +160,6 @@ class WorkerProcess:
                 attempt += 1
                 time.sleep(wait)
                 continue
-            self.restarts += 1
             log.warning("model %r instance %d: worker process %s replaced by %s", self.name, self.instance, old, self.pid)
         return True
 

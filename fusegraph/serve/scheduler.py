@@ -27,6 +27,7 @@ from .process import WorkerNotRunning
 from .stats import ModelStats
 
 DEFAULT_MAX_QUEUE = 1024  # where the queue policy sets none (Triton's 0: unbounded)
+_IDLE_CHECK_S = 0.5       # how often an idle instance looks whether its worker process still runs
 
 
 @dataclass
@@ -141,10 +142,11 @@ class Scheduler:
     # -- the instance threads ---------------------------------------------------------------------
     def _worker(self, executor) -> None:
         ensure = getattr(executor, "ensure_running", None)  # a worker process restarts if it died
+        alive = (lambda: executor.running) if ensure is not None else None
         while True:
             if ensure is not None and not ensure(lambda: self._closed and not self.pending):
                 return
-            batch = self._next_batch()
+            batch = self._next_batch(alive)
             if batch is None:
                 return
             self._run(executor, batch)
@@ -178,10 +180,12 @@ class Scheduler:
                     keep.append(p)
             self._queues[k] = keep
 
-    def _wait(self, until: float | None) -> None:
+    def _wait(self, until: float | None, cap_s: float | None = None) -> None:
         deadlines = [p.deadline for q in self._queues for p in q if p.deadline is not None]
         if until is not None:
             deadlines.append(until)
+        if cap_s is not None:
+            deadlines.append(time.monotonic() + cap_s)
         self._cv.wait(None if not deadlines else max(0.0, min(deadlines) - time.monotonic()))
 
     def _samples(self) -> int:
@@ -190,14 +194,18 @@ class Scheduler:
     def _oldest_ns(self) -> int:
         return min(q[0].arrival_ns for q in self._queues if q)
 
-    def _next_batch(self) -> list[Pending] | None:
+    def _next_batch(self, alive=None) -> list[Pending] | None:
+        """The next batch; None once closed and drained; [] when `alive()` turns false while idle (a worker
+        process that died between batches is restarted before it is given one)."""
         with self._cv:
             while True:
                 self._drop_dead()
                 if not self.pending:
                     if self._closed:
                         return None
-                    self._wait(None)
+                    if alive is not None and not alive():
+                        return []
+                    self._wait(None, None if alive is None else _IDLE_CHECK_S)
                     continue
                 if not self.dynamic:
                     return self._take(1)

@@ -25,7 +25,8 @@ class PeerClosed(ConnectionError):
 
 
 def send(sock: socket.socket, header: dict, tensors: dict[str, np.ndarray] | None = None) -> None:
-    arrays = [(k, np.ascontiguousarray(v)) for k, v in (tensors or {}).items()]
+    # np.ascontiguousarray would make a 0-d array 1-d
+    arrays = [(k, np.asarray(v, order="C")) for k, v in (tensors or {}).items()]
     described = []
     for name, arr in arrays:
         dt = from_numpy(arr.dtype)
