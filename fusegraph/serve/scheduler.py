@@ -248,6 +248,7 @@ class Scheduler:
         try:
             inputs = batch[0].inputs if len(batch) == 1 else {
                 k: np.concatenate([p.inputs[k] for p in batch]) for k in batch[0].inputs}
+            gathered = time.monotonic_ns()
             outputs = executor.execute(inputs, n)
         except WorkerNotRunning:
             return self._requeue(batch)
@@ -261,15 +262,14 @@ class Scheduler:
             for p in batch:
                 self._fail(p, err, reason="BACKEND")
             return
-        end = time.monotonic_ns()
-        self.stats.record_batch(max(n, 1), end - start, [start - p.arrival_ns for p in batch])
-        offset = 0
+        ran = time.monotonic_ns()
+        results, offset = [], 0
         for p in batch:
-            if n:
-                result = {k: v[offset:offset + p.n] for k, v in outputs.items()}
-                offset += p.n
-            else:
-                result = outputs
+            results.append({k: v[offset:offset + p.n] for k, v in outputs.items()} if n else outputs)
+            offset += p.n
+        self.stats.record_batch(max(n, 1), (gathered - start, ran - gathered, time.monotonic_ns() - ran),
+                                [start - p.arrival_ns for p in batch])
+        for p, result in zip(batch, results, strict=True):
             self.stats.record_success(max(p.n, 1), time.monotonic_ns() - p.arrival_ns)
             p.future.set_result(result)
 

@@ -126,6 +126,12 @@ def test_statistics_count_the_requests(grpc_client, http_client):
     after = http_client.get_inference_statistics("mlp")["model_stats"][0]
     assert int(after["inference_stats"]["success"]["count"]) == int(before["inference_stats"]["success"]["count"]) + 1
     assert int(after["inference_count"]) == int(before.get("inference_count", 0)) + 2
+    # perf_analyzer refuses statistics whose phases count differently ("compute counts must be the same")
+    phases = ("compute_input", "compute_infer", "compute_output")
+    counts = {p: int(after["inference_stats"][p]["count"]) for p in phases}
+    assert len(set(counts.values())) == 1 and counts["compute_infer"] == int(after["inference_stats"]["success"]["count"])
+    for b in after["batch_stats"]:
+        assert len({int(b[p]["count"]) for p in phases}) == 1, b
 
 
 def _metrics(server) -> dict[str, float]:
