@@ -93,7 +93,7 @@ def threaded_load(seconds: float, threads: int, one) -> dict:
         t.join(seconds + 120)
     wall = time.perf_counter() - t0
     lat = sorted(x for per in latencies for x in per)
-    return {"tool": "tritonclient-threads", "inferences_per_s": len(lat) / wall,
+    return {"inferences_per_s": len(lat) / wall,
             "p50_ms": 1e3 * statistics.median(lat), "p99_ms": 1e3 * lat[min(len(lat) - 1, int(0.99 * len(lat)))]}
 
 
@@ -161,7 +161,7 @@ def main() -> None:
     pa_env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(filter(None, [args.ld_library_path,
                                                                             os.environ.get("LD_LIBRARY_PATH")])))
     prog = fusegraph.parse_onnx(model, map_input_dims={input_name: [1, *dims]}).compile("cpu")
-    rows = [{"server": "bare", "concurrency": c,
+    rows = [{"server": "bare", "concurrency": c, "tool": "threads",
              **threaded_load(seconds, c, lambda: lambda: prog.run({input_name: x}))} for c in levels]
     for r in rows:
         print(r, flush=True)
@@ -178,8 +178,8 @@ def main() -> None:
                         for c in levels:
                             r = perf_analyzer(args.perf_analyzer, pa_env, entry, protocol, port, c, args.interval_ms)
                             if "error" in r:  # e.g. a server without the ModelConfig endpoint
-                                r = {**threaded_load(seconds, c, _client(protocol, port, entry, x, input_name)),
-                                     "perf_analyzer_error": r["error"]}
+                                r = {"tool": "tritonclient-threads", "perf_analyzer_error": r["error"],
+                                     **threaded_load(seconds, c, _client(protocol, port, entry, x, input_name))}
                             rows.append({"server": f"{label}-{entry}", "protocol": protocol, "concurrency": c, **r})
                             print(rows[-1], flush=True)
             finally:

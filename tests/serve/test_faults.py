@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from tests.serve.util import CONFIG, FEATURES, mlp_model, ort_reference, skip_without_serve_deps
+from tests.serve.util import FEATURES, mlp_model, ort_reference, skip_without_serve_deps, write_mlp_repo
 
 skip_without_serve_deps()
 
@@ -52,14 +52,9 @@ def test_wire_names_a_closed_peer():
 @pytest.fixture(scope="module")
 def isolated(tmp_path_factory):
     """A server whose two mlp instances each run in a worker process."""
-    import onnx
-
     from fusegraph.serve import Server, ServerOptions
 
-    root = tmp_path_factory.mktemp("faults")
-    (root / "mlp" / "1").mkdir(parents=True)
-    onnx.save(mlp_model(), root / "mlp" / "1" / "model.onnx")
-    (root / "mlp" / "config.pbtxt").write_text(CONFIG)
+    root = write_mlp_repo(tmp_path_factory.mktemp("faults"))
     with Server(root, ServerOptions(http_port=None, grpc_port=0, metrics_port=None, cores=2,
                                     isolation="process")) as s:
         yield s

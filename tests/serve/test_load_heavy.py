@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from tests.serve.util import CONFIG, FEATURES, mlp_model, ort_reference, skip_without_serve_deps
+from tests.serve.util import FEATURES, mlp_model, ort_reference, skip_without_serve_deps, write_mlp_repo
 
 skip_without_serve_deps()
 
@@ -25,14 +25,9 @@ def _x(k: int) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def loaded_server(tmp_path_factory):
-    import onnx
-
     from fusegraph.serve import Server, ServerOptions
 
-    root = tmp_path_factory.mktemp("load")
-    (root / "mlp" / "1").mkdir(parents=True)
-    onnx.save(mlp_model(), root / "mlp" / "1" / "model.onnx")
-    (root / "mlp" / "config.pbtxt").write_text(CONFIG)
+    root = write_mlp_repo(tmp_path_factory.mktemp("load"))
     with Server(root, ServerOptions(http_port=0, grpc_port=0, metrics_port=None, cores=2, isolation="process",
                                     grpc_workers=96)) as s:
         yield s

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.serve.util import CONFIG, FEATURES, mlp_model, skip_without_serve_deps
+from tests.serve.util import CONFIG, FEATURES, mlp_model, skip_without_serve_deps, write_mlp_repo
 
 skip_without_serve_deps()
 
@@ -22,13 +22,9 @@ HELD = CONFIG.replace("max_queue_delay_microseconds: 2000 preferred_batch_size: 
 
 @pytest.fixture
 def held_server(tmp_path):
-    import onnx
-
     from fusegraph.serve import Server, ServerOptions
 
-    (tmp_path / "mlp" / "1").mkdir(parents=True)
-    onnx.save(mlp_model(), tmp_path / "mlp" / "1" / "model.onnx")
-    (tmp_path / "mlp" / "config.pbtxt").write_text(HELD)
+    write_mlp_repo(tmp_path, HELD)
     s = Server(tmp_path, ServerOptions(http_port=0, grpc_port=0, metrics_port=None, cores=2,
                                        isolation="thread")).start()
     yield s
