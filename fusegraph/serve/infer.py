@@ -9,7 +9,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .errors import InvalidRequestError, RequestCancelledError, RequestTimeoutError, ServeError, UnavailableError
+from .errors import (
+    InvalidRequestError,
+    RequestCancelledError,
+    RequestTimeoutError,
+    ServeError,
+    UnavailableError,
+)
 from .repository import LoadedModel
 from .tensors import Datatype
 

@@ -30,8 +30,11 @@ def default_isolation(target: str) -> str:
 
 @functools.cache
 def _gpu_count() -> int:
-    import torch  # only for a GPU group that lists no gpus: the server places one per device
-
+    try:
+        import torch  # only for a GPU group that lists no gpus: the server places one per device
+    except ModuleNotFoundError:
+        raise ModelConfigError("a KIND_GPU instance group without `gpus` needs torch to count the GPUs: "
+                               "pip install 'fusegraph[gpu]', or list the devices in `gpus`") from None
     return torch.cuda.device_count()
 
 

@@ -21,8 +21,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import ModelConfigError, ModelExecutionError, QueueFullError, RequestTimeoutError, ServeError
-from .errors import UnavailableError, execution_error
+from .errors import (
+    ModelConfigError,
+    ModelExecutionError,
+    QueueFullError,
+    RequestTimeoutError,
+    ServeError,
+    UnavailableError,
+    execution_error,
+)
 from .process import WorkerNotRunning
 from .stats import ModelStats
 
