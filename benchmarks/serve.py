@@ -142,12 +142,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--concurrency", default="1,2,4,8,16,32,64")
-    ap.add_argument("--perf-analyzer", required=True, metavar="PATH")
+    ap.add_argument("--perf-analyzer", default="perf_analyzer", metavar="PATH")
     ap.add_argument("--ld-library-path", default="", help="where perf_analyzer finds libcudart.so.12")
     ap.add_argument("--interval-ms", type=int, default=5000, help="perf_analyzer's measurement window")
     ap.add_argument("--protocols", default="grpc,http")
     ap.add_argument("--peer", choices=("kserve", "none"), default="none")
     ap.add_argument("--peer-path", default="", help="folder the peer server's packages are installed in")
+    ap.add_argument("--tool", choices=("perf_analyzer", "threads"), default="perf_analyzer",
+                    help="threads: every server under the threaded tritonclient load (like for like with a peer "
+                         "perf_analyzer cannot drive)")
     ap.add_argument("--port-base", type=int, default=18000)
     args = ap.parse_args()
     from fusegraph.models import get_model  # a subpackage `import fusegraph` leaves out
@@ -176,7 +179,8 @@ def main() -> None:
                     port = grpc_port if protocol == "grpc" else http_port
                     for entry in entries:
                         for c in levels:
-                            r = perf_analyzer(args.perf_analyzer, pa_env, entry, protocol, port, c, args.interval_ms)
+                            r = perf_analyzer(args.perf_analyzer, pa_env, entry, protocol, port, c, args.interval_ms) \
+                                if args.tool == "perf_analyzer" else {"error": ["--tool threads"]}
                             if "error" in r:  # e.g. a server without the ModelConfig endpoint
                                 r = {"tool": "tritonclient-threads", "perf_analyzer_error": r["error"],
                                      **threaded_load(seconds, c, _client(protocol, port, entry, x, input_name))}
