@@ -180,9 +180,9 @@ def main() -> None:
                     for entry in entries:
                         for c in levels:
                             r = perf_analyzer(args.perf_analyzer, pa_env, entry, protocol, port, c, args.interval_ms) \
-                                if args.tool == "perf_analyzer" else {"error": ["--tool threads"]}
-                            if "error" in r:  # e.g. a server without the ModelConfig endpoint
-                                r = {"tool": "tritonclient-threads", "perf_analyzer_error": r["error"],
+                                if args.tool == "perf_analyzer" else {}
+                            if "inferences_per_s" not in r:  # --tool threads, or perf_analyzer failed (no ModelConfig)
+                                r = {"tool": "tritonclient-threads", **({"perf_analyzer_error": r["error"]} if r else {}),
                                      **threaded_load(seconds, c, _client(protocol, port, entry, x, input_name))}
                             rows.append({"server": f"{label}-{entry}", "protocol": protocol, "concurrency": c, **r})
                             print(rows[-1], flush=True)
