@@ -1,21 +1,31 @@
-"""`fusegraph serve` under a threaded tritonclient load, over gRPC and HTTP, with and without dynamic
-batching, next to the engine's own throughput (issue 18). A skeleton: the peers (KServe's Python
-ModelServer and MLServer serving the same model with ONNX Runtime) and Triton's perf_analyzer sweep the
-issue asks for are not in it yet.
+"""`fusegraph serve` under Triton's perf_analyzer, over gRPC and HTTP, with and without dynamic batching,
+next to a peer server serving the same ONNX model with ONNX Runtime, and the engine's own throughput.
 
-    python benchmarks/serve.py [--model resnet50|PATH.onnx] [--concurrency 1,8,32,64] [--seconds 10]
+    python benchmarks/serve.py --perf-analyzer PATH [--model resnet50|PATH.onnx]
+        [--concurrency 1,2,4,8,16,32,64] [--interval-ms 5000] [--peer kserve --peer-path DIR]
 
-The server runs in its own process (`fusegraph serve`, loopback, free ports) on a repository of two
-entries of the model: `plain` (max_batch_size 8, no batcher) and `batched` (dynamic_batching, preferred
-4 and 8). Each client thread sends batch-1 requests with its own tritonclient client for --seconds;
-every answer's shape is checked. "bare" is `program.run` at batch 1 from the same number of threads in
-this process: the ceiling the server's overhead is measured against.
-Writes benchmarks/results/serve-<host>.json.
+perf_analyzer: the binary in the tritonclient==2.48.0 wheel (PyPI's perf-analyzer 2.60 needs glibc 2.38):
+    pip download --no-deps tritonclient==2.48.0 -d /tmp/tc248 && python -m zipfile -e /tmp/tc248/*.whl /tmp/tc248
+    PATH: /tmp/tc248/tritonclient-2.48.0.data/data/bin/perf_analyzer
+It links libb64.so.0d (apt-get install libb64-0d) and libcudart.so.12 (pip install --no-deps --target
+/tmp/cudart nvidia-cuda-runtime-cu12; pass --ld-library-path /tmp/cudart/nvidia/cuda_runtime/lib).
+
+The peer (a benchmark-only dependency, in its own folder): `pip install --target DIR kserve==0.21.0`; it
+runs `benchmarks/serve_peer_kserve.py` (KServe's Python ModelServer wrapping ONNX Runtime) from DIR.
+perf_analyzer reads each model's config; a server without the ModelConfig endpoint is measured with a
+threaded tritonclient load instead, and the row says which tool measured it.
+
+Each server runs in its own process on loopback; the fusegraph repository holds the model twice: `plain`
+(max_batch_size 8, no batcher) and `batched` (dynamic_batching, preferred 4 and 8). Requests are batch 1.
+"bare" is `program.run` at batch 1 from as many threads, in this process: the ceiling of a server here.
+Writes benchmarks/results/serve-<host>.json. The machine must be quiet for figures worth committing.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import os
 import statistics
 import subprocess
 import sys
@@ -32,22 +42,39 @@ import onnx  # noqa: E402
 import fusegraph  # noqa: E402
 from benchmarks._common import write_results  # noqa: E402
 
+HERE = Path(__file__).resolve().parent
 CONFIG = """max_batch_size: 8
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 {batching}
 """
+ENTRIES = {"plain": "", "batched": "dynamic_batching { max_queue_delay_microseconds: 2000 preferred_batch_size: [ 4, 8 ] }"}
 
 
 def _repo(model: onnx.ModelProto, root: Path) -> None:
-    for name, batching in (("plain", ""), ("batched", "dynamic_batching { max_queue_delay_microseconds: 2000 "
-                                                      "preferred_batch_size: [ 4, 8 ] }")):
+    for name, batching in ENTRIES.items():
         (root / name / "1").mkdir(parents=True)
         onnx.save(model, root / name / "1" / "model.onnx")
         (root / name / "config.pbtxt").write_text(CONFIG.format(batching=batching))
 
 
-def _load(seconds: float, threads: int, one) -> dict:
-    """Run `one()` from `threads` threads for `seconds`; throughput and latency percentiles."""
+def perf_analyzer(binary: str, env: dict, model: str, protocol: str, port: int, concurrency: int,
+                  interval_ms: int) -> dict:
+    """One perf_analyzer measurement: throughput and latency percentiles (its CSV), or the error."""
+    with tempfile.NamedTemporaryFile(suffix=".csv") as out:
+        cmd = [binary, "-m", model, "-u", f"127.0.0.1:{port}", "-i", protocol, "--concurrency-range",
+               f"{concurrency}:{concurrency}", "--measurement-interval", str(interval_ms),
+               "--stability-percentage", "50", "--max-trials", "5", "-f", out.name]
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60 + 12 * interval_ms / 1e3)
+        rows = list(csv.DictReader(open(out.name))) if done.returncode == 0 else []
+    if not rows:
+        return {"error": (done.stdout + done.stderr).strip().splitlines()[-1:] or [f"exit {done.returncode}"]}
+    r = rows[0]
+    return {"tool": "perf_analyzer", "inferences_per_s": float(r["Inferences/Second"]),
+            **{f"p{q}_ms": int(r[f"p{q} latency"]) / 1e3 for q in (50, 90, 99)}}
+
+
+def threaded_load(seconds: float, threads: int, one) -> dict:
+    """Run `one()()` from `threads` threads for `seconds`: throughput and latency percentiles."""
     latencies: list[list[float]] = [[] for _ in range(threads)]
     end = time.monotonic() + seconds
 
@@ -66,11 +93,11 @@ def _load(seconds: float, threads: int, one) -> dict:
         t.join(seconds + 120)
     wall = time.perf_counter() - t0
     lat = sorted(x for per in latencies for x in per)
-    return {"inferences_per_s": len(lat) / wall, "p50_ms": 1e3 * statistics.median(lat),
-            "p99_ms": 1e3 * lat[min(len(lat) - 1, int(0.99 * len(lat)))], "requests": len(lat)}
+    return {"inferences_per_s": len(lat) / wall,
+            "p50_ms": 1e3 * statistics.median(lat), "p99_ms": 1e3 * lat[min(len(lat) - 1, int(0.99 * len(lat)))]}
 
 
-def _client(protocol: str, port: int, model: str, x: np.ndarray, input_name: str, output_name: str):
+def _client(protocol: str, port: int, model: str, x: np.ndarray, input_name: str):
     def make():
         if protocol == "grpc":
             import tritonclient.grpc as mod
@@ -79,62 +106,90 @@ def _client(protocol: str, port: int, model: str, x: np.ndarray, input_name: str
         client = mod.InferenceServerClient(f"127.0.0.1:{port}")
         inp = mod.InferInput(input_name, list(x.shape), "FP32")
         inp.set_data_from_numpy(x, **({} if protocol == "grpc" else {"binary_data": True}))
-
-        def call():
-            out = client.infer(model, [inp]).as_numpy(output_name)
-            assert out is not None and out.shape[0] == 1, f"{model}: a wrong answer shape"
-        return call
+        return lambda: client.infer(model, [inp])
     return make
+
+
+def _wait_ready(proc: subprocess.Popen, port: int, what: str) -> None:
+    import tritonclient.http as httpclient
+
+    probe = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+    end = time.monotonic() + 900
+    while True:
+        try:
+            if probe.is_server_ready():
+                return
+        except (ConnectionError, OSError):
+            pass
+        if proc.poll() is not None or time.monotonic() > end:
+            raise SystemExit(f"{what} did not come up")
+        time.sleep(0.5)
+
+
+def _servers(args, model_path: Path, root: Path):
+    """(label, command, env, http port, grpc port, entries) of each server measured."""
+    base = args.port_base
+    yield ("fusegraph", [sys.executable, "-m", "fusegraph", "serve", str(root), "--http-port", str(base),
+                         "--grpc-port", str(base + 1), "--metrics-port", str(base + 2)],
+           dict(os.environ), base, base + 1, list(ENTRIES))
+    if args.peer == "kserve":
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([args.peer_path, str(HERE.parent)]))
+        yield ("kserve", [sys.executable, str(HERE / "serve_peer_kserve.py"), str(model_path), "--http-port",
+                          str(base + 10), "--grpc-port", str(base + 11)], env, base + 10, base + 11, ["plain"])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="resnet50")
-    ap.add_argument("--concurrency", default="1,8,32,64")
-    ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--port-base", type=int, default=18000, help="HTTP, gRPC, metrics on this port and the next two")
+    ap.add_argument("--concurrency", default="1,2,4,8,16,32,64")
+    ap.add_argument("--perf-analyzer", default="perf_analyzer", metavar="PATH")
+    ap.add_argument("--ld-library-path", default="", help="where perf_analyzer finds libcudart.so.12")
+    ap.add_argument("--interval-ms", type=int, default=5000, help="perf_analyzer's measurement window")
+    ap.add_argument("--protocols", default="grpc,http")
+    ap.add_argument("--peer", choices=("kserve", "none"), default="none")
+    ap.add_argument("--peer-path", default="", help="folder the peer server's packages are installed in")
+    ap.add_argument("--tool", choices=("perf_analyzer", "threads"), default="perf_analyzer",
+                    help="threads: every server under the threaded tritonclient load (like for like with a peer "
+                         "perf_analyzer cannot drive)")
+    ap.add_argument("--port-base", type=int, default=18000)
     args = ap.parse_args()
-    model = onnx.load(args.model) if args.model.endswith(".onnx") else fusegraph.models.get_model(args.model)
-    input_name, output_name = model.graph.input[0].name, model.graph.output[0].name
+    from fusegraph.models import get_model  # a subpackage `import fusegraph` leaves out
+
+    model = onnx.load(args.model) if args.model.endswith(".onnx") else get_model(args.model)
+    input_name = model.graph.input[0].name
     dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim][1:]
     x = np.random.default_rng(0).standard_normal((1, *dims)).astype(np.float32)
     levels = [int(c) for c in args.concurrency.split(",")]
-    rows = []
+    seconds = args.interval_ms / 1e3
+    pa_env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(filter(None, [args.ld_library_path,
+                                                                            os.environ.get("LD_LIBRARY_PATH")])))
     prog = fusegraph.parse_onnx(model, map_input_dims={input_name: [1, *dims]}).compile("cpu")
-    for c in levels:
-        rows.append({"server": "bare", "concurrency": c, **_load(args.seconds, c, lambda: lambda: prog.run({input_name: x}))})
-        print(rows[-1], flush=True)
+    rows = [{"server": "bare", "concurrency": c, "tool": "threads",
+             **threaded_load(seconds, c, lambda: lambda: prog.run({input_name: x}))} for c in levels]
+    for r in rows:
+        print(r, flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        _repo(model, Path(tmp))
-        ports = [str(args.port_base + k) for k in range(3)]
-        proc = subprocess.Popen([sys.executable, "-m", "fusegraph", "serve", tmp, "--http-port", ports[0],
-                                 "--grpc-port", ports[1], "--metrics-port", ports[2]])
-        try:
-            import tritonclient.http as httpclient
-
-            probe = httpclient.InferenceServerClient(f"127.0.0.1:{ports[0]}")
-            end = time.monotonic() + 600
-            while not _ready(probe):
-                if proc.poll() is not None or time.monotonic() > end:
-                    raise SystemExit("the server did not come up")
-                time.sleep(0.5)
-            for protocol, port in (("grpc", ports[1]), ("http", ports[0])):
-                for entry in ("plain", "batched"):
-                    for c in levels:
-                        r = _load(args.seconds, c, _client(protocol, int(port), entry, x, input_name, output_name))
-                        rows.append({"server": f"fusegraph-{entry}", "protocol": protocol, "concurrency": c, **r})
-                        print(rows[-1], flush=True)
-        finally:
-            proc.terminate()
-            proc.wait(60)
-    print(write_results("serve", {"model": args.model, "seconds": args.seconds, "rows": rows}))
-
-
-def _ready(client) -> bool:
-    try:
-        return client.is_server_ready()
-    except (ConnectionError, OSError):
-        return False
+        _repo(model, Path(tmp) / "repo")
+        onnx.save(model, Path(tmp) / "model.onnx")
+        for label, cmd, env, http_port, grpc_port, entries in _servers(args, Path(tmp) / "model.onnx", Path(tmp) / "repo"):
+            proc = subprocess.Popen(cmd, env=env)
+            try:
+                _wait_ready(proc, http_port, label)
+                for protocol in args.protocols.split(","):
+                    port = grpc_port if protocol == "grpc" else http_port
+                    for entry in entries:
+                        for c in levels:
+                            r = perf_analyzer(args.perf_analyzer, pa_env, entry, protocol, port, c, args.interval_ms) \
+                                if args.tool == "perf_analyzer" else {}
+                            if "inferences_per_s" not in r:  # --tool threads, or perf_analyzer failed (no ModelConfig)
+                                r = {"tool": "tritonclient-threads", **({"perf_analyzer_error": r["error"]} if r else {}),
+                                     **threaded_load(seconds, c, _client(protocol, port, entry, x, input_name))}
+                            rows.append({"server": f"{label}-{entry}", "protocol": protocol, "concurrency": c, **r})
+                            print(rows[-1], flush=True)
+            finally:
+                proc.terminate()
+                proc.wait(60)
+    print(write_results("serve", {"model": args.model, "interval_ms": args.interval_ms, "rows": rows}))
 
 
 if __name__ == "__main__":

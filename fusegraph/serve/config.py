@@ -7,6 +7,7 @@ repository of one model with a generated config.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,7 +110,11 @@ def target_of(config, default: str) -> str:
 
 
 def instance_count(config) -> int:
-    return max(1, sum(max(g.count, 1) for g in config.instance_group)) if config.instance_group else 1
+    """Instances of the model; GPU groups count theirs on each listed GPU (an unlisted set counts once here:
+    the server that places them knows how many GPUs there are, see `instance_devices`)."""
+    if not config.instance_group:
+        return 1
+    return max(1, sum(max(g.count, 1) * max(len(g.gpus), 1) for g in config.instance_group))
 
 
 def batch_buckets(max_batch_size: int, preferred: list[int]) -> list[int]:
@@ -121,3 +126,22 @@ def batch_buckets(max_batch_size: int, preferred: list[int]) -> list[int]:
         sizes.add(b)
         b *= 2
     return sorted(sizes)
+
+
+def instance_devices(config, target: str, gpu_count: Callable[[], int]) -> list[int | None]:
+    """The device of each instance, in order: for a KIND_GPU group, `count` instances on each GPU of its
+    `gpus` (all `gpu_count()` GPUs where it lists none, as Triton places them); None for CPU instances."""
+    if not config.instance_group:
+        return [None]
+    K = pb().ModelInstanceGroup
+    devices: list[int | None] = []
+    for g in config.instance_group:
+        count = max(g.count, 1)
+        if g.kind == K.KIND_GPU or (g.kind == K.KIND_AUTO and target == "gpu"):
+            gpus = list(g.gpus) or list(range(gpu_count()))
+            if any(d < 0 for d in gpus):
+                raise ModelConfigError(f"model {config.name!r}: instance group gpus {gpus} must be device indices >= 0")
+            devices += [d for d in gpus for _ in range(count)] or [None] * count
+        else:
+            devices += [None] * count
+    return devices

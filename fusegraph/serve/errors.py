@@ -33,11 +33,9 @@ class UnavailableError(ServeError):
     http_status = 503
 
 
-class QueueFullError(ServeError):
-    """The model's queue holds its limit of pending requests: the request is rejected, not queued."""
-
-    grpc_code = "RESOURCE_EXHAUSTED"
-    http_status = 429
+class QueueFullError(UnavailableError):
+    """The model's queue (of the request's priority level) holds its limit of pending requests: the
+    request is rejected, not queued; UNAVAILABLE / 503 as Triton answers it, so clients retry."""
 
 
 class RequestTimeoutError(ServeError):
@@ -54,8 +52,35 @@ class ModelConfigError(ServeError):
     http_status = 400
 
 
+class RequestCancelledError(ServeError):
+    """The client cancelled the request (or went away) before it ran: it is dropped from the queue."""
+
+    grpc_code = "CANCELLED"
+    http_status = 499
+
+
 class ModelExecutionError(ServeError):
     """The model raised while running a batch: the requests of that batch fail with this error."""
 
     grpc_code = "INTERNAL"
     http_status = 500
+
+
+class WorkerCrashedError(ModelExecutionError):
+    """A model instance's worker process died while it ran a batch: that batch's requests fail with
+    this error, the process is restarted, and the other requests are unaffected."""
+
+
+def execution_error(model: str, n: int, kind: str, message: str) -> ModelExecutionError:
+    """The error a batch's requests get when the model raised `kind: message` on it (thread or process)."""
+    return ModelExecutionError(f"model {model!r} failed on a batch of {max(n, 1)}: {kind}: {message}")
+
+
+def serve_error_class(name: str) -> type[ServeError]:
+    """The ServeError subclass called `name` (errors crossing from a worker process travel by name)."""
+    found = {c.__name__: c for c in _subclasses(ServeError)}
+    return found.get(name, ModelExecutionError)
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [cls] + [s for c in cls.__subclasses__() for s in _subclasses(c)]

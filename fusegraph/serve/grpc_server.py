@@ -44,15 +44,22 @@ def _answer(method):
 _NO_DEADLINE_S = 1e7
 
 
-def _timeout_s(request, context) -> float | None:
-    """The tighter of the request's `timeout` parameter (microseconds, Triton's) and the call's deadline."""
-    limits = []
-    if "timeout" in request.parameters:
-        limits.append(request.parameters["timeout"].int64_param / 1e6)
+def _uint_param(request, key: str) -> int:
+    """An integer request parameter (tritonclient sends `priority` as uint64, `timeout` as int64)."""
+    if key not in request.parameters:
+        return 0
+    p = request.parameters[key]
+    kind = p.WhichOneof("parameter_choice")
+    if kind not in ("int64_param", "uint64_param") or getattr(p, kind) < 0:
+        raise InvalidRequestError(f"request parameter {key!r} must be a non-negative integer, got {kind}")
+    return getattr(p, kind)
+
+
+def _limits(request, context) -> tuple[float | None, float | None]:
+    """The request's `timeout` parameter (microseconds, Triton's) and the call's deadline, in seconds."""
+    timeout = _uint_param(request, "timeout") / 1e6 or None
     remaining = context.time_remaining()
-    if remaining is not None and remaining < _NO_DEADLINE_S:
-        limits.append(remaining)
-    return min(limits) if limits else None
+    return timeout, remaining if remaining is not None and remaining < _NO_DEADLINE_S else None
 
 
 def decode_request(loaded, request):
@@ -130,7 +137,14 @@ class InferenceServicer:
     def _infer(self, request, context):
         arrival = time.monotonic_ns()
         loaded = self.repo.get(request.model_name, request.model_version)
-        outputs = infer(loaded, lambda: decode_request(loaded, request), _timeout_s(request, context), arrival)
+        timeout, deadline = _limits(request, context)
+
+        def on_cancel(cancel):  # the call ends (answered, or the client cancelled it): drop it if still queued
+            if not context.add_callback(cancel):
+                cancel()  # already over
+
+        outputs = infer(loaded, lambda: decode_request(loaded, request), timeout, arrival,
+                        _uint_param(request, "priority"), deadline, on_cancel)
         resp = _pb()[0].ModelInferResponse(model_name=loaded.name, model_version=loaded.version, id=request.id)
         specs = {s.name: s for s in loaded.model.outputs}
         for name, arr in outputs.items():

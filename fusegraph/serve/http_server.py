@@ -106,6 +106,9 @@ class _HttpServer(ThreadingHTTPServer):
     idle keep-alive connections are not waited for: they hold no request)."""
 
     daemon_threads = True
+    # socketserver's listen backlog is 5: a burst of new connections past it waits out SYN retransmits
+    # (1 s, then 3 s) before the server sees it
+    request_queue_size = 1024
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -275,8 +278,12 @@ class _Handler(BaseHTTPRequestHandler):
             return inputs, [n for n, _ in wanted]
 
         params = header.get("parameters", {}) if isinstance(header, dict) else {}
-        timeout = params.get("timeout") if isinstance(params, dict) else None
-        outputs = infer(loaded, build, timeout / 1e6 if isinstance(timeout, int | float) else None, arrival)
+        params = params if isinstance(params, dict) else {}  # decode_infer names a non-object
+        timeout = _field(params, "timeout", int, "the request parameters", 0)
+        priority = _field(params, "priority", int, "the request parameters", 0)
+        if timeout < 0 or priority < 0:
+            raise InvalidRequestError(f"request parameters timeout {timeout} and priority {priority} must be >= 0")
+        outputs = infer(loaded, build, timeout / 1e6 or None, arrival, priority)
         default_binary = bool(params.get("binary_data_output", False))
         binary = {n: default_binary for n in outputs} | dict(wanted)
         data, head_len = encode_infer(loaded, outputs, binary, header.get("id"))

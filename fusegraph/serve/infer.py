@@ -9,7 +9,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .errors import InvalidRequestError, QueueFullError, RequestTimeoutError, ServeError, UnavailableError
+from .errors import (
+    InvalidRequestError,
+    RequestCancelledError,
+    RequestTimeoutError,
+    ServeError,
+    UnavailableError,
+)
 from .repository import LoadedModel
 from .tensors import Datatype
 
@@ -54,9 +60,12 @@ def check_outputs(loaded: LoadedModel, requested: Sequence[str]) -> list[str]:
 
 
 def infer(loaded: LoadedModel, build: Callable[[], tuple[dict[str, np.ndarray], Sequence[str]]],
-          timeout_s: float | None, arrival_ns: int) -> dict[str, np.ndarray]:
+          timeout_s: float | None, arrival_ns: int, priority: int = 0, deadline_s: float | None = None,
+          on_cancel: Callable[[Callable[[], None]], None] | None = None) -> dict[str, np.ndarray]:
     """Decode a request with `build` (-> its inputs by name, the outputs it asks for; it checks each input
     with `check_input` before decoding it), queue it, wait for it: the requested outputs by name.
+    `timeout_s` is the request's `timeout` parameter, `deadline_s` the transport's limit; `on_cancel`
+    registers what to call when the client goes away (the request is then dropped from the queue).
     Every failure is counted once in the model's statistics, as Triton labels it."""
     model = loaded.model
     try:
@@ -71,17 +80,23 @@ def infer(loaded: LoadedModel, build: Callable[[], tuple[dict[str, np.ndarray], 
             if len(set(batches.values())) != 1:
                 raise InvalidRequestError(f"model {model.name!r}: inputs differ in batch size {batches}")
             n = next(iter(batches.values()))
-        future = loaded.scheduler.submit(inputs, n, arrival_ns, timeout_s)
+        future = loaded.scheduler.submit(inputs, n, arrival_ns, timeout_s, priority, deadline_s)
     except ServeError as e:
-        reason = "REJECTED" if isinstance(e, QueueFullError | UnavailableError) else "OTHER"
+        reason = "REJECTED" if isinstance(e, UnavailableError) else "OTHER"  # queue full is UNAVAILABLE too
         loaded.stats.record_failure(reason, time.monotonic_ns() - arrival_ns)
         raise
-    wait = None if timeout_s is None else timeout_s + _RESULT_GRACE_S
+    if on_cancel is not None:
+        on_cancel(lambda: future.cancel() and loaded.scheduler.cancelled())
+    limits = [t for t in (timeout_s, deadline_s) if t is not None]
+    wait = min(limits) + _RESULT_GRACE_S if limits else None
     try:
         result = future.result(wait)  # the scheduler counts what fails from here on
     except concurrent.futures.TimeoutError:
         if future.cancel():  # still queued: the scheduler drops it and counts it CANCELED
+            loaded.scheduler.cancelled()
             raise RequestTimeoutError(f"model {model.name!r}: no answer within the request's timeout "
-                                      f"({timeout_s * 1e3:.0f} ms)") from None
+                                      f"({min(limits) * 1e3:.0f} ms)") from None
         result = future.result()  # running: its answer is moments away
+    except concurrent.futures.CancelledError:
+        raise RequestCancelledError(f"model {model.name!r}: the client cancelled the request") from None
     return {k: result[k] for k in names}

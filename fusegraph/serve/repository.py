@@ -14,14 +14,14 @@ from pathlib import Path
 
 from . import config as cfg
 from .errors import ModelConfigError, ModelNotFoundError, ServeError, UnavailableError
-from .model import ServedModel
+from .instances import load_instances
 from .scheduler import Scheduler
 from .stats import ModelStats
 
 
 @dataclass
 class LoadedModel:
-    model: ServedModel
+    model: object              # a ServedModel (thread isolation) or a RemoteModel (process isolation)
     scheduler: Scheduler
     stats: ModelStats
 
@@ -43,9 +43,9 @@ class ModelState:
 
 
 class Repository:
-    def __init__(self, source: Path, default_target: str, cores: int | None = None):
+    def __init__(self, source: Path, default_target: str, cores: int | None = None, isolation: str | None = None):
         self.source = Path(source)
-        self.default_target, self.cores = default_target, cores
+        self.default_target, self.cores, self.isolation = default_target, cores, isolation
         self._single = self.source.is_file()
         if not self._single and not self.source.is_dir():
             raise ModelConfigError(f"{self.source}: neither a model repository folder nor a model file")
@@ -77,7 +77,7 @@ class Repository:
         try:
             entry = self._entry(name)
             version, path = entry.latest
-            model = ServedModel(entry, version, path, self.default_target, self.cores)
+            model, executors = load_instances(entry, version, path, self.default_target, self.cores, self.isolation)
         except ModelNotFoundError:
             with self._lock:
                 self._states.pop(name, None)
@@ -90,7 +90,14 @@ class Repository:
             self._set_failed(name, reason)
             raise ModelConfigError(f"model {name!r} failed to load: {reason}") from e
         stats = ModelStats(name, str(version))
-        loaded = LoadedModel(model, Scheduler(model, stats), stats)
+        try:
+            loaded = LoadedModel(model, Scheduler(model, stats, executors), stats)
+        except ServeError as e:  # a scheduling field the config gets wrong
+            for ex in {id(x): x for x in executors}.values():
+                if hasattr(ex, "close"):
+                    ex.close()
+            self._set_failed(name, str(e))
+            raise
         with self._lock:
             old = self._states.get(name)
             self._states[name] = ModelState("READY", version=str(version), loaded=loaded)

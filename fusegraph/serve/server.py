@@ -25,12 +25,14 @@ class ServerOptions:
     grpc_workers: int = 64        # concurrent gRPC calls (each open stream holds one)
     cores: int | None = None      # cores the instances share (None: those this process may use)
     load_models: tuple[str, ...] | None = None  # None: every model of the repository
+    isolation: str | None = None  # "process" | "thread" instances (None: instances.default_isolation)
 
 
 class Server:
     def __init__(self, source: str | Path, options: ServerOptions | None = None):
         self.options = options or ServerOptions()
-        self.repo = Repository(Path(source), self.options.default_target, self.options.cores)
+        self.repo = Repository(Path(source), self.options.default_target, self.options.cores,
+                               self.options.isolation)
         self.http_port = self.grpc_port = self.metrics_port = None
         self._http = self._grpc = self._metrics = None
         self._stopped = threading.Event()  # stop() began

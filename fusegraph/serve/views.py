@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 
 from .repository import LoadedModel, Repository
-from .stats import Duration
+from .stats import PHASES, Duration
 
 SERVER_NAME = "fusegraph"
 EXTENSIONS = ["model_configuration", "model_repository", "statistics", "binary_tensor_data", "schedule_policy"]
@@ -39,11 +39,11 @@ def model_statistics(loaded: LoadedModel) -> dict:
     return {"name": loaded.name, "version": loaded.version, "last_inference": s["last_inference_ms"],
             "inference_count": s["inference_count"], "execution_count": s["execution_count"],
             "inference_stats": {"success": _duration(s["success"]), "fail": _duration(s["fail"]),
-                                "queue": _duration(s["queue"]), "compute_input": zero,
-                                "compute_infer": _duration(s["compute_infer"]), "compute_output": zero,
+                                "queue": _duration(s["queue"]),
+                                **{name: _duration(s[name]) for name in PHASES},
                                 "cache_hit": zero, "cache_miss": zero},
-            "batch_stats": [{"batch_size": b, "compute_input": zero, "compute_infer": _duration(d),
-                             "compute_output": zero} for b, d in s["batches"].items()]}
+            "batch_stats": [{"batch_size": b, **{name: _duration(d[name]) for name in PHASES}}
+                            for b, d in s["batches"].items()]}
 
 
 def statistics(repo: Repository, name: str = "", version: str = "") -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -127,21 +128,32 @@ def test_stop_drains_queued_requests_then_refuses(tmp_path):
     model = mlp_model()
     (tmp_path / "mlp" / "1").mkdir(parents=True)
     onnx.save(model, tmp_path / "mlp" / "1" / "model.onnx")
-    # a long queue delay and no preferred size: the requests wait in the queue until the stop
+    # a long queue delay (longer than a loaded machine takes to send them all) and no preferred size:
+    # the requests wait in the queue until the stop
     slow = CONFIG.replace("max_batch_size: 8", "max_batch_size: 16").replace(
-        "max_queue_delay_microseconds: 2000 preferred_batch_size: [ 4, 8 ]", "max_queue_delay_microseconds: 3000000")
+        "max_queue_delay_microseconds: 2000 preferred_batch_size: [ 4, 8 ]", "max_queue_delay_microseconds: 60000000")
     (tmp_path / "mlp" / "config.pbtxt").write_text(slow)
     s = Server(tmp_path, ServerOptions(http_port=0, grpc_port=0, metrics_port=None, cores=2)).start()
     results, errors = {}, []
     g = grpcclient.InferenceServerClient(f"127.0.0.1:{s.grpc_port}")
-    h = httpclient.InferenceServerClient(f"127.0.0.1:{s.http_port}", concurrency=6)
     xs = [np.full((1, 16), k, np.float32) for k in range(12)]
     http_pending = []
+    # HTTP requests from threads: tritonclient's async_infer runs on gevent greenlets, which progress only
+    # while the caller is inside gevent (time.sleep below is not), so some would reach the server late
+    pool = ThreadPoolExecutor(6)
+
+    def http_one(x):
+        h = httpclient.InferenceServerClient(f"127.0.0.1:{s.http_port}")
+        i = httpclient.InferInput("x", [1, 16], "FP32")
+        i.set_data_from_numpy(x)
+        try:
+            return h.infer("mlp", [i])
+        finally:
+            h.close()
+
     for k, x in enumerate(xs):
         if k % 2:
-            i = httpclient.InferInput("x", [1, 16], "FP32")
-            i.set_data_from_numpy(x)
-            http_pending.append((k, h.async_infer("mlp", [i])))
+            http_pending.append((k, pool.submit(http_one, x)))
         else:
             i = grpcclient.InferInput("x", [1, 16], "FP32")
             i.set_data_from_numpy(x)
@@ -154,7 +166,8 @@ def test_stop_drains_queued_requests_then_refuses(tmp_path):
         time.sleep(0.01)
     s.stop(grace_s=20)
     for k, req in http_pending:
-        results[k] = req.get_result(timeout=20).as_numpy("y")
+        results[k] = req.result(timeout=20).as_numpy("y")
+    pool.shutdown()
     end = time.monotonic() + 20
     while len(results) + len(errors) < len(xs) and time.monotonic() < end:
         time.sleep(0.01)
@@ -166,7 +179,6 @@ def test_stop_drains_queued_requests_then_refuses(tmp_path):
         i.set_data_from_numpy(xs[0])
         g.infer("mlp", [i], client_timeout=5)
     g.close()
-    h.close()
 
 
 def test_fgx_file_is_served_at_its_compiled_shape(tmp_path):

@@ -126,6 +126,12 @@ def test_statistics_count_the_requests(grpc_client, http_client):
     after = http_client.get_inference_statistics("mlp")["model_stats"][0]
     assert int(after["inference_stats"]["success"]["count"]) == int(before["inference_stats"]["success"]["count"]) + 1
     assert int(after["inference_count"]) == int(before.get("inference_count", 0)) + 2
+    # perf_analyzer refuses statistics whose phases count differently ("compute counts must be the same")
+    phases = ("compute_input", "compute_infer", "compute_output")
+    counts = {p: int(after["inference_stats"][p]["count"]) for p in phases}
+    assert len(set(counts.values())) == 1 and counts["compute_infer"] == int(after["inference_stats"]["success"]["count"])
+    for b in after["batch_stats"]:
+        assert len({int(b[p]["count"]) for p in phases}) == 1, b
 
 
 def _metrics(server) -> dict[str, float]:
@@ -274,14 +280,19 @@ def test_failures_are_counted_and_a_failing_batch_leaves_the_model_serving(serve
         grpc_client.infer("mlp", [_grpc_input(bad)])
     with pytest.raises(InferenceServerException, match="has no version '7'"):
         grpc_client.infer("mlp", [_grpc_input(_x(1))], model_version="7")
-    model = server.repo.get("mlp").model
-    real = model.execute
+    executors = server.repo.get("mlp").scheduler.executors
+    raised = []
 
-    def crash_once(inputs, n):  # the model raising, as a crashing kernel would
-        monkeypatch.setattr(model, "execute", real)
-        raise MemoryError("arena exhausted")
+    def crash_once(real):
+        def execute(inputs, n):  # the model raising, as a crashing kernel would
+            if raised:
+                return real(inputs, n)
+            raised.append(n)
+            raise MemoryError("arena exhausted")
+        return execute
 
-    monkeypatch.setattr(model, "execute", crash_once)
+    for ex in executors:  # whichever instance takes the batch
+        monkeypatch.setattr(ex, "execute", crash_once(ex.execute))
     with pytest.raises(InferenceServerException) as e:
         grpc_client.infer("mlp", [_grpc_input(_x(1))])
     assert e.value.status() == "StatusCode.INTERNAL" and "MemoryError: arena exhausted" in e.value.message()

@@ -147,3 +147,95 @@ def test_close_drains_what_is_queued_then_refuses(held):
     held.gate.set()
     closer.join(10)
     assert [float(f.result(0)["y"][0, 0]) for f in futures] == [0.0, 2.0, 4.0]
+
+
+def _prioritized(levels=2, default=2, **policy):
+    model = HeldModel(max_batch_size=1, delay_us=0)
+    db = model.config.dynamic_batching
+    db.priority_levels, db.default_priority_level = levels, default
+    for level, size in policy.items():
+        db.priority_queue_policy[int(level[1:])].max_queue_size = size
+    return model
+
+
+def _value(f) -> float:
+    return float(f.result(5)["y"][0, 0]) / 2
+
+
+def test_higher_priority_runs_first_and_zero_or_out_of_range_gets_the_default():
+    model = _prioritized(levels=3, default=2)
+    s, _, _ = _busy(model)
+    order = []
+    futures = [s.submit({"x": np.full((1, 2), v, np.float32)}, 1, time.monotonic_ns(), priority=p)
+               for v, p in [(1, 3), (2, 0), (3, 1), (4, 9), (5, 2), (6, 1)]]
+    for f in futures:
+        f.add_done_callback(lambda f: order.append(_value(f)))
+    model.gate.set()
+    for f in futures:
+        f.result(5)
+    # level 1: 3, 6; level 2 (the default, for priority 0 and 9 too): 2, 4, 5; level 3: 1
+    assert order == [3.0, 6.0, 2.0, 4.0, 5.0, 1.0]
+    s.close()
+
+
+def test_each_priority_level_has_its_own_queue_limit():
+    model = _prioritized(p1=1, p2=2)
+    s, _, running = _busy(model)
+    high = _submit_p(s, 1.0, 1)
+    with pytest.raises(QueueFullError, match="queue of priority level 1 full"):
+        _submit_p(s, 2.0, 1)
+    low = [_submit_p(s, 3.0, 2), _submit_p(s, 4.0, 0)]
+    with pytest.raises(QueueFullError, match="level 2 full"):
+        _submit_p(s, 5.0, 2)
+    model.gate.set()
+    assert [_value(f) for f in [running, high, *low]] == [0.0, 1.0, 3.0, 4.0]
+    s.close()
+
+
+def _submit_p(s, value, priority, timeout_s=None):
+    return s.submit({"x": np.full((1, 2), value, np.float32)}, 1, time.monotonic_ns(), timeout_s, priority)
+
+
+@pytest.mark.parametrize("override", [False, True])
+def test_request_timeout_overrides_the_policy_default_only_where_allowed(override):
+    model = HeldModel(max_batch_size=1, delay_us=0)
+    policy = model.config.dynamic_batching.default_queue_policy
+    policy.default_timeout_microseconds, policy.allow_timeout_override = 50_000, override
+    s, _, _ = _busy(model)
+    f = _submit_p(s, 1.0, 0, timeout_s=30.0)
+    time.sleep(0.3)  # past the default's 50 ms, well within the request's 30 s
+    assert f.done() is (not override)
+    model.gate.set()
+    if override:
+        assert _value(f) == 1.0
+    else:
+        with pytest.raises(RequestTimeoutError):
+            f.result(0)
+    s.close()
+
+
+def test_a_cancelled_request_leaves_the_queue_at_once(held):
+    s, stats, _ = _busy(held)
+    f = _submit(s, 1.0)
+    assert s.pending == 1 and f.cancel()
+    s.cancelled()
+    _until(lambda: s.pending == 0)  # dropped while the instance is still busy, not when it frees up
+    assert stats.snapshot()["failures_by_reason"] == {"CANCELED": 1}
+    held.gate.set()
+    s.close()
+
+
+def test_queue_full_is_unavailable_as_triton_answers_it():
+    assert QueueFullError.grpc_code == "UNAVAILABLE" and QueueFullError.http_status == 503
+
+
+def test_bad_priority_config_is_refused_by_name():
+    from fusegraph.serve.errors import ModelConfigError
+
+    model = _prioritized(levels=2, default=3)
+    with pytest.raises(ModelConfigError, match="default_priority_level 3 outside 1..2"):
+        Scheduler(model, ModelStats("held", "1"))
+    model = HeldModel()
+    model.config.dynamic_batching.default_queue_policy.timeout_action = 1
+    with pytest.raises(ModelConfigError, match="DELAY is not supported"):
+        Scheduler(model, ModelStats("held", "1"))

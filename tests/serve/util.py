@@ -59,3 +59,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def write_mlp_repo(root, config: str = CONFIG):
+    """`root` as a repository of the mlp model under `config`; `root` back."""
+    import onnx
+
+    (root / "mlp" / "1").mkdir(parents=True)
+    onnx.save(mlp_model(), root / "mlp" / "1" / "model.onnx")
+    (root / "mlp" / "config.pbtxt").write_text(config)
+    return root

@@ -29,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="target of models whose config names none (default: cpu where available, else ref)")
     p.add_argument("--load-model", action="append", metavar="NAME",
                    help="load only these models at start (repeatable; others load through the repository API)")
+    p.add_argument("--isolation", choices=("process", "thread"),
+                   help="model instances each in a worker process (restarted if it crashes; the default) "
+                        "or as threads of the server's process")
     p.add_argument("--max-message-mb", type=positive_int, default=64, metavar="MB",
                    help="largest request or response (default 64 MiB)")
 
@@ -40,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     options = ServerOptions(host=args.host, http_port=args.http_port, grpc_port=args.grpc_port,
                             metrics_port=args.metrics_port, default_target=args.target or default_target(),
                             max_message_bytes=args.max_message_mb << 20,
-                            load_models=tuple(args.load_model) if args.load_model else None)
+                            load_models=tuple(args.load_model) if args.load_model else None,
+                            isolation=args.isolation)
     server = Server(args.repo, options).stop_on_signals().start()
     for row in server.repo.index():
         note(f"model {row['name']} {row['version'] or '-'}: {row['state']}{' (' + row['reason'] + ')' if row['reason'] else ''}")
