@@ -200,6 +200,8 @@ def _to_uint8(module: Module, ins: Instruction, memo) -> bool:
                       shifted(ins.inputs[2], zps[0], ins))
     for u, z in zip(list(ins.users), zps[1:]):
         module.replace(u, module.insert(u, u.op, q, u.inputs[1], shifted(u.inputs[2], z, u)))
+        module.remove(u)
+    module.remove(ins)  # its input's users must not count it (the product's quantize is its sole user)
     return True
 
 
