@@ -11,7 +11,7 @@ from onnx import helper
 
 from tests.util import make_model
 
-_INT = {"u8": np.uint8, "s8": np.int8, "s4": None}
+_INT = {"u8": np.uint8, "s8": np.int8}
 
 
 def _qdq(nodes: list, inits: dict, name: str, x: str, scale: float, zp: int, dtype: str) -> str:
@@ -37,10 +37,14 @@ def weights(rng, shape, axis: int, per_channel: bool, bits: int = 8, asymmetric:
     return q, s, z
 
 
-def _dq_weights(nodes, inits, name, q, s, z, axis, int4=False):
-    if int4:
-        t = onnx.helper.make_tensor(f"{name}_q", onnx.TensorProto.INT4, q.shape, q.ravel().tolist())
-        zt = onnx.helper.make_tensor(f"{name}_z", onnx.TensorProto.INT4, z.shape, z.ravel().tolist())
+# weight types the int8 kernels do not take, as ONNX tensor types (values written as a list)
+_OTHER_WEIGHTS = {"int4": onnx.TensorProto.INT4, "fp8": onnx.TensorProto.FLOAT8E4M3FN}
+
+
+def _dq_weights(nodes, inits, name, q, s, z, axis, kind=None):
+    if kind is not None:
+        t = onnx.helper.make_tensor(f"{name}_q", _OTHER_WEIGHTS[kind], q.shape, q.ravel().tolist())
+        zt = onnx.helper.make_tensor(f"{name}_z", _OTHER_WEIGHTS[kind], z.shape, z.ravel().tolist())
         inits.setdefault("__tensors__", []).extend([t, zt])
     else:
         inits[f"{name}_q"], inits[f"{name}_z"] = q, z
@@ -58,11 +62,12 @@ def _model(nodes, inits, x, y, opset=21):
 
 
 def conv_model(rng, *, act="u8", per_channel=True, asymmetric_weights=False, bits=7, relu=False,
-               out="q", c=16, m=24, hw=10, k=3, batch=2, groups=1, int4=False, blocked=False):
+               out="q", c=16, m=24, hw=10, k=3, batch=2, groups=1, weight_type=None, blocked=False):
     """x -> Q/DQ -> Conv(DQ(w), DQ(bias)) [-> Relu] -> Q/DQ (out="q") or float (out="f")."""
     nodes, inits = [], {}
     xa = _qdq(nodes, inits, "x", "x", 0.05, 0 if act == "s8" else 120, act)
-    q, s, z = weights(rng, (m, c // groups, k, k), 0, per_channel, bits, asymmetric_weights, int4)
+    q, s, z = weights(rng, (m, c // groups, k, k), 0, per_channel, bits, asymmetric_weights,
+                      int4=weight_type == "int4")
     if blocked:  # a scale per block of 4 input channels (opset 21 block_size): not per output channel
         s = (rng.random((m, c // groups // 4, k, k)) * 0.01 + 0.002).astype(np.float32)
         z = np.zeros(s.shape, np.int8)
@@ -70,12 +75,12 @@ def conv_model(rng, *, act="u8", per_channel=True, asymmetric_weights=False, bit
         nodes.append(helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["w_dq"], axis=1, block_size=4))
         wa = "w_dq"
     else:
-        wa = _dq_weights(nodes, inits, "w", q, s, z, 0, int4)
-    bias_scale = (0.05 * (s if s.ndim else np.full(m, s))).astype(np.float32)
+        wa = _dq_weights(nodes, inits, "w", q, s, z, 0, weight_type)
+    bias_scale = (0.05 * (s if s.ndim == 1 else np.full(m, s.flat[0]))).astype(np.float32)
     inits["b_q"] = rng.integers(-2000, 2000, size=m).astype(np.int32)
     inits["b_s"], inits["b_z"] = bias_scale, np.zeros(m, np.int32)
     nodes.append(helper.make_node("DequantizeLinear", ["b_q", "b_s", "b_z"], ["b_dq"], axis=0))
-    nodes.append(helper.make_node("Conv", ["x_dq" if False else xa, wa, "b_dq"], ["conv"], pads=[k // 2] * 4,
+    nodes.append(helper.make_node("Conv", [xa, wa, "b_dq"], ["conv"], pads=[k // 2] * 4,
                                   group=groups))
     y = "conv"
     if relu:
