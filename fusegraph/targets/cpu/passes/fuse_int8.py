@@ -181,7 +181,7 @@ def _fuse(module: Module, ins: Instruction, memo) -> bool:
     return True
 
 
-def _to_uint8(module: Module, ins: Instruction, memo) -> bool:
+def _to_uint8(module: Module, ins: Instruction, memo, zero_points: dict[int, Instruction]) -> bool:
     """quantize(to int8) read only by dequantizers -> the same through uint8, zero points + 128."""
     if not isinstance(ins.op, QuantizeLinear) or ins.op.to != DType.int8 or not ins.users:
         return False
@@ -193,7 +193,9 @@ def _to_uint8(module: Module, ins: Instruction, memo) -> bool:
         return False
 
     def shifted(zp_ins: Instruction, value: int, before: Instruction) -> Instruction:
-        lit = module.add_literal(np.array(value + 128, np.uint8))
+        if value not in zero_points:  # one literal per value: adding one walks the module
+            zero_points[value] = module.add_literal(np.array(value + 128, np.uint8))
+        lit = zero_points[value]
         return module.insert(before, Broadcast(out_lens=zp_ins.shape.lens), lit) if zp_ins.shape.lens else lit
 
     q = module.insert(ins, QuantizeLinear(to=DType.uint8, saturate=ins.op.saturate), ins.inputs[0], ins.inputs[1],
@@ -208,8 +210,9 @@ def _to_uint8(module: Module, ins: Instruction, memo) -> bool:
 def fuse_int8(module: Module) -> bool:
     memo: dict[int, np.ndarray | None] = {}
     changed = False
+    zero_points: dict[int, Instruction] = {}
     for ins in list(module):
-        changed |= bool(ins.users) and _to_uint8(module, ins, memo)
+        changed |= bool(ins.users) and _to_uint8(module, ins, memo, zero_points)
     for ins in list(module):
         if ins.users:
             changed |= _fuse(module, ins, memo)
