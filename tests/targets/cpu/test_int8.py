@@ -145,3 +145,13 @@ def test_int8_chain_keeps_integers_between_ops():
     assert first.shape.dtype == DType.uint8
     want = run_ort(model, feeds, optimize=False)[0]
     assert _steps(p.run(feeds)[0], want, 0.1) <= 1.0
+
+
+def test_int8_program_saves_and_loads(tmp_path):
+    model, feeds = conv_model(np.random.default_rng(10), relu=True)
+    p = _compile(model)
+    want = p.run(feeds)[0]
+    fusegraph.save(p, tmp_path / "m.fgx")
+    q = fusegraph.load(tmp_path / "m.fgx")
+    assert _int8_ops(q) == ["int8_conv"]
+    np.testing.assert_array_equal(q.run(feeds)[0], want)
