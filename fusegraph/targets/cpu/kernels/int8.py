@@ -74,12 +74,17 @@ def int8_conv(ins: Instruction, ctx: LowerContext) -> Kernel:
         fdst = Operand(ins.shape.with_dtype(f32), op.channels_last)
         return _in_float(op, onednn.Convolution(fsrc.desc(), wf, bias, dst_layout=fdst.desc(), **kw), fsrc, fdst,
                          ins.shape)
-    lens, dtype, feed = ins.shape.lens, ins.shape.dtype.np, _feed(shift)
+    return _kernel(prim, src.view, dst.view, ins.shape, shift)
+
+
+def _kernel(prim, read, write, shape, shift: bool) -> Kernel:
+    """Run `prim` on x as `read` sees it (fed as uint8 with `shift`), into the output as `write` sees it."""
+    lens, dtype, feed = shape.lens, shape.dtype.np, _feed(shift)
 
     def run(args, out):
         if out is None:
             out = np.empty(lens, dtype)
-        prim(src.view(feed(args[0])), out=dst.view(out))
+        prim(read(feed(args[0])), out=write(out))
         return out
 
     return run
@@ -114,12 +119,5 @@ def int8_dot(ins: Instruction, ctx: LowerContext) -> Kernel:
     flops = 2.0 * ins.shape.elements * wq.shape[0]
     prim = onednn.MatMul(a.desc(quant.src), wq, bias, post_ops=_post_ops(ins.op), threads=ctx.threads_for(flops),
                          quant=quant)
-    lens, dtype, product, feed = ins.shape.lens, ins.shape.dtype.np, prim.out_shape, _feed(shift)
-
-    def run(args, out):
-        if out is None:
-            out = np.empty(lens, dtype)
-        prim(a.view(feed(args[0])), out=out.reshape(product))
-        return out
-
-    return run
+    product = prim.out_shape  # the output is its reshape (out_lens): the same bytes
+    return _kernel(prim, a.view, lambda out: out.reshape(product), ins.shape, shift)
