@@ -155,3 +155,23 @@ def test_int8_program_saves_and_loads(tmp_path):
     q = fusegraph.load(tmp_path / "m.fgx")
     assert _int8_ops(q) == ["int8_conv"]
     np.testing.assert_array_equal(q.run(feeds)[0], want)
+
+
+@pytest.mark.parametrize("k, b_dtype", [(300, np.int8),     # K * 255 * 128 < 2**24: float32 is exact
+                                         (600, np.int8),     # past 2**24: float64
+                                         (40000, np.uint8)])  # K * 255 * 255 past 2**31: numpy's int32
+def test_matmul_integer_product_is_exact(k, b_dtype):
+    """quant_dot (MatMulInteger) through float BLAS only where floats hold every partial sum."""
+    from onnx import helper
+
+    from tests.util import make_model
+
+    rng = np.random.default_rng(11)
+    info = np.iinfo(b_dtype)
+    a = rng.integers(0, 256, size=(6, k)).astype(np.uint8)
+    b = rng.integers(info.min, info.max + 1, size=(k, 3)).astype(b_dtype)
+    zps = {"az": np.array(3, np.uint8), "bz": np.array(info.min, b_dtype)}
+    model = make_model([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])], {"a": a}, ["y"],
+                       {"b": b, **zps})
+    want = np.matmul(a.astype(np.int64) - 3, b.astype(np.int64) - int(info.min)).astype(np.int32)
+    np.testing.assert_array_equal(_compile(model).run({"a": a})[0], want)
