@@ -2,7 +2,7 @@
 
     python benchmarks/quantization.py [--models resnet50,yolov8n,ppocr_det,bert_base] [--batches 1,8]
                                       [--runs 20] [--warmup 5] [--threads N] [--calibration 8]
-                                      [--reduce-range auto|on|off] [--ppocr-size 736] [--no-write]
+                                      [--reduce-range auto|on|off] [--ppocr-size 736] [--no-write] [--verbose]
 
 Each model is quantized once with ONNX Runtime, as its docs prescribe: `quant_pre_process` (shape
 inference, BatchNorm folded), then `quantize_static` (QDQ, per-channel, its defaults: int8 activations
@@ -204,6 +204,7 @@ def main() -> int:
     ap.add_argument("--reduce-range", choices=("auto", "on", "off"), default="auto")
     ap.add_argument("--ppocr-size", type=int, default=736)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--verbose", action="store_true", help="print each row's JSON as it is measured")
     # one engine's process (internal)
     ap.add_argument("--child", choices=ENGINES, dest="engine")
     ap.add_argument("--model-file")
@@ -244,7 +245,7 @@ def main() -> int:
                 row["speedup_vs_fp32"] = fg32 / fg8 if fg8 and fg32 else None
                 row["ratio_vs_ort_int8"] = fg8 / ort8 if fg8 and ort8 else None
                 rows.append(row)
-                if os.environ.get("FG_QUANT_DEBUG"):
+                if a.verbose:
                     print(json.dumps(row, default=str))
                 cells = "".join(f"{(f'{ms[e]:.1f}' if ms[e] else row[e].get('error', '?')[:18]):>20}" for e in engines)
                 sp, ro = row["speedup_vs_fp32"], row["ratio_vs_ort_int8"]

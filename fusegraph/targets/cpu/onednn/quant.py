@@ -80,7 +80,7 @@ class Quant:
     def per_channel(self) -> bool:
         return np.asarray(self.weight_scales).size > 1
 
-    def configure(self, attr: c_void_p_like, weights_channel_mask: int) -> list[tuple[int, MemDesc, np.ndarray]]:
+    def configure(self, attr: ctypes.c_void_p, weights_channel_mask: int) -> list[tuple[int, MemDesc, np.ndarray]]:
         """Set the masks on `attr` (a dnnl_primitive_attr_t) and return the constant arguments that
         carry the values: (argument id, descriptor, array), bound once to the primitive."""
         lib = _lib.load()
@@ -103,8 +103,6 @@ class Quant:
             zero_point(_lib.ARG_DST, self.dst_zero_point)
         return consts
 
-
-c_void_p_like = ctypes.c_void_p
 
 
 def _const(arg: int, values: np.ndarray) -> tuple[int, MemDesc, np.ndarray]:
