@@ -44,10 +44,10 @@ class Operand:
         self.strides = tuple(strides[p] for p in order)  # in elements, for oneDNN
         self.byte_strides = tuple(s * shape.dtype.itemsize for s in self.strides)  # numpy's
 
-    def desc(self):
+    def desc(self, dtype: str = "f32"):
         from .. import onednn
 
-        return onednn.MemDesc.plain(self.lens, strides=self.strides)
+        return onednn.MemDesc.plain(self.lens, dtype, strides=self.strides)
 
     def view(self, a: np.ndarray) -> np.ndarray:
         """`a` as described, copied into that layout if it is laid out otherwise."""

@@ -53,6 +53,10 @@ Q_STRIDES, Q_INNER_NBLKS = 14, 263
 Q_SUBMEMORY_OFFSET, Q_PADDED_DIMS, Q_PADDED_OFFSETS, Q_INNER_BLKS, Q_INNER_IDXS = 259, 260, 261, 264, 265
 # execution argument ids
 ARG_SRC, ARG_SRC_1, ARG_DST, ARG_WEIGHTS, ARG_BIAS, ARG_SCRATCHPAD = 1, 2, 17, 33, 41, 80
+# int8 arithmetic: runtime scales / zero points are arguments ARG_ATTR_SCALES | ARG_SRC etc.
+ARG_ATTR_SCALES, ARG_ATTR_ZERO_POINTS = 4096, 8192
+# dnnl_cpu_isa_t bits: avx2_vnni is avx2 | 0x8, avx512_core_vnni is avx512_core | 0x40 (amx builds on both)
+ISA_VNNI_BITS = 0x8 | 0x40
 
 
 def arg_post_op_src1(index: int) -> int:
@@ -93,6 +97,9 @@ _API = {
     "dnnl_primitive_attr_set_scratchpad_mode": (c_int, [_P, c_int]),
     "dnnl_primitive_attr_set_fpmath_mode": (c_int, [_P, c_int]),
     "dnnl_primitive_attr_set_post_ops": (c_int, [_P, _P]),
+    "dnnl_primitive_attr_set_scales_mask": (c_int, [_P, c_int, c_int]),
+    "dnnl_primitive_attr_set_zero_points_mask": (c_int, [_P, c_int, c_int]),
+    "dnnl_get_effective_cpu_isa": (c_int, []),
     "dnnl_post_ops_create": (c_int, [_PP]),
     "dnnl_post_ops_destroy": (c_int, [_P]),
     "dnnl_post_ops_append_eltwise": (c_int, [_P, c_int, c_float, c_float]),

@@ -19,12 +19,13 @@ from . import _lib
 from .base import Primitive, pack
 from .memory import MemDesc, aligned_empty
 from .postops import Attr, Binary, PostOp, Sum, binary_descs, binary_slots
+from .quant import Quant
 
 
-def _plain(spec: Sequence[int] | MemDesc, what: str) -> MemDesc:
-    desc = spec if isinstance(spec, MemDesc) else MemDesc.plain(tuple(spec))
-    if not desc.is_plain or desc.dtype != "f32":
-        raise CompileError(f"oneDNN matmul: {what} must be a plain f32 tensor, got {desc}")
+def _plain(spec: Sequence[int] | MemDesc, what: str, dtype: str = "f32") -> MemDesc:
+    desc = spec if isinstance(spec, MemDesc) else MemDesc.plain(tuple(spec), dtype)
+    if not desc.is_plain or desc.dtype != dtype:
+        raise CompileError(f"oneDNN matmul: {what} must be a plain {dtype} tensor, got {desc}")
     return desc
 
 
@@ -43,13 +44,14 @@ class MatMul(Primitive):
     def __init__(self, a: Sequence[int] | MemDesc, b: np.ndarray | Sequence[int] | MemDesc,
                  bias: np.ndarray | None = None, *, post_ops: Sequence[PostOp] = (),
                  dst: MemDesc | None = None, fpmath: str = "strict", threads: int | None = None,
-                 allow_ref: bool = False):
+                 allow_ref: bool = False, quant: Quant | None = None):
         super().__init__(threads, allow_ref)
-        a_md = _plain(a, "a")
+        a_md = _plain(a, "a", quant.src if quant else "f32")
         const_b = isinstance(b, np.ndarray)
         b_md = MemDesc.of_array(b) if const_b else _plain(b, "b")
-        if const_b and b.dtype != np.float32:
-            raise CompileError(f"oneDNN matmul: b must be float32, got {b.dtype}")
+        want = np.int8 if quant else np.float32  # int8 arithmetic: constant s8 weights only
+        if (quant and not const_b) or (const_b and b.dtype != want):
+            raise CompileError(f"oneDNN matmul: b must be a {np.dtype(want)} constant, got {getattr(b, 'dtype', b)}")
         (*ab, m, k), (*bb, k2, n) = a_md.shape, b_md.shape
         if k != k2 or min(len(a_md.shape), len(b_md.shape)) < 2:
             raise CompileError(f"oneDNN matmul: shapes {list(a_md.shape)} @ {list(b_md.shape)} do not match")
@@ -59,10 +61,10 @@ class MatMul(Primitive):
             raise CompileError(f"oneDNN matmul: batch dims {ab} and {bb} do not broadcast") from None
         out_shape = (*batch, m, n)
         rank = len(out_shape)
-        dst_md = _plain(dst if dst is not None else out_shape, "dst")
+        dst_md = _plain(dst if dst is not None else out_shape, "dst", quant.dst if quant else "f32")
         if tuple(dst_md.shape) != out_shape:
             raise CompileError(f"oneDNN matmul: dst {dst_md} is not {list(out_shape)}")
-        dense = MemDesc.plain(out_shape)
+        dense = MemDesc.plain(out_shape, dst_md.dtype)
         if dst_md != dense and any(isinstance(p, Binary) for p in post_ops):
             # oneDNN 3.2's brgemm matmul reads binary operands as if dst were dense: it crashes
             raise CompileError("oneDNN matmul: binary post-ops need a C-contiguous dst, not "
@@ -78,13 +80,14 @@ class MatMul(Primitive):
             binaries.append(p)
         src1 = binary_descs(binaries, out_shape)
         lib = self._lib
-        w_md = MemDesc.any(b_r.shape) if const_b else b_r
-        with Attr(binaries, src1, fpmath) as attr:
+        w_md = MemDesc.any(b_r.shape, "s8" if quant else "f32") if const_b else b_r
+        # scales per output column: the last weights dim
+        with Attr(binaries, src1, fpmath, quant, 1 << (rank - 1)) as attr:
+            consts = list(attr.constants)
             pd = self._create(f"matmul {list(a_md.shape)} @ {list(b_md.shape)}",
                               lib.dnnl_matmul_primitive_desc_create, lib.engine, a_r.handle, w_md.handle,
                               bias_md.handle if bias_md else None, dst_md.handle, attr.handle)
         slots = [(_lib.ARG_SRC, a_r, "a", len(a_md.shape))]
-        consts = []
         if const_b:
             packed = self.query_md(_lib.Q_WEIGHTS_MD)
             self.weights = pack(b.reshape(b_r.shape), packed, threads)

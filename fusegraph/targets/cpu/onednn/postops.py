@@ -106,9 +106,11 @@ def binary_slots(src1: Sequence[tuple[int, MemDesc]]) -> list[tuple[int, MemDesc
 
 
 class Attr:
-    """A primitive attribute: user scratchpad, fp math mode and post-ops. Owned; freed on close."""
+    """A primitive attribute: user scratchpad, fp math mode, int8 scales and zero points (`quant`, a
+    quant.Quant; its values become `constants`) and post-ops. Owned; freed on close."""
 
-    def __init__(self, post_ops: Sequence[PostOp], src1: Sequence[tuple[int, MemDesc]], fpmath: str = "strict"):
+    def __init__(self, post_ops: Sequence[PostOp], src1: Sequence[tuple[int, MemDesc]], fpmath: str = "strict",
+                 quant=None, weights_channel_mask: int = 0):
         lib = self._lib = _lib.load()
         self.handle = c_void_p()
         _lib.check(lib.dnnl_primitive_attr_create(ctypes.byref(self.handle)), "creating an attribute")
@@ -117,6 +119,7 @@ class Attr:
         if fpmath not in _lib.FPMATH:
             raise CompileError(f"oneDNN: unknown fpmath mode {fpmath!r}; choose one of {list(_lib.FPMATH)}")
         _lib.check(lib.dnnl_primitive_attr_set_fpmath_mode(self.handle, _lib.FPMATH[fpmath]), "fpmath mode")
+        self.constants = quant.configure(self.handle, weights_channel_mask) if quant is not None else []
         if not post_ops:
             return
         ops = c_void_p()

@@ -24,24 +24,25 @@ from . import _lib
 from .base import Primitive, pack
 from .memory import MemDesc, aligned_empty
 from .postops import Attr, PostOp, Sum, binary_descs, binary_slots
+from .quant import Quant
 
 Layout = str | MemDesc
 LAYOUTS = ("nchw", "nhwc", "any")
 
 
-def activation_desc(shape: Sequence[int], layout: Layout) -> MemDesc:
+def activation_desc(shape: Sequence[int], layout: Layout, dtype: str = "f32") -> MemDesc:
     if isinstance(layout, MemDesc):
         if tuple(layout.shape) != tuple(shape):
             raise CompileError(f"oneDNN: descriptor {layout} does not have shape {list(shape)}")
         return layout
     if layout == "nchw":
-        return MemDesc.plain(shape)
+        return MemDesc.plain(shape, dtype)
     if layout == "nhwc":  # channels innermost, then the spatial axes, batch outermost
         n, c, *sp = shape
         sp_strides = [c * math.prod(sp[i + 1:]) for i in range(len(sp))]
-        return MemDesc.plain(shape, strides=[c * math.prod(sp), 1, *sp_strides])
+        return MemDesc.plain(shape, dtype, strides=[c * math.prod(sp), 1, *sp_strides])
     if layout == "any":
-        return MemDesc.any(shape)
+        return MemDesc.any(shape, dtype)
     raise CompileError(f"oneDNN: unknown layout {layout!r}; choose one of {LAYOUTS} or a MemDesc")
 
 
@@ -55,9 +56,10 @@ def _geometry(nsp: int, stride, padding, dilation) -> tuple[list[int], list[int]
     return strides, pads[:nsp], pads[nsp:], dils
 
 
-def _f32(a: np.ndarray, what: str) -> np.ndarray:
-    if a.dtype != np.float32:
-        raise CompileError(f"oneDNN: {what} must be float32, got {a.dtype}")
+def _f32(a: np.ndarray, what: str, quant: Quant | None = None) -> np.ndarray:
+    want = np.float32 if quant is None else np.int8  # int8 arithmetic: s8 weights, float32 bias
+    if a.dtype != want:
+        raise CompileError(f"oneDNN: {what} must be {np.dtype(want)}, got {a.dtype}")
     return a
 
 
@@ -78,23 +80,27 @@ class _WindowPrimitive(Primitive):
     _what = ""
 
     def _build(self, create, alg: int, src_shape, w_dims, dst_shape, weights_view: np.ndarray, bias,
-               strides, pb, pe, dils, post_ops, src_layout, dst_layout, fpmath, threads) -> None:
+               strides, pb, pe, dils, post_ops, src_layout, dst_layout, fpmath, threads,
+               quant: Quant | None = None) -> None:
         if any(isinstance(p, Sum) for p in post_ops) and dst_layout == "any":
             raise CompileError(f"oneDNN {self._what}: a Sum post-op needs a known dst layout, not 'any'")
-        src_md = activation_desc(src_shape, src_layout)
-        dst_md = activation_desc(dst_shape, dst_layout)
-        w_any = MemDesc.any(w_dims)
+        src_md = activation_desc(src_shape, src_layout, quant.src if quant else "f32")
+        dst_md = activation_desc(dst_shape, dst_layout, quant.dst if quant else "f32")
+        w_any = MemDesc.any(w_dims, "s8" if quant else "f32")
         bias_md, bias_arr = _bias(bias, dst_shape[1])
         src1 = binary_descs(post_ops, dst_shape)
         lib = self._lib
-        with Attr(post_ops, src1, fpmath) as attr:
+        # per output channel: weights are (G, M/G, ...) when grouped, so both leading dims select it
+        mask = 0b11 if len(w_dims) == len(src_shape) + 1 else 0b1
+        with Attr(post_ops, src1, fpmath, quant, mask) as attr:
+            quant_consts = attr.constants
             pd = self._create(f"{self._what} {list(src_shape)} -> {list(dst_shape)} weights {list(w_dims)}",
                               create, lib.engine, _lib.FORWARD_INFERENCE, alg, src_md.handle, w_any.handle,
                               bias_md.handle if bias_md else None, dst_md.handle, _lib.dims(strides),
                               _lib.dims(d - 1 for d in dils), _lib.dims(pb), _lib.dims(pe), attr.handle)
         w_md = self.query_md(_lib.Q_WEIGHTS_MD)
         self.weights = pack(weights_view, w_md, threads)
-        consts = [(_lib.ARG_WEIGHTS, w_md, self.weights)]
+        consts = [(_lib.ARG_WEIGHTS, w_md, self.weights), *quant_consts]
         if bias_md is not None:
             consts.append((_lib.ARG_BIAS, bias_md, bias_arr))
         # _finish asks the primitive for each argument's descriptor (what was `any` is concrete there)
@@ -118,11 +124,11 @@ class Convolution(_WindowPrimitive):
                  stride: Sequence[int] = (), padding: Sequence[int] = (), dilation: Sequence[int] = (),
                  groups: int = 1, post_ops: Sequence[PostOp] = (), src_layout: Layout = "nchw",
                  dst_layout: Layout = "nchw", fpmath: str = "strict", threads: int | None = None,
-                 allow_ref: bool = False):
+                 allow_ref: bool = False, quant: Quant | None = None):
         super().__init__(threads, allow_ref)
         src_shape = tuple(src.shape if isinstance(src, MemDesc) else src)
         src_layout = src if isinstance(src, MemDesc) else src_layout
-        w = _f32(np.asarray(weights), "weights")
+        w = _f32(np.asarray(weights), "weights", quant)
         nsp = w.ndim - 2
         if not 1 <= nsp <= 3 or len(src_shape) != w.ndim:
             raise CompileError(f"oneDNN convolution: input {list(src_shape)} and weights {list(w.shape)} "
@@ -141,7 +147,7 @@ class Convolution(_WindowPrimitive):
         lib = self._lib
         self._build(lib.dnnl_convolution_forward_primitive_desc_create, _lib.CONVOLUTION_DIRECT, src_shape,
                     wv.shape, (src_shape[0], m, *out_sp), wv, bias, strides, pb, pe, dils, post_ops,
-                    src_layout, dst_layout, fpmath, threads)
+                    src_layout, dst_layout, fpmath, threads, quant)
 
 
 class Deconvolution(_WindowPrimitive):

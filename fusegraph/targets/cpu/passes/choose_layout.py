@@ -42,6 +42,10 @@ def _static_f32(ins: Instruction) -> bool:
 def _channels_last_op(ins: Instruction) -> Op | None:
     """The channels-last form of `ins`, or None when it keeps its layout."""
     op = ins.op
+    if op.name == "int8_conv":  # oneDNN's int8 convolutions are channels-last (or blocked) only
+        s = ins.shape
+        ok = not op.channels_last and not s.is_dynamic and s.ndim in SPATIAL_RANKS and s.lens[1] >= MIN_CHANNELS
+        return _replace(op, channels_last=True) if ok else None
     if op.name not in (*_WINDOWS, "pooling") or not _static_f32(ins) or not _static_f32(ins.inputs[0]):
         return None
     if op.name in _WINDOWS and ins.inputs[1].is_literal and ins.shape.lens[1] >= MIN_CHANNELS:
