@@ -15,7 +15,7 @@ from .module import Instruction
 from .shape import Dim, Shape
 from .symbolic import Sym
 
-Value = tuple[Sym, ...]  # a shape value's elements in row-major order
+Value = tuple[Sym | None, ...]  # a shape value's elements in row-major order; None: that one is not known
 SMALL = 64  # shape values are short vectors: longer integer tensors are data
 
 
@@ -31,8 +31,7 @@ def _literal(ins: Instruction, args: list[Value]) -> Value | None:
 
 
 def _shape_of(ins: Instruction, args: list[Value]) -> Value | None:
-    dims = [dim_sym(d) for d in ins.inputs[0].shape.dims[ins.op.start: ins.op.end]]
-    return None if any(d is None for d in dims) else tuple(dims)
+    return tuple(dim_sym(d) for d in ins.inputs[0].shape.dims[ins.op.start: ins.op.end])
 
 
 def _same(ins: Instruction, args: list[Value]) -> Value | None:
@@ -73,8 +72,7 @@ def _arith(fn: Callable[[Sym, Sym], Sym | None]) -> Callable[[Instruction, list[
         a, b = args
         if len(a) != len(b):  # pointwise inputs share one shape
             return None
-        out = tuple(fn(x, y) for x, y in zip(a, b, strict=True))
-        return None if any(v is None for v in out) else out
+        return tuple(None if x is None or y is None else fn(x, y) for x, y in zip(a, b, strict=True))
     return rule
 
 
@@ -118,6 +116,8 @@ def reshape_dims(x: Shape, target: Value) -> tuple[int, ...] | None:
     """`target` as ONNX reshape dims for `x` (allowzero off): numbers as they are, 0 where the
     element is x's own dim at that position, -1 for one element left, which is right only when the
     element counts agree as polynomials. None when that cannot be shown."""
+    if None in target:
+        return None
     dims, left = [], []
     for k, v in enumerate(target):
         c = v.constant

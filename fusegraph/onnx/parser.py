@@ -131,7 +131,7 @@ class OnnxParser:
         out = []
         for k, d in enumerate(dims):
             param = declared[k].dim_param if k < len(declared) and not declared[k].HasField("dim_value") else ""
-            if d.is_fixed or d.sym is not None or not param:
+            if d.is_fixed or d.sym is not None or not any(c.isalnum() for c in param):  # "?": unknown, not a name
                 out.append(d)
                 continue
             name = symbol_name(param)

@@ -23,7 +23,7 @@ from ..ir.symbolic_values import VALUE, Value, dim_sym, reshape_dims, value_of
 
 # -- the rewrites ------------------------------------------------------------------------------------
 def _as_literal(m: Module, ins: Instruction, value: Value) -> Instruction | None:
-    consts = [v.constant for v in value]
+    consts = [None if v is None else v.constant for v in value]
     if ins.is_literal or None in consts:
         return None
     return m.add_literal(np.array(consts, dtype=ins.shape.dtype.np).reshape(ins.shape.lens))
@@ -43,7 +43,7 @@ def _slice_all(m: Module, ins: Instruction, memo: dict) -> Instruction | None:
     if any(v is None for v in values):
         return None
     starts, ends, axes, steps = values
-    if any(v.constant is None for v in starts + axes + steps):
+    if any(v is None or v.constant is None for v in starts + axes + steps) or None in ends:
         return None
     for s, e, a, st in zip(starts, ends, axes, steps, strict=True):
         a = a.constant + x.shape.ndim if a.constant < 0 else a.constant
