@@ -32,8 +32,8 @@ from .dtypes import DType
 from .limits import check_nesting
 from .module import Instruction
 from .op import Op, get_op_class
-from .symbolic import Sym
 from .shape import AnyShape, Dim, OptionalShape, SequenceShape, Shape, TupleShape
+from .symbolic import Sym
 
 if TYPE_CHECKING:
     from .module import Module

@@ -21,6 +21,7 @@ from ..ir.module import Instruction, Module
 from ..ir.op import make_op
 from ..ir.symbolic_values import VALUE, Value, dim_sym, reshape_dims, value_of
 
+
 # -- the rewrites ------------------------------------------------------------------------------------
 def _as_literal(m: Module, ins: Instruction, value: Value) -> Instruction | None:
     consts = [None if v is None else v.constant for v in value]
