@@ -1,6 +1,8 @@
-"""Dynamic vs static compiles of the same model at the same shape (issue 16, part a).
+"""Dynamic vs static compiles of the same model at the same shape (issue 16, part a); `--part b`:
+request streams with random shapes (benchmarks/dynamic_stream.py on cpu, dynamic_stream_gpu.py with
+`--device gpu`), with part (c), the dynamic program's compile time and memory, in the same rows.
 
-    python benchmarks/dynamic_shapes.py [--rows bert_base:seq=16,128,384 resnet50:batch=1,8,32]
+    python benchmarks/dynamic_shapes.py [--part a] [--rows bert_base:seq=16,128,384 resnet50:batch=1,8,32]
                                         [--target cpu] [--repeat 20] [--image-size 224]
 
 For each model, ONE dynamic compile covers the whole range (BERT: batch 1, sequence 16..384;
@@ -15,6 +17,7 @@ dynamic <= 1.10 x static on every row. Writes benchmarks/results/dynamic_shapes-
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import time
@@ -103,20 +106,47 @@ def measure(model: str, kind: str, values: list[int], target: str, repeat: int, 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", choices=("a", "b"), default="a")
     ap.add_argument("--rows", nargs="+", default=["bert_base:seq=16,128,384", "resnet50:batch=1,8,32"])
     ap.add_argument("--target", default="cpu")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--image-size", type=int, default=224)
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="part b: cpu (vs ORT) or gpu (vs torch.compile)")
+    ap.add_argument("--models", default="bert_base,yolov8n", help="part b: the streams")
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bucket", type=int, default=32, help="part b: BERT lengths padded to a multiple of this (1: none)")
+    ap.add_argument("--cache", type=int, default=16, help="part b: dynamic_cache_size (distinct shapes kept)")
+    ap.add_argument("--out", default=None, help="also copy the results JSON here")
     args = ap.parse_args()
-    rows = []
-    for text in args.rows:
-        rows += measure(*parse_row(text), args.target, args.repeat, args.image_size)
-    worst = max(r["ratio"] for r in rows)
-    print(f"worst dynamic/static ratio {worst:.3f} (goal <= {GOAL})")
-    path = write_results(f"dynamic_shapes-{args.target}", {
-        "args": vars(args), "ranges": {k: str(v) for k, v in RANGES.items()}, "goal_ratio": GOAL,
-        "worst_ratio": worst, "rows": rows})
+    if args.part == "b":
+        path = stream_part(args)
+    else:
+        rows = []
+        for text in args.rows:
+            rows += measure(*parse_row(text), args.target, args.repeat, args.image_size)
+        worst = max(r["ratio"] for r in rows)
+        print(f"worst dynamic/static ratio {worst:.3f} (goal <= {GOAL})")
+        path = write_results(f"dynamic_shapes-{args.target}", {
+            "args": vars(args), "ranges": {k: str(v) for k, v in RANGES.items()}, "goal_ratio": GOAL,
+            "worst_ratio": worst, "rows": rows})
     print(f"wrote {path}")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, args.out)
+
+
+def stream_part(args) -> Path:
+    """Part b (and c): each model's stream, written after every model so a cut-short run keeps its rows."""
+    if args.device == "gpu":
+        from benchmarks import dynamic_stream_gpu as impl
+    else:
+        from benchmarks import dynamic_stream as impl
+    rows, path = [], None
+    for model in args.models.split(","):
+        rows.append(impl.measure(model, args.requests, args.seed, args.bucket, args.cache))
+        path = write_results(f"dynamic_stream-{args.device}", {"args": vars(args), "rows": rows})
+    return path
 
 
 if __name__ == "__main__":

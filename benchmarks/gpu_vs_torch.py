@@ -156,9 +156,14 @@ class YoloV8n(nn.Module):
         a = box.shape[-1]
         dist = self.dfl(box.view(b, 4, self.reg, a).transpose(2, 1).softmax(1)).view(b, 4, a)
         lt, rb = dist.chunk(2, 1)
-        x1y1, x2y2 = self.anchors - lt, self.anchors + rb
-        dbox = torch.cat(((x1y1 + x2y2) / 2, x2y2 - x1y1), 1) * self.strides
+        anchors, strides = self.grid((h15, h18, h21))
+        x1y1, x2y2 = anchors - lt, anchors + rb
+        dbox = torch.cat(((x1y1 + x2y2) / 2, x2y2 - x1y1), 1) * strides
         return torch.cat((dbox, cls.sigmoid()), 1)
+
+    def grid(self, feats):
+        """Anchor centres [1, 2, A] and strides [1, 1, A] for these feature maps: built for `size`."""
+        return self.anchors, self.strides
 
 
 class BertLastHidden(nn.Module):

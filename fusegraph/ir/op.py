@@ -38,6 +38,10 @@ class Op:
     # Whether a target without a kernel for it may run its reference on the host (custom ops say;
     # custom/definition.py): the gpu target's host steps honour it.
     host_fallback: ClassVar[bool] = True
+    # Whether symbolic dims (ir/symbolic.py) may be read off this op's static shape rule. None: when
+    # the op keeps the derived dynamic rule; an op that overrides it (data-dependent outputs, say)
+    # opts in with True where its static rule still gives the output dims of static inputs.
+    symbolic_probe: ClassVar[bool | None] = None
 
     # -- shapes -----------------------------------------------------------------------------------
     def compute_shape(self, inputs: Sequence[Shape]) -> AnyShape:
@@ -47,7 +51,11 @@ class Op:
         """The output shape for these inputs, static or dynamic."""
         if not any(s.is_dynamic for s in inputs):
             return self.compute_shape(inputs)
-        return self.compute_dynamic_shape(inputs)
+        out = self.compute_dynamic_shape(inputs)
+        probe = self.symbolic_probe
+        if probe is None:
+            probe = type(self).compute_dynamic_shape is Op.compute_dynamic_shape
+        return with_symbols(self, inputs, out) if probe else out
 
     def compute_dynamic_shape(self, inputs: Sequence[AnyShape]) -> AnyShape:
         # Shape rules are monotonic in their input dims for every op we have: evaluating at the
@@ -99,6 +107,81 @@ def _merge(lo: AnyShape, hi: AnyShape, unbounded: bool) -> AnyShape:
     dims = [Dim(a, a) if a == b else Dim(min(a, b), None if unbounded else max(a, b))
             for a, b in zip(lo.lens, hi.lens)]
     return Shape.dynamic(lo.dtype, dims)
+
+
+# -- symbolic dims ----------------------------------------------------------------------------------
+def with_symbols(op: Op, inputs: Sequence[AnyShape], out: AnyShape) -> AnyShape:
+    """`out` with the symbols its dynamic dims take in the inputs' named dims (ir/symbolic.py): the
+    static rule evaluated at three probe assignments, each output dim fitted, the fit checked at the
+    corners of the ranges. Any rule that refuses a probe leaves `out` as it is."""
+    from .symbolic import fit, probe_values
+
+    dims = [d for s in _leaves(inputs) for d in s.dims if not d.is_fixed]
+    named = sorted({n for d in dims if d.sym is not None for n in d.sym.names})
+    if not named or not any(not d.is_fixed for s in _leaves([out]) for d in s.dims):
+        return out
+    anonymous = [f"?{k}" for k, d in enumerate(dims) if d.sym is None]  # vary too: no fit may ignore them
+    probes = [probe_values(named + anonymous, r) for r in range(3)]
+    try:
+        results = [_leaves([op.compute_shape(_probe_inputs(inputs, p, anonymous))]) for p in probes]
+    except (IRError, ShapeError, ValueError, IndexError, TypeError, ArithmeticError, AssertionError):
+        return out
+    if any(r.is_dynamic or len(r.dims) != len(o.dims) for res in results for r, o in zip(res, _leaves([out]))):
+        return out
+    corners = [{n: _corner_of(dims, n, which) for n in named} for which in ("min", "max")]
+    leaves = []
+    for k, o in enumerate(_leaves([out])):
+        new = []
+        for i, d in enumerate(o.dims):
+            sym = None if d.is_fixed else fit(named, probes, [res[k].dims[i].min for res in results])
+            if sym is not None and None not in corners[0].values() and (
+                    sym.evaluate(corners[0]) != d.min or (d.max is not None and None not in corners[1].values()
+                                                           and sym.evaluate(corners[1]) != d.max)):
+                sym = None  # the fit holds at the probes but not over the range: not this polynomial
+            new.append(Dim(d.min, d.max, d.optimals, sym) if sym is not None else d)
+        leaves.append(Shape(o.dtype, tuple(new), o.strides_))
+    it = iter(leaves)
+    return _rebuild(out, it)
+
+
+def _leaves(shapes: Sequence[AnyShape]) -> list[Shape]:
+    out: list[Shape] = []
+    for s in shapes:
+        if isinstance(s, TupleShape):
+            out += _leaves(s.elements)
+        elif isinstance(s, Shape):
+            out.append(s)
+    return out
+
+
+def _rebuild(s: AnyShape, leaves) -> AnyShape:
+    if isinstance(s, TupleShape):
+        return TupleShape(tuple(_rebuild(e, leaves) for e in s.elements))
+    return next(leaves)
+
+
+def _probe_inputs(inputs: Sequence[AnyShape], values: dict[str, int], anonymous: list[str]) -> list[AnyShape]:
+    names = iter(anonymous)  # in the order `with_symbols` numbered the unnamed dims
+    return [_at(s, values, names) for s in inputs]
+
+
+def _at(s: AnyShape, values: dict[str, int], anonymous) -> AnyShape:
+    """`s` at a probe: named dims evaluated, unnamed dynamic dims at their own probe values."""
+    if isinstance(s, TupleShape):
+        return TupleShape(tuple(_at(e, values, anonymous) for e in s.elements))
+    if not isinstance(s, Shape) or not s.is_dynamic:
+        return s
+    lens = [d.min if d.is_fixed else d.sym.evaluate(values) if d.sym is not None else values[next(anonymous)]
+            for d in s.dims]
+    return Shape.of(s.dtype, lens)
+
+
+def _corner_of(dims: list[Dim], name: str, which: str) -> int | None:
+    """The smallest / largest value of `name`, read off an input dim that is exactly that name."""
+    for d in dims:
+        if d.sym is not None and d.sym.single_name == name:
+            return d.min if which == "min" else d.max
+    return None
 
 
 # -- registry ---------------------------------------------------------------------------------------

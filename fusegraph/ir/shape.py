@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ShapeError
 from .dtypes import DType
+from .symbolic import Sym
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,15 @@ class Dim:
     min: int
     max: int | None
     optimals: tuple[int, ...] = ()
+    # the dim's size in named input dims (ir/symbolic.py), when known; a fact about the value, not
+    # part of the range: dims of one range compare equal whatever their symbols
+    sym: Sym | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sym, str):
+            object.__setattr__(self, "sym", Sym.name(self.sym))
+        if self.sym is not None and self.is_fixed:  # a fixed dim is its number
+            object.__setattr__(self, "sym", None)
 
     @staticmethod
     def fixed(n: int) -> Dim:
@@ -37,7 +47,8 @@ class Dim:
             return str(self.min)
         hi = "?" if self.max is None else str(self.max)
         opt = ":" + ",".join(map(str, self.optimals)) if self.optimals else ""
-        return f"{{{self.min}..{hi}{opt}}}"
+        sym = f"@{self.sym}" if self.sym is not None else ""
+        return f"{{{self.min}..{hi}{opt}{sym}}}"
 
 
 def same_steps(strides: Sequence[int], other: Sequence[int], lens: Sequence[int]) -> bool:
@@ -242,6 +253,8 @@ ValueShape = Shape | SequenceShape | OptionalShape
 
 # -- joining shapes (If branches, loop-carried values, sequence elements) ----------------------------
 def _join_dim(a: Dim, b: Dim, widen: bool) -> Dim:
+    if a.sym != b.sym:  # one of two values: no one symbol names it
+        a, b = Dim(a.min, a.max, a.optimals), Dim(b.min, b.max, b.optimals)
     if dim_covers(a, b):
         return a
     if dim_covers(b, a):
@@ -271,7 +284,7 @@ def join_shapes(a: ValueShape, b: ValueShape, widen: bool = False) -> ValueShape
     if isinstance(a, Shape) and isinstance(b, Shape):
         if a.ndim != b.ndim:
             raise ShapeError(f"cannot join {a} and {b}: ranks differ")
-        if a.dims == b.dims:
+        if a.dims == b.dims and all(x.sym == y.sym for x, y in zip(a.dims, b.dims)):
             return a if a.standard else Shape(a.dtype, a.dims)
         return Shape(a.dtype, tuple(_join_dim(x, y, widen) for x, y in zip(a.dims, b.dims, strict=True)))
     raise ShapeError(f"cannot join {a} and {b}: one is a sequence, the other a tensor")

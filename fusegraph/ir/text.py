@@ -33,6 +33,7 @@ from .limits import check_nesting
 from .module import Instruction
 from .op import Op, get_op_class
 from .shape import AnyShape, Dim, OptionalShape, SequenceShape, Shape, TupleShape
+from .symbolic import Sym
 
 if TYPE_CHECKING:
     from .module import Module
@@ -92,7 +93,7 @@ def _value(node: ast.AST, text: str) -> Any:
 
 
 # -- shapes -----------------------------------------------------------------------------------------
-_DIM = re.compile(r"\{(\d+)\.\.(\d+|\?)(?::([\d,]+))?\}|(\d+)")
+_DIM = re.compile(r"\{(\d+)\.\.(\d+|\?)(?::([\d,]+))?(?:@([\w*+-]+))?\}|(\d+)")
 
 
 def parse_shape(text: str) -> AnyShape:
@@ -119,12 +120,7 @@ def parse_shape(text: str) -> AnyShape:
         d = _DIM.fullmatch(part)
         if not d:
             raise IRError(f"bad dimension {part!r} in {text!r}")
-        if d.group(4) is not None:
-            dims.append(Dim.fixed(int(d.group(4))))
-        else:
-            hi = None if d.group(2) == "?" else int(d.group(2))
-            opts = tuple(int(x) for x in d.group(3).split(",")) if d.group(3) else ()
-            dims.append(Dim(int(d.group(1)), hi, opts))
+        dims.append(_dim_of(d, text))
     if m.group(3) is not None:
         return Shape.of(dtype, [d.min for d in dims], [int(x) for x in m.group(3).split(",") if x])
     return Shape(dtype, tuple(dims))
@@ -153,12 +149,16 @@ def _parse_sequence_shape(text: str) -> SequenceShape:
     return SequenceShape(elem.dtype, elem, length)
 
 
-def _dim_of(d: re.Match) -> Dim:
-    if d.group(4) is not None:
-        return Dim.fixed(int(d.group(4)))
+def _dim_of(d: re.Match, text: str = "") -> Dim:
+    if d.group(5) is not None:
+        return Dim.fixed(int(d.group(5)))
     hi = None if d.group(2) == "?" else int(d.group(2))
     opts = tuple(int(x) for x in d.group(3).split(",")) if d.group(3) else ()
-    return Dim(int(d.group(1)), hi, opts)
+    try:
+        sym = Sym.parse(d.group(4)) if d.group(4) else None
+    except ValueError as e:
+        raise IRError(f"bad symbolic dim in {text!r}: {e}") from None
+    return Dim(int(d.group(1)), hi, opts, sym)
 
 
 # the characters the bracket scanners act on; the rest of a line is skipped over by the regex engine

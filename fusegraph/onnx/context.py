@@ -79,13 +79,16 @@ class Context:
         if ins.uid in cache:
             return cache[ins.uid]
         # Iterative post-order walk over the constant cone; give up at the first non-constant.
-        stack = [ins]
+        stack, memo = [ins], {}
         while stack:
             top = stack[-1]
             if top.uid in cache or top.is_literal:
                 stack.pop()
                 continue
             op = top.op
+            if self._shape_const(top, memo) is not None:  # e.g. Shape(x)[-1] of a fixed dim of a dynamic x
+                stack.pop()
+                continue
             if (op.kind in (OpKind.BUILTIN, OpKind.CONTROL) or not op.deterministic or top.module_args):
                 return None
             pending = [i for i in top.inputs if i.uid not in cache and not i.is_literal]
@@ -101,6 +104,19 @@ class Context:
             except (ValueError, TypeError, IndexError, ArithmeticError):
                 return None
         return cache.get(ins.uid)
+
+    def _shape_const(self, ins: Instruction, memo: dict) -> np.ndarray | None:
+        """A shape value that is a constant although it reads a dynamic tensor's shape: the fixed
+        dims of Shape(x) and arithmetic on them (ir/symbolic_values.py)."""
+        from ..ir.symbolic_values import value_of
+
+        value = value_of(ins, memo)
+        consts = None if value is None else [None if v is None else v.constant for v in value]
+        if consts is None or None in consts:
+            return None
+        out = np.array(consts, dtype=ins.shape.dtype.np).reshape(ins.shape.lens)
+        self.parser.const_cache[ins.uid] = out
+        return out
 
     def const_ints(self, ins: Instruction | None, what: str) -> list[int] | None:
         """The values of a constant list input (shape, axes, pads, repeats, ...): 1-D in ONNX, or a

@@ -22,6 +22,7 @@ from ..ir.dtypes import DType
 from ..ir.module import Instruction, Module
 from ..ir.program import Program
 from ..ir.shape import Dim, Shape
+from ..ir.symbolic import symbol_name
 from . import converters  # noqa: F401  (registers every converter)
 from .context import Context
 from .loading import ModelSource, load_model
@@ -40,6 +41,7 @@ class OnnxParser:
         self.map_input_dims = dict(map_input_dims or {})
         self.map_input_values = dict(map_input_values or {})
         self.map_dyn_input_dims = dict(map_dyn_input_dims or {})
+        self.symbols: dict[str, tuple[int, int | None]] = {}  # dim_param symbol -> its range
         self.default_dim_value = 1 if default_dim_value is None else int(default_dim_value)
         self.skip_unknown_operators = skip_unknown_operators
         self.defaulted: dict[str, list[str]] = {}  # input -> its symbolic dims set to default_dim_value
@@ -114,13 +116,29 @@ class OnnxParser:
         if name in self.map_input_dims:
             return Shape.of(dtype, self.map_input_dims[name])
         if name in self.map_dyn_input_dims:
-            return Shape.dynamic(dtype, [_dim(d) for d in self.map_dyn_input_dims[name]])
+            dims = [_dim(d) for d in self.map_dyn_input_dims[name]]
+            return Shape.dynamic(dtype, self._named(dims, tt.shape.dim))
         lens = [d.dim_value if d.HasField("dim_value") else self.default_dim_value
                 for d in tt.shape.dim]
         symbols = [d.dim_param or "?" for d in tt.shape.dim if not d.HasField("dim_value")]
         if symbols:
             self.defaulted[name] = symbols
         return Shape.of(dtype, lens)
+
+    def _named(self, dims: list[Dim], declared) -> list[Dim]:
+        """Dynamic dims named by the model's dim_params (ir/symbolic.py: one name is one size, as in
+        ONNX). A name the user gave two ranges names only the first; the others get names of their own."""
+        out = []
+        for k, d in enumerate(dims):
+            param = declared[k].dim_param if k < len(declared) and not declared[k].HasField("dim_value") else ""
+            if d.is_fixed or d.sym is not None or not any(c.isalnum() for c in param):  # "?": unknown, not a name
+                out.append(d)
+                continue
+            name = symbol_name(param)
+            while self.symbols.setdefault(name, (d.min, d.max)) != (d.min, d.max):
+                name += "_"
+            out.append(Dim(d.min, d.max, d.optimals, name))
+        return out
 
     def _fixed_value(self, vi: onnx.ValueInfoProto) -> np.ndarray:
         """The value map_input_values fixes for input `vi`, checked against its declared type."""

@@ -19,6 +19,7 @@ class Concat(MovementOp):
     """Join the inputs along `axis` (non-negative); every other dim must match."""
 
     name = "concat"
+    symbolic_probe = True  # its static rule holds at every probe (ir/symbolic.py)
     axis: int = 0
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
@@ -64,6 +65,7 @@ class Pad(MovementOp):
     frontend turns negative ONNX pads into a slice). Modes are numpy's (and ONNX's)."""
 
     name = "pad"
+    symbolic_probe = True  # its static rule holds at every probe (ir/symbolic.py)
     pads: tuple[int, ...] = ()
     mode: str = "constant"
     value: int | float | bool = 0

@@ -50,6 +50,7 @@ class BroadcastLike(MovementOp):
     """Broadcast the first input against the others (for dynamic shapes, known only at run time)."""
 
     name = "broadcast_like"
+    symbolic_probe = True  # its static rule holds at every probe (ir/symbolic.py)
 
     def compute_shape(self, inputs):
         lens = np.broadcast_shapes(*[s.lens for s in inputs])
@@ -114,6 +115,7 @@ def resolve_reshape_dims(lens: Sequence[int], dims: Sequence[int], allowzero: bo
 @register_op
 class Transpose(MovementOp):
     name = "transpose"
+    symbolic_probe = True  # its static rule holds at every probe (ir/symbolic.py)
     perm: tuple[int, ...] = ()
 
     def compute_shape(self, inputs):
@@ -137,6 +139,7 @@ class Contiguous(MovementOp):
     """Copy a view into standard (row-major) layout."""
 
     name = "contiguous"
+    symbolic_probe = True  # its static rule holds at every probe (ir/symbolic.py)
 
     def compute_shape(self, inputs):
         return Shape.of(inputs[0].dtype, inputs[0].lens)
@@ -150,6 +153,7 @@ class Squeeze(MovementOp):
     """Drop the size-1 dimensions `axes` (sorted, non-negative): a view."""
 
     name = "squeeze"
+    symbolic_probe = True  # its static rule holds at every probe (ir/symbolic.py)
     axes: tuple[int, ...] = ()
 
     def compute_shape(self, inputs):
@@ -175,6 +179,7 @@ class Unsqueeze(MovementOp):
     """Insert size-1 dimensions so that they sit at `axes` (sorted, of the output): a view."""
 
     name = "unsqueeze"
+    symbolic_probe = True  # its static rule holds at every probe (ir/symbolic.py)
     axes: tuple[int, ...] = ()
 
     def compute_shape(self, inputs):
@@ -207,6 +212,7 @@ class Flatten(MovementOp):
     inputs, whose reshape dims are not known when parsing; static inputs become `reshape`."""
 
     name = "flatten"
+    symbolic_probe = True  # its static rule holds at every probe (ir/symbolic.py)
     axis: int = 1
 
     def compute_shape(self, inputs):
@@ -264,6 +270,7 @@ class Slice(MovementOp):
     """x[start:end:step] on each of `axes`, with bounds already resolved by `slice_bounds`."""
 
     name = "slice"
+    symbolic_probe = True  # its static rule holds at every probe (ir/symbolic.py)
     axes: tuple[int, ...] = ()
     starts: tuple[int, ...] = ()
     ends: tuple[int, ...] = ()

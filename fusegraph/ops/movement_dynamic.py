@@ -52,6 +52,7 @@ class ReshapeDynamic(MovementOp):
     dims are dynamic (the output dims follow from the input's), or they are the second input."""
 
     name = "reshape_dynamic"
+    symbolic_probe = True  # its static rule holds at every probe (ir/symbolic.py)
     dims: tuple[int, ...] = ()
     allowzero: bool = False
 

@@ -51,7 +51,9 @@ class PointwiseOp(Op):
         return Shape.of(self.output_dtype([s.dtype for s in inputs]), lens)
 
     def compute_dynamic_shape(self, inputs):
-        return Shape(self.output_dtype([s.dtype for s in inputs]), inputs[0].dims)
+        # the inputs have one shape (the frontend broadcasts first): a dim one input names, all have
+        dims = tuple(next((d for d in ds if d.sym is not None), ds[0]) for ds in zip(*(s.dims for s in inputs)))
+        return Shape(self.output_dtype([s.dtype for s in inputs]), dims)
 
     def compute(self, args: list[np.ndarray]) -> np.ndarray:
         dt = self.output_dtype([DType.from_numpy(np.asarray(a).dtype) for a in args]).np

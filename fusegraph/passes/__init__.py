@@ -9,6 +9,7 @@ from .eliminate_common_subexpression import eliminate_common_subexpression
 from .eliminate_dead_code import eliminate_dead_code
 from .eliminate_identity import eliminate_identity
 from .eliminate_pad import eliminate_pad
+from .fold_symbolic_shapes import fold_symbolic_shapes
 from .fuse_pointwise import fuse_pointwise
 from .fuse_reduce import fuse_reduce
 from .manager import Fixpoint, PassManager, run_pipeline
@@ -20,7 +21,7 @@ from .simplify_reshapes import simplify_reshapes
 
 
 def simplify_pipeline() -> list:
-    return [Fixpoint((eliminate_identity, propagate_constant, simplify_reshapes, simplify_algebra,
+    return [Fixpoint((eliminate_identity, propagate_constant, fold_symbolic_shapes, simplify_reshapes, simplify_algebra,
                       eliminate_pad, eliminate_common_subexpression, eliminate_dead_code))]
 
 
@@ -33,6 +34,6 @@ def generic_pipeline(fuse: bool = True) -> list:
 
 __all__ = [
     "Fixpoint", "PassManager", "eliminate_common_subexpression", "eliminate_dead_code", "eliminate_identity", "eliminate_pad",
-    "fuse_pointwise", "fuse_reduce", "generic_pipeline", "memory_coloring", "propagate_constant", "run_pipeline", "schedule_for_memory",
+    "fold_symbolic_shapes", "fuse_pointwise", "fuse_reduce", "generic_pipeline", "memory_coloring", "propagate_constant", "run_pipeline", "schedule_for_memory",
     "simplify_algebra", "simplify_pipeline", "simplify_reshapes",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,26 @@ def check_inputs(specs: Mapping[str, AnyShape], inputs: Mapping[str, Any]) -> di
         if extra:
             parts.append(f"unknown input(s) {extra}")
         raise InputError("; ".join(parts) + f" (the program takes {list(specs)})")
-    return {name: _check_value(f"input {name!r}", spec, inputs[name]) for name, spec in specs.items()}
+    checked = {name: _check_value(f"input {name!r}", spec, inputs[name]) for name, spec in specs.items()}
+    check_named_dims(specs, {n: np.shape(v) for n, v in checked.items() if isinstance(v, np.ndarray)})
+    return checked
+
+
+def check_named_dims(specs: Mapping[str, AnyShape], lens: Mapping[str, Sequence[int]]) -> None:
+    """Dims that one symbol names (ir/symbolic.py; ONNX dim_params) have one size in a run: the
+    compiled program folded shape arithmetic on that."""
+    seen: dict[str, tuple[str, int, int]] = {}
+    for name, spec in specs.items():
+        if not isinstance(spec, Shape) or name not in lens:
+            continue
+        for k, (d, n) in enumerate(zip(spec.dims, lens[name])):
+            sym = d.sym.single_name if d.sym is not None else None
+            if sym is None:
+                continue
+            first = seen.setdefault(sym, (name, k, int(n)))
+            if first[2] != n:
+                raise InputError(f"input {name!r}: dim {k} is {n}, but input {first[0]!r} dim {first[1]} is "
+                                 f"{first[2]}: both are the model's dim {sym!r}, one size in a run")
 
 
 def _check_value(what: str, spec: Any, value: Any) -> Any:

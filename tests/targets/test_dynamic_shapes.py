@@ -3,6 +3,8 @@
 ref interprets the dynamic IR; cpu (and gpu: tests/targets/gpu/test_gpu_dynamic.py) compile one
 static executable per input shape on first use (targets/specialize.py)."""
 
+import copy
+
 import numpy as np
 import pytest
 from onnx import helper
@@ -122,8 +124,22 @@ def test_inputs_whose_shared_dims_disagree_are_an_input_error():
     p = fusegraph.parse_onnx(get_model("bert_small"), map_dyn_input_dims=dyn).compile("cpu")
     x = sample_inputs("bert_small", batch=1, seq=16)
     x["attention_mask"] = np.ones((1, 32), np.int64)
+    # the model names both dims `sequence`: the inputs are refused before anything compiles
+    with pytest.raises(InputError, match="'attention_mask': dim 1 is 32, but input 'input_ids' dim 1 is 16"):
+        p.run(x)
+    # without names, the specialization's shape rules find the mismatch
+    unnamed = {k: [Dim(1, 4), Dim(8, 64, sym=None)] for k in BERT_INPUTS}
+    p = fusegraph.parse_onnx(_without_dim_params(get_model("bert_small")), map_dyn_input_dims=unnamed).compile("cpu")
     with pytest.raises(InputError, match="do not fit together"):
         p.run(x)
+
+
+def _without_dim_params(model):
+    model = copy.deepcopy(model)
+    for vi in model.graph.input:
+        for d in vi.type.tensor_type.shape.dim:
+            d.dim_param = ""
+    return model
 
 
 def test_the_cache_keeps_at_most_dynamic_cache_size_executables():

@@ -69,6 +69,12 @@ def slice_onnx(ctx, x: Instruction, axes, starts, ends, steps) -> Instruction:
     dims = x.shape.dims
     if any(st == 0 for st in steps):
         raise ctx.error("slice steps cannot be 0")
+    # x[0:INT_MAX] on a dynamic dim keeps it whole (exporters write it for `x[:, 1:]`): not a slice of it
+    whole = [k for k, a in enumerate(axes) if not dims[a].is_fixed and int(starts[k]) == 0 and int(steps[k]) == 1
+             and dims[a].max is not None and int(ends[k]) >= dims[a].max]
+    if whole:
+        keep = [k for k in range(len(axes)) if k not in whole]
+        axes, starts, ends, steps = ([v[k] for k in keep] for v in (list(axes), list(starts), list(ends), list(steps)))
     if not all(dims[a].is_fixed for a in axes):
         return ctx.add("slice_dynamic", x, *(_vec(ctx, v) for v in (starts, ends, axes, steps)))
     kept = []

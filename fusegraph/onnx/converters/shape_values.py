@@ -12,6 +12,7 @@ import numpy as np
 
 from ...ir.module import Instruction
 from ...ir.shape import Shape
+from ...ir.symbolic_values import reshape_dims, value_of
 
 # An element: its value, or (tensor, axis) for "this tensor's dim on that axis".
 Element = int | tuple[Instruction, int]
@@ -56,12 +57,20 @@ def reshape_dims_of(ctx, x: Instruction, target: Instruction) -> list[int] | Non
     which gives the same value whenever the reshape is valid."""
     elems = shape_elements(ctx, target)
     if elems is None:
-        return None
+        return _by_symbols(x, target)
     dims = [0 if e == (x, k) else e for k, e in enumerate(elems)]
     unknown = [k for k, d in enumerate(dims) if isinstance(d, tuple)]
     if not unknown:
         return dims
     if len(unknown) > 1 or -1 in dims:
-        return None
+        return _by_symbols(x, target)
     dims[unknown[0]] = -1
     return dims
+
+
+def _by_symbols(x: Instruction, target: Instruction) -> list[int] | None:
+    """The same, where the elements are dims of other tensors that one name ties to x's
+    (ir/symbolic_values.py): Reshape(h, Shape(input_ids)[0], Shape(input_ids)[1], 768)."""
+    value = value_of(target)
+    dims = None if value is None else reshape_dims(x.shape, value)
+    return None if dims is None else list(dims)
