@@ -35,6 +35,28 @@ def quantize_bf16(program, keep_fp32=None):
 
 
 @api_boundary
+def quantize_int8(program, calibration, method="minmax", per_channel=True, symmetric=None,
+                  quantize_ops=("convolution", "dot"), skip_ops=(), skip_names=(), percentile=99.99, num_bins=2048,
+                  **options):
+    """Quantize `program` in place to int8 (Q/DQ around conv and dot) with ranges calibrated on
+    `calibration` (input dicts, or a folder of .npy / .npz). See fusegraph/quantize/int8.py."""
+    from .quantize import int8
+
+    return int8.quantize_int8(program, calibration, method, per_channel, symmetric, quantize_ops, skip_ops,
+                              skip_names, percentile, num_bins, **options)
+
+
+@api_boundary
+def quantize_fp8(program, calibration, method="minmax", per_channel=True, quantize_ops=("convolution", "dot"),
+                 skip_ops=(), skip_names=(), percentile=99.99, num_bins=2048, **options):
+    """As `quantize_int8`, to float8 e4m3fn scales and values. See fusegraph/quantize/int8.py."""
+    from .quantize import int8
+
+    return int8.quantize_fp8(program, calibration, method, per_channel, quantize_ops, skip_ops, skip_names,
+                             percentile, num_bins, **options)
+
+
+@api_boundary
 def save(program, path, *, sign_key=None) -> None:
     """Write a compiled program to an .fgx file (signed with `sign_key` or $FUSEGRAPH_SIGN_KEY if set)."""
     from .runtime.serialize import save
@@ -66,5 +88,5 @@ def load_buffer(data, *, verify_key=None, integrity="lazy") -> Program:
 
 __all__ = [
     "CompileOptions", "DType", "Dim", "FusegraphError", "Program", "Shape", "get_target", "load", "load_buffer",
-    "parse_onnx", "quantize_bf16", "quantize_fp16", "save", "save_buffer",
+    "parse_onnx", "quantize_bf16", "quantize_fp16", "quantize_fp8", "quantize_int8", "save", "save_buffer",
 ]
