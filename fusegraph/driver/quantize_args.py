@@ -25,6 +25,8 @@ def add_calibration_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--calibration-method", choices=METHODS, default="minmax",
                    help="how activation ranges are chosen (default minmax, as ONNX Runtime's default)")
     g.add_argument("--calibration-samples", type=int, metavar="N", help="use at most N calibration samples")
+    g.add_argument("--calibration-runner", choices=("ref", "cpu"), default="ref",
+                   help="where calibration runs the float program (default ref; cpu pays off past ~100 samples)")
     g.add_argument("--quantize-ops", metavar="OP[,OP...]", default="convolution,dot",
                    help="ops to quantize: IR names or ONNX op types (default convolution,dot: Conv, MatMul, Gemm)")
     g.add_argument("--skip-ops", metavar="OP[,OP...]", default="", help="op types to keep in float")
@@ -48,7 +50,7 @@ def add_quantize_options(p: argparse.ArgumentParser) -> None:
 def quantize_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return dict(method=args.calibration_method, per_channel=not args.per_tensor, quantize_ops=_names(args.quantize_ops),
                 skip_ops=_names(args.skip_ops), skip_names=_names(args.skip_names), keep_heads=not args.quantize_heads,
-                max_samples=args.calibration_samples)
+                max_samples=args.calibration_samples, runner=args.calibration_runner)
 
 
 def quantizer(args: argparse.Namespace) -> Callable[[Any], None] | None:

@@ -30,7 +30,7 @@ from ..ir.program import Program
 from ..ops.quantize import DequantizeLinear, QuantizeLinear
 from ..passes.propagate_constant import propagate_constant
 from .calibration import iter_calibration
-from .observe import collect_ranges
+from .observe import check_runner, collect_ranges
 from .qparams import ACTIVATION_TYPES, Scheme, channel_shape, quantize_array, range_qparams, weight_qparams
 from .ranges import METHODS, select_range
 from .select import DEFAULT_QUANTIZE_OPS, select, weight_axis
@@ -57,9 +57,9 @@ class Plan:
 def make_plan(program: Program, calibration: Any, scheme: Scheme, method: str = "minmax",
               quantize_ops: Iterable[str] = DEFAULT_QUANTIZE_OPS, skip_ops: Iterable[str] = (),
               skip_names: Iterable[str] = (), keep_heads: bool = True, percentile: float = 99.99,
-              num_bins: int = 2048, max_samples: int | None = None) -> Plan:
-    """Fold constants, pick the ops, calibrate their activation inputs. Changes `program` only by
-    folding constants (so weights are literals)."""
+              num_bins: int = 2048, max_samples: int | None = None, runner: str = "ref") -> Plan:
+    """Fold constants, pick the ops, calibrate their activation inputs (on `runner`: ref or cpu).
+    Changes `program` only by folding constants (so weights are literals)."""
     if method not in METHODS:
         raise ArgumentError(f"calibration method {method!r}: expected one of {', '.join(METHODS)}")
     if program.is_compiled:
@@ -70,7 +70,7 @@ def make_plan(program: Program, calibration: Any, scheme: Scheme, method: str = 
     watched = {x.uid for ins in ops for x in ins.inputs if not x.is_literal}
     bins = 0 if method == "minmax" else int(num_bins)
     samples = iter_calibration(program, calibration, max_samples)
-    stats, n = collect_ranges(module, watched, samples, bins)
+    stats, n = collect_ranges(module, watched, samples, bins, check_runner(module, runner))
     ranges = {u: select_range(r, method, percentile) for u, r in stats.items()}
     return Plan(scheme, ops, ranges, n, method)
 
@@ -152,7 +152,7 @@ def quantize_int8(program: Program, calibration: Any, method: str = "minmax", pe
                   symmetric: bool | None = None, quantize_ops: Iterable[str] = DEFAULT_QUANTIZE_OPS,
                   skip_ops: Iterable[str] = (), skip_names: Iterable[str] = (), percentile: float = 99.99,
                   num_bins: int = 2048, *, activation_type: str = "int8", keep_heads: bool = True,
-                  max_samples: int | None = None) -> Program:
+                  max_samples: int | None = None, runner: str = "ref") -> Program:
     """Quantize `program` (uncompiled, in place) to int8 with ranges calibrated on `calibration` (an
     iterable of input dicts, a folder of .npy / .npz files, or a .npz file); returns it.
 
@@ -160,12 +160,14 @@ def quantize_int8(program: Program, calibration: Any, method: str = "minmax", pe
     symmetric: symmetric activations (None: asymmetric, as ORT's default); weights are always
     symmetric, per output channel unless `per_channel` is False. activation_type: int8 (ORT's
     default) or uint8. quantize_ops / skip_ops: op names (IR or ONNX); skip_names: ONNX node or
-    tensor names kept float. keep_heads: keep the last quantizable op before each output float."""
+    tensor names kept float. keep_heads: keep the last quantizable op before each output float.
+    max_samples: calibrate on at most that many samples; runner: where calibration runs the float
+    program: ref (default) or cpu (see observe.py for when cpu pays off)."""
     if activation_type not in ACTIVATION_TYPES:
         raise ArgumentError(f"activation_type {activation_type!r}: expected {' or '.join(ACTIVATION_TYPES)}")
     scheme = Scheme(ACTIVATION_TYPES[activation_type], DType.int8, bool(symmetric), bool(per_channel))
     plan = make_plan(program, calibration, scheme, method, quantize_ops, skip_ops, skip_names, keep_heads,
-                     percentile, num_bins, max_samples)
+                     percentile, num_bins, max_samples, runner)
     apply_plan(program, plan)
     return program
 
@@ -173,11 +175,11 @@ def quantize_int8(program: Program, calibration: Any, method: str = "minmax", pe
 def quantize_fp8(program: Program, calibration: Any, method: str = "minmax", per_channel: bool = True,
                  quantize_ops: Iterable[str] = DEFAULT_QUANTIZE_OPS, skip_ops: Iterable[str] = (),
                  skip_names: Iterable[str] = (), percentile: float = 99.99, num_bins: int = 2048, *,
-                 keep_heads: bool = True, max_samples: int | None = None) -> Program:
+                 keep_heads: bool = True, max_samples: int | None = None, runner: str = "ref") -> Program:
     """As `quantize_int8`, to float8 e4m3fn: per-tensor activation scales and per-channel weight
     scales of absmax / 448, zero points 0, saturating."""
     scheme = Scheme(DType.float8_e4m3fn, DType.float8_e4m3fn, True, bool(per_channel))
     plan = make_plan(program, calibration, scheme, method, quantize_ops, skip_ops, skip_names, keep_heads,
-                     percentile, num_bins, max_samples)
+                     percentile, num_bins, max_samples, runner)
     apply_plan(program, plan)
     return program

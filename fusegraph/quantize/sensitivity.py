@@ -75,13 +75,14 @@ def _error(got: list[list[np.ndarray]], want: list[list[np.ndarray]]) -> float:
 def sensitivity(program: Program, calibration: Any, held_out: Any = None, method: str = "minmax",
                 per_channel: bool = True, symmetric: bool | None = None, activation_type: str = "int8",
                 quantize_ops: Iterable[str] = DEFAULT_QUANTIZE_OPS, skip_ops: Iterable[str] = (),
-                max_samples: int | None = None, held_out_samples: int | None = 8) -> list[LayerSensitivity]:
+                max_samples: int | None = None, held_out_samples: int | None = 8,
+                runner: str = "ref") -> list[LayerSensitivity]:
     """Every quantizable layer with its output error when quantized alone, worst first; the first
     entry, named `(all)`, quantizes every listed layer at once."""
     scheme = Scheme(ACTIVATION_TYPES[activation_type] if activation_type in ACTIVATION_TYPES else DType.int8,
                     DType.int8, bool(symmetric), bool(per_channel))
     plan = make_plan(program, calibration, scheme, method, quantize_ops, skip_ops, (), False,
-                     max_samples=max_samples)
+                     max_samples=max_samples, runner=runner)
     feeds = list(iter_calibration(program, calibration if held_out is None else held_out, held_out_samples))
     module = program.main
     reference = [run_with_inputs_replaced(module, f, {}) for f in feeds]

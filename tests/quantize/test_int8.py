@@ -243,3 +243,17 @@ def test_sensitivity_ranks_layers():
     errs = [r.rel_l2 for r in rows[1:]]
     assert errs == sorted(errs, reverse=True) and all(e > 0 for e in errs)
     assert [r.head for r in rows if r.name == "fc"] == [True]
+
+
+def test_cpu_calibration_runner_sees_the_ref_ranges():
+    target_or_skip("cpu")
+    data = _data(3, 7)
+    ranges = {}
+    for runner in ("ref", "cpu"):
+        program = fusegraph.parse_onnx(_conv_net())
+        ranges[runner] = make_plan(program, data, Scheme(), keep_heads=False, runner=runner).named_ranges(program.main)
+    assert set(ranges["cpu"]) == set(ranges["ref"]) == {"x", "r1", "f"}
+    for name, r in ranges["ref"].items():
+        assert ranges["cpu"][name] == pytest.approx(r, rel=1e-5, abs=1e-6), name
+    with pytest.raises(ArgumentError, match="runner"):
+        make_plan(fusegraph.parse_onnx(_conv_net()), data, Scheme(), runner="gpu")

@@ -40,7 +40,7 @@ def report(args: argparse.Namespace):
         rows = sensitivity(program, args.calibration, args.held_out, method=kw["method"],
                            per_channel=kw["per_channel"], symmetric=getattr(args, "symmetric", False),
                            activation_type=getattr(args, "activation_type", "int8"), quantize_ops=kw["quantize_ops"],
-                           skip_ops=kw["skip_ops"], max_samples=kw["max_samples"],
+                           skip_ops=kw["skip_ops"], max_samples=kw["max_samples"], runner=kw["runner"],
                            held_out_samples=args.held_out_samples)
     shown = rows[: args.top + 1] if getattr(args, "top", None) else rows
     show(table(f"{args.model}: int8 sensitivity (one layer quantized at a time)", ["layer", "op", "rel L2", "head"],
