@@ -99,7 +99,10 @@ def main() -> None:
     ap.add_argument("--held-out", type=int, default=32, help="held-out samples (default 32)")
     ap.add_argument("--target", default="cpu", help="fusegraph target the programs run on (default cpu)")
     args = ap.parse_args()
-    rows = []
+    rows: list[dict] = []
+    meta = {"calibration_samples": args.calibration, "held_out_samples": args.held_out, "target": args.target,
+            "inputs": "fusegraph.quantize.calibration_data: crops of installed image files and drawn scenes "
+                      "(seed 0 calibration, seed 1 held-out); PIL-rendered text lines for ppocr_rec"}
     for name in args.models.split(","):
         model = _model(name)
         cal, held = _samples(name, args.calibration, 0), _samples(name, args.held_out, 1)
@@ -110,16 +113,13 @@ def main() -> None:
             rows.append({"model": name, "engine": label, "scheme": scheme, "quantize_s": round(qs, 1),
                          "outputs": [r.as_dict() for r in compare(names, got, ref)]})
             print(rows[-1], flush=True)
+            write_results("quantization_accuracy", {**meta, "rows": rows})  # each row as it finishes
         with tempfile.TemporaryDirectory() as tmp:
             ref, got, qs = _ort(model, cal, held, Path(tmp))
         rows.append({"model": name, "engine": "onnxruntime int8 (quantize_static QDQ per-channel)",
                      "quantize_s": round(qs, 1), "outputs": [r.as_dict() for r in compare(names, got, ref)]})
         print(rows[-1], flush=True)
-    path = write_results("quantization_accuracy", {
-        "calibration_samples": args.calibration, "held_out_samples": args.held_out, "target": args.target,
-        "inputs": "fusegraph.quantize.calibration_data: crops of installed image files and drawn scenes "
-                  "(seed 0 calibration, seed 1 held-out); PIL-rendered text lines for ppocr_rec",
-        "rows": rows})
+        path = write_results("quantization_accuracy", {**meta, "rows": rows})
     print(f"wrote {path}")
 
 
