@@ -35,25 +35,33 @@ def quantize_bf16(program, keep_fp32=None):
 
 
 @api_boundary
-def quantize_int8(program, calibration, method="minmax", per_channel=True, symmetric=None,
-                  quantize_ops=("convolution", "dot"), skip_ops=(), skip_names=(), percentile=99.99, num_bins=2048,
-                  **options):
+def quantize_int8(program, calibration, method="minmax", **options):
     """Quantize `program` in place to int8 (Q/DQ around conv and dot) with ranges calibrated on
-    `calibration` (input dicts, or a folder of .npy / .npz). See fusegraph/quantize/int8.py."""
+    `calibration` (input dicts, or a folder of .npy / .npz); options: per_channel, symmetric,
+    quantize_ops, skip_ops, skip_names, percentile, num_bins, ... See fusegraph/quantize/int8.py."""
     from .quantize import int8
 
-    return int8.quantize_int8(program, calibration, method, per_channel, symmetric, quantize_ops, skip_ops,
-                              skip_names, percentile, num_bins, **options)
+    _check_options(int8.quantize_int8, options)
+    return int8.quantize_int8(program, calibration, method, **options)
 
 
 @api_boundary
-def quantize_fp8(program, calibration, method="minmax", per_channel=True, quantize_ops=("convolution", "dot"),
-                 skip_ops=(), skip_names=(), percentile=99.99, num_bins=2048, **options):
+def quantize_fp8(program, calibration, method="minmax", **options):
     """As `quantize_int8`, to float8 e4m3fn scales and values. See fusegraph/quantize/int8.py."""
     from .quantize import int8
 
-    return int8.quantize_fp8(program, calibration, method, per_channel, quantize_ops, skip_ops, skip_names,
-                             percentile, num_bins, **options)
+    _check_options(int8.quantize_fp8, options)
+    return int8.quantize_fp8(program, calibration, method, **options)
+
+
+def _check_options(fn, options) -> None:
+    import inspect
+
+    from .errors import ArgumentError
+
+    unknown = sorted(set(options) - set(inspect.signature(fn).parameters))
+    if unknown:
+        raise ArgumentError(f"{fn.__name__}: no option {', '.join(map(repr, unknown))}")
 
 
 @api_boundary
