@@ -65,7 +65,7 @@ def make_plan(program: Program, calibration: Any, scheme: Scheme, method: str = 
     if program.is_compiled:
         raise CompileError("quantize a program before compiling it (parse_onnx, then quantize, then compile)")
     module = program.main
-    propagate_constant(module)
+    _fold_constants(module)
     ops = select(module, quantize_ops, skip_ops, skip_names, keep_heads)
     watched = {x.uid for ins in ops for x in ins.inputs if not x.is_literal}
     bins = 0 if method == "minmax" else int(num_bins)
@@ -73,6 +73,20 @@ def make_plan(program: Program, calibration: Any, scheme: Scheme, method: str = 
     stats, n = collect_ranges(module, watched, samples, bins, check_runner(module, runner))
     ranges = {u: select_range(r, method, percentile) for u, r in stats.items()}
     return Plan(scheme, ops, ranges, n, method)
+
+
+def _fold_constants(module: Module, rounds: int = 8) -> None:
+    """Constants folded and per-channel scales folded into the weights first (a batch norm after its
+    convolution: conv(x, w) * c -> conv(x, w * c)), as ORT's quant_pre_process does: the weights are
+    then quantized as the program computes them, and the integer kernels' epilogues meet the bias
+    and activation directly. Per-channel symmetric scales would absorb the factor anyway."""
+    from ..passes.eliminate_dead_code import eliminate_dead_code
+    from ..passes.simplify_algebra import simplify_algebra
+
+    for _ in range(rounds):
+        if not (propagate_constant(module) | simplify_algebra(module)):
+            break
+    eliminate_dead_code(module)
 
 
 def _op(name: str, **attrs):
