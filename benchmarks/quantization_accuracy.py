@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import write_results  # noqa: E402
+from tests.helpers.ort_calibration import sample_reader  # noqa: E402
 from tests.helpers.real_models import REAL_MODELS  # noqa: E402
 
 # model -> (input name, shape, normalization, sample kind)
@@ -71,19 +72,12 @@ def _fusegraph(model, cal, held, target, **kw):
 
 def _ort(model, cal, held, tmp: Path):
     import onnxruntime as ort
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(cal)
-
-        def get_next(self):
-            return next(self.it, None)
+    from onnxruntime.quantization import QuantFormat, quantize_static
 
     src, dst = tmp / "f.onnx", tmp / "q.onnx"
     onnx.save(model, src)
     t0 = time.perf_counter()
-    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True)
+    quantize_static(str(src), str(dst), sample_reader(cal), quant_format=QuantFormat.QDQ, per_channel=True)
     quantize_s = time.perf_counter() - t0
     f = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
     q = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"])

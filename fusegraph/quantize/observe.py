@@ -7,8 +7,7 @@ compiles a copy whose outputs are the watched values too, so no fusion crosses t
 --per-layer` marks them. Measured on ResNet-50 here (2 shared cores): ref 1.3-4 s a sample; cpu
 1.5 s a sample after a 110 s compile (the marks leave the batch norms unfused): cpu pays off only
 past about a hundred samples, so ref is the default. `run_with_inputs_replaced` evaluates the
-program with some instructions reading replaced inputs (a layer's inputs fake-quantized), freeing
-values after their last use as the interpreter does. Both use the ref target's interpreter (the
+program with some instructions reading replaced inputs (a layer's inputs fake-quantized). Both use the ref target's interpreter (the
 executable specification), imported when they run: `quantize` sits below the targets.
 """
 
@@ -19,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
-from ..ir.builtin import Literal, Param, Return
+from ..ir.builtin import Return
 from ..ir.module import Module
 from .ranges import TensorRange
 
@@ -109,26 +108,6 @@ Replace = Callable[[list[np.ndarray]], list[np.ndarray]]
 
 def run_with_inputs_replaced(module: Module, feeds: Mapping[str, np.ndarray], replace: Mapping[int, Replace]) -> list:
     """The module's outputs, where instruction uid in `replace` computes on replace[uid](its args)."""
-    from ..targets.ref.interpreter import evaluate, last_uses
+    from ..targets.ref.interpreter import run_module
 
-    env: dict[int, object] = {}
-    frees = last_uses(module)
-    keep = {i.uid for i in module.outputs}
-    for pos, ins in enumerate(module.instructions):
-        op = ins.op
-        if isinstance(op, Param):
-            env[ins.uid] = feeds[op.param_name]
-            continue
-        if isinstance(op, Return):
-            return [env[i.uid] for i in ins.inputs]
-        if isinstance(op, Literal):
-            env[ins.uid] = op.value
-            continue
-        args = [env[i.uid] for i in ins.inputs]
-        if ins.uid in replace:
-            args = replace[ins.uid](args)
-        env[ins.uid] = evaluate(ins, args, env)
-        for uid in frees.get(pos, ()):
-            if uid not in keep:
-                env.pop(uid, None)
-    raise AssertionError(f"module {module.name} has no @return")
+    return run_module(module, feeds, replace_args=replace)

@@ -13,6 +13,7 @@ from fusegraph.errors import ArgumentError, CompileError
 from fusegraph.quantize.int8 import make_plan
 from fusegraph.quantize.qparams import Scheme
 from fusegraph.quantize.ranges import TensorRange, entropy_threshold, select_range
+from tests.helpers.ort_calibration import sample_reader
 from tests.util import target_or_skip
 
 
@@ -43,18 +44,11 @@ def _data(n: int, seed: int) -> list[dict[str, np.ndarray]]:
 
 
 def _ort_qdq(model: onnx.ModelProto, data, tmp_path, **kw) -> onnx.ModelProto:
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(data)
-
-        def get_next(self):
-            return next(self.it, None)
+    from onnxruntime.quantization import QuantFormat, quantize_static
 
     src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
     onnx.save(model, src)
-    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True, **kw)
+    quantize_static(str(src), str(dst), sample_reader(data), quant_format=QuantFormat.QDQ, per_channel=True, **kw)
     return onnx.load(dst)
 
 
@@ -111,7 +105,6 @@ def test_weight_scales_equal_ort_per_channel(tmp_path):
 def test_histogram_ranges_near_ort(tmp_path, method):
     """Our ranges against ORT's own calibrator, 2048 bins (128 quantized levels) on the same data."""
     pytest.importorskip("onnxruntime")
-    from onnxruntime.quantization import CalibrationDataReader
     from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
 
     model, data = _conv_net(), _data(6, 2)
@@ -119,15 +112,7 @@ def test_histogram_ranges_near_ort(tmp_path, method):
     ort_method = {"entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile}[method]
     cal = create_calibrator(str(tmp_path / "f.onnx"), None, str(tmp_path / "aug.onnx"), calibrate_method=ort_method,
                             extra_options={"num_bins": 2048, "num_quantized_bins": 128, "percentile": 99.99})
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(data)
-
-        def get_next(self):
-            return next(self.it, None)
-
-    cal.collect_data(Reader())
+    cal.collect_data(sample_reader(data))
     theirs = {k: tuple(float(v) for v in cal.compute_data()[k].range_value) for k in ("x", "r1", "f")}
     program = fusegraph.parse_onnx(model)
     ours = make_plan(program, data, Scheme(), method=method, keep_heads=False).named_ranges(program.main)
