@@ -38,6 +38,36 @@ def quantize_bf16(program, keep_fp32=None):
 
 
 @api_boundary
+def quantize_int8(program, calibration, method="minmax", **options):
+    """Quantize `program` in place to int8 (Q/DQ around conv and dot) with ranges calibrated on
+    `calibration` (input dicts, or a folder of .npy / .npz); options: per_channel, symmetric,
+    quantize_ops, skip_ops, skip_names, percentile, num_bins, ... See fusegraph/quantize/int8.py."""
+    from .quantize import int8
+
+    _check_options(int8.quantize_int8, options)
+    return int8.quantize_int8(program, calibration, method, **options)
+
+
+@api_boundary
+def quantize_fp8(program, calibration, method="minmax", **options):
+    """As `quantize_int8`, to float8 e4m3fn scales and values. See fusegraph/quantize/int8.py."""
+    from .quantize import int8
+
+    _check_options(int8.quantize_fp8, options)
+    return int8.quantize_fp8(program, calibration, method, **options)
+
+
+def _check_options(fn, options) -> None:
+    import inspect
+
+    from .errors import ArgumentError
+
+    unknown = sorted(set(options) - set(inspect.signature(fn).parameters))
+    if unknown:
+        raise ArgumentError(f"{fn.__name__}: no option {', '.join(map(repr, unknown))}")
+
+
+@api_boundary
 def save(program, path, *, sign_key=None) -> None:
     """Write a compiled program to an .fgx file (signed with `sign_key` or $FUSEGRAPH_SIGN_KEY if set)."""
     from .runtime.serialize import save
@@ -70,5 +100,5 @@ def load_buffer(data, *, verify_key=None, integrity="lazy") -> Program:
 __all__ = [
     "CompileOptions", "DType", "Dim", "FusegraphError", "Pipeline", "Program", "Shape", "Stage", "StageError",
     "custom_op", "get_target", "is_2_4", "load", "load_buffer", "make_sparse", "parse_onnx", "prune_2_4",
-    "quantize_bf16", "quantize_fp16", "save", "save_buffer",
+    "quantize_bf16", "quantize_fp16", "quantize_fp8", "quantize_int8", "save", "save_buffer",
 ]

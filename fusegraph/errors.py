@@ -55,6 +55,11 @@ class InputError(FusegraphError):
     """A run was given a missing, unknown, wrong-shape or wrong-dtype input."""
 
 
+class CalibrationError(InputError):
+    """Calibration data for a quantizer is unusable: an empty or malformed folder, a file that is not
+    a .npy/.npz array, an input name the model lacks, a missing input, or a wrong shape or dtype."""
+
+
 class ResourceError(FusegraphError):
     """A size beyond what fusegraph or this machine can hold: a dim or element count past the kernels'
     index types, a tensor or a compile's peak memory past `CompileOptions.max_memory`. Names the size

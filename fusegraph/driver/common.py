@@ -165,10 +165,11 @@ class Loaded:
 
 
 def load(args: argparse.Namespace, *, target: str | None = None, options: Any = None, manager: Any = None,
-         warn_defaults: bool = False) -> Loaded:
+         warn_defaults: bool = False, prepare: Any = None) -> Loaded:
     """Resolve MODEL, parse it with the shapes the options ask for, and compile it for `target`
     (`manager`, a PassManager, records the passes). `warn_defaults`: once it compiled, name on stderr
-    the symbolic dims that took the default 1."""
+    the symbolic dims that took the default 1. `prepare(program)` runs between parse and compile
+    (--int8: the quantizer)."""
     from .inputs import load_input_files
     from .models import resolve_model
     from .report import status
@@ -179,13 +180,17 @@ def load(args: argparse.Namespace, *, target: str | None = None, options: Any = 
         source = resolve_model(args.model)
         load_s = time.perf_counter() - t0
     if source.compiled is not None:
+        if prepare is not None:
+            from ..errors import InputError
+
+            raise InputError(f"{args.model} is compiled already: quantize the ONNX model instead")
         return _load_compiled(args, source, files, target, load_s)
     return load_source(args, source, files, target=target, options=options, manager=manager,
-                       warn_defaults=warn_defaults)
+                       warn_defaults=warn_defaults, prepare=prepare)
 
 
 def load_source(args: argparse.Namespace, source: Any, files: dict[str, np.ndarray], *, target: str | None = None,
-                options: Any = None, manager: Any = None, warn_defaults: bool = False) -> Loaded:
+                options: Any = None, manager: Any = None, warn_defaults: bool = False, prepare: Any = None) -> Loaded:
     """`load` of an ONNX ModelSource resolved already (verify --per-layer: the model with every tensor
     marked as an output)."""
     from ..errors import InputError, ShapeError
@@ -220,6 +225,8 @@ def load_source(args: argparse.Namespace, source: Any, files: dict[str, np.ndarr
     # before compiling: the passes may fold or fuse the gathers that tell an index's range
     loaded = Loaded(source, program, files, samples, parse_s=parse_s, start_ns=start_ns, bounds=index_bounds(program),
                     run_dims=run_dims)
+    if prepare is not None:
+        prepare(program)
     if target is not None:
         from ..targets import get_target
 
@@ -235,10 +242,10 @@ def load_source(args: argparse.Namespace, source: Any, files: dict[str, np.ndarr
     return loaded
 
 
-def load_on_target(args: argparse.Namespace, options: Any = None) -> Loaded:
+def load_on_target(args: argparse.Namespace, options: Any = None, prepare: Any = None) -> Loaded:
     """`load` compiled for the target --target names (by default `default_target()`). The result's
     `target` is where it runs: a compiled .fgx file runs on the target it was compiled for."""
-    return load(args, target=args.target or default_target(), options=options, warn_defaults=True)
+    return load(args, target=args.target or default_target(), options=options, warn_defaults=True, prepare=prepare)
 
 
 def _load_compiled(args: argparse.Namespace, source: Any, files: dict[str, np.ndarray], target: str | None,

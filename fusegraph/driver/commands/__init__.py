@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import analyze, compile, ops, params, perf, read, reduce, run, serve, trace, verify
+from . import analyze, compile, ops, params, perf, quantize_report, read, reduce, run, serve, trace, verify
 
 COMMANDS: dict[str, ModuleType] = {"read": read, "params": params, "run": run, "verify": verify, "perf": perf,
                                "analyze": analyze, "ops": ops, "compile": compile, "trace": trace,
-                               "reduce": reduce, "serve": serve}
+                               "reduce": reduce, "serve": serve, "quantize-report": quantize_report}

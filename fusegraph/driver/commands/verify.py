@@ -29,7 +29,7 @@ from ..common import (
     load,
     load_on_target,
 )
-from . import verify_layers
+from . import verify_layers, verify_quantized
 
 HELP = "compare a target's outputs with ONNX Runtime's (or the ref target's); exit 1 on mismatch"
 DEFAULT_ATOL = 1e-4
@@ -59,6 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"with --fp16: largest relative L2 error of an output (default {DEFAULT_FP16_TOL})")
     p.add_argument("--json", metavar="FILE", type=Path, help="also write the comparison as JSON")
     verify_layers.add_arguments(p)
+    verify_quantized.add_arguments(p)
 
 
 @dataclasses.dataclass
@@ -121,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
     from .. import ort
     from ..report import fmt, note, show, status, table
 
+    if args.int8 or args.fp8:
+        return verify_quantized.run(args)
     if args.per_layer:
         return verify_layers.run_per_layer(args)
     if args.bisect:

@@ -32,10 +32,12 @@ def last_uses(module: Module) -> dict[int, list[int]]:
 
 
 def run_module(module: Module, params: Mapping[str, Any] | Sequence[Any],
-               outer: Mapping[int, Any] | None = None, observer: Any = None) -> list[Any]:
+               outer: Mapping[int, Any] | None = None, observer: Any = None,
+               replace_args: Mapping[int, Any] | None = None) -> list[Any]:
     """Evaluate `module`. `params` maps parameter names (or positions) to values; `outer` holds the
     values of enclosing modules that a submodule may use; `observer` (a profile.Recorder) is told
-    each instruction's times and value."""
+    each instruction's times and value; the instruction of uid u in `replace_args` computes on
+    replace_args[u](its argument values) (quantize/sensitivity.py: one layer's inputs fake-quantized)."""
     env: dict[int, Any] = dict(outer) if outer else {}
     frees = last_uses(module)
     keep = {i.uid for i in module.outputs}
@@ -61,6 +63,8 @@ def run_module(module: Module, params: Mapping[str, Any] | Sequence[Any],
             env[ins.uid] = op.value
             continue
         args = [env[i.uid] for i in ins.inputs]
+        if replace_args is not None and ins.uid in replace_args:
+            args = replace_args[ins.uid](args)
         if observer is None:
             env[ins.uid] = evaluate(ins, args, env)
         else:
