@@ -96,6 +96,8 @@ class EngineProcess:
     def _stop(self) -> None:
         if _CAN_STOP and self._proc.poll() is None:
             self._proc.send_signal(signal.SIGSTOP)
+            # the signal is asynchronous: wait until the child is stopped before anyone else is timed
+            os.waitpid(self._proc.pid, os.WUNTRACED)
 
     def _cont(self) -> None:
         if _CAN_STOP and self._proc.poll() is None:
