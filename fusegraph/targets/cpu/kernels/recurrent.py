@@ -54,12 +54,12 @@ def recurrent(ins: Instruction, ctx: LowerContext) -> Kernel:
     ctx.deferred.append(lambda: cell.update(kernel=ctx.library[source.name]))
     dims = (ctypes.c_int64 * 1)(0)
     fixed = (rt, rb, pp)  # the kernel's constant arguments
+    project = _projection(wt, bias, t_len * batch, ctx)
 
     def run(args, out):
         kernel = cell["kernel"]
         x = np.ascontiguousarray(args[0]).reshape(t_len * batch, -1)
-        xw = np.matmul(x, wt)  # every step's and direction's input projection: one product
-        xw += bias
+        xw = project(x)  # every step's and direction's input projection: one product
         y = np.empty((t_len, dirs, batch, h), dtype)
         yh = np.empty((dirs, batch, h), dtype)
         yc = np.empty((dirs, batch, h), dtype) if op.n_states > 1 else None
@@ -72,3 +72,17 @@ def recurrent(ins: Instruction, ctx: LowerContext) -> Kernel:
         return (y, yh) if yc is None else (y, yh, yc)
 
     return run
+
+
+def _projection(wt: np.ndarray, bias: np.ndarray, rows: int, ctx: LowerContext):
+    """x[rows, in] -> x @ wt + bias: for float32 a oneDNN matmul with the weights packed once (its
+    threads are the generated kernels' OpenMP pool; numpy's BLAS would bring a second, competing
+    pool: on the loaded 2-core VM a [40, 128] @ [128, 1024] took 56 ms there against 0.25 ms on one
+    thread)."""
+    if wt.dtype != np.float32:
+        return lambda x: np.add(np.matmul(x, wt), bias)
+    from .. import onednn
+
+    flops = 2.0 * rows * wt.shape[0] * wt.shape[1]
+    prim = onednn.MatMul((rows, wt.shape[0]), wt, bias, threads=ctx.threads_for(flops))
+    return lambda x: prim(x)
