@@ -74,3 +74,30 @@ def test_tuned_configs_start_at_the_defaults_and_differ():
     assert configs[0] == OrtConfig() and configs[0].label == "defaults"
     assert len(set(configs)) == len(configs) and any(c.parallel for c in configs)
     assert {c.intra_op_threads for c in configs} == {0, 1, 2}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
+def test_a_stopped_engine_dies_with_its_parent(relu_model, tmp_path):
+    import os
+    import subprocess
+    import time
+
+    model = tmp_path / "relu.onnx"
+    onnx.save(relu_model, model)
+    script = ("import os, signal, numpy as np\n"
+              "from fusegraph.driver.isolated import engines\n"
+              f"with engines({{'e': {{'engine': 'onnxruntime', 'model': {str(model)!r}}}}}, "
+              "{'x': np.zeros((2, 3), np.float32)}) as p:\n"
+              "    print(p['e']._proc.pid, flush=True)\n"
+              "    os.kill(os.getpid(), signal.SIGKILL)  # no clean-up runs\n")
+    root = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": root})
+    child = int(done.stdout.split()[0])
+    for _ in range(100):
+        if not Path(f"/proc/{child}").exists() or _state(child) == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, 9)
+        pytest.fail("the engine outlived its parent")

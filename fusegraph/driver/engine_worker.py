@@ -90,8 +90,24 @@ def serve(spec: dict[str, Any]) -> None:
             _reply({"error": f"unknown command {cmd!r}"})
 
 
+def _die_with_parent(parent: int | None) -> None:
+    """On Linux, have the kernel kill this process when its parent ends: the parent keeps it stopped
+    between requests, and a parent killed mid-measurement would otherwise leave it stopped forever."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import os
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    if parent is not None and os.getppid() != parent:  # the parent ended before the request took effect
+        sys.exit(1)
+
+
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
+    _die_with_parent(spec.get("parent"))
     try:
         serve(spec)
     except Exception as e:  # the parent shows the message; this process has nothing else to report to

@@ -41,7 +41,7 @@ class EngineProcess:
     def __init__(self, name: str, spec: Mapping[str, Any], workdir: Path):
         self.name = name
         spec_file = workdir / f"{name}.json"
-        spec_file.write_text(json.dumps(dict(spec)))
+        spec_file.write_text(json.dumps({**spec, "parent": os.getpid()}))
         self._stderr = open(workdir / f"{name}.stderr", "w+")  # a file: a full pipe would block the child
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
         self._proc = subprocess.Popen([sys.executable, "-m", "fusegraph.driver.engine_worker", str(spec_file)],
