@@ -173,6 +173,16 @@ def _print_row(r: dict, best: bool) -> None:
           f"{r['ratio']:>7.2f}{extra}  {check}", flush=True)
 
 
+def _summary(rows: list[dict], best: bool) -> dict:
+    measured = [r for r in rows if "ratio" in r]
+    worst = max(measured, key=lambda r: r["ratio"], default=None)
+    out = {"geomean_ratio": geomean([r["ratio"] for r in measured]),
+           "worst": worst and {"model": worst["model"], "ratio": worst["ratio"]}}
+    if best:
+        out["geomean_ratio_best"] = geomean([r["ratio_best"] for r in measured])
+    return out
+
+
 def main() -> int:
     from fusegraph.errors import FusegraphError
 
@@ -187,6 +197,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=10, help="timed runs per round")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--no-write", action="store_true", help="do not write the JSON results")
+    ap.add_argument("--tag", default="", help="added to the results file's name (cpu_vs_ort-TAG-<host>.json)")
     a = ap.parse_args()
     wanted = [n for n in a.models.split(",") if n]
     if unknown := set(wanted) - set(names):
@@ -211,22 +222,20 @@ def main() -> int:
             r = {"model": case.name, "batch": case.batch, "error": str(e)}
         rows.append(r)
         _print_row(r, a.ort_best)
-    measured = [r for r in rows if "ratio" in r]
-    gm = geomean([r["ratio"] for r in measured])
-    worst = max(measured, key=lambda r: r["ratio"], default=None)
-    summary = {"geomean_ratio": gm, "worst": worst and {"model": worst["model"], "ratio": worst["ratio"]}}
-    if a.ort_best:
-        summary["geomean_ratio_best"] = geomean([r["ratio_best"] for r in measured])
-    print(f"geometric mean {gm:.2f}, worst {worst['ratio'] if worst else float('nan'):.2f} "
-          f"({worst['model'] if worst else '-'}); ORT at its defaults; {a.rounds} rounds x {a.runs} runs after "
-          f"{a.warmup} warm-up, each engine in its own process" +
+        summary = _summary(rows, a.ort_best)
+        if not a.no_write:  # after every model: a run cut short keeps what it measured
+            name = "-".join(filter(None, ["cpu_vs_ort", "corpus" if a.corpus else "", a.tag]))
+            path = write_results(name, {
+                "method": "each engine in its own process, stopped while another is timed; alternating rounds; "
+                          "median of round medians", "fusegraph_threads": a.threads, "rounds": a.rounds,
+                "runs": a.runs, "warmup": a.warmup, "onnxruntime": onnxruntime.__version__, "ort_best": a.ort_best,
+                **summary, "models": rows})
+    summary = _summary(rows, a.ort_best)
+    worst = summary["worst"] or {"model": "-", "ratio": float("nan")}
+    print(f"geometric mean {summary['geomean_ratio']:.2f}, worst {worst['ratio']:.2f} ({worst['model']}); ORT at "
+          f"its defaults; {a.rounds} rounds x {a.runs} runs after {a.warmup} warm-up, each engine in its own process" +
           (f"; against ORT's best: geometric mean {summary['geomean_ratio_best']:.2f}" if a.ort_best else ""))
-    if not a.no_write:
-        path = write_results("cpu_vs_ort-corpus" if a.corpus else "cpu_vs_ort", {
-            "method": "each engine in its own process, stopped while another is timed; alternating rounds; "
-                      "median of round medians", "fusegraph_threads": a.threads, "rounds": a.rounds, "runs": a.runs,
-            "warmup": a.warmup, "onnxruntime": onnxruntime.__version__, "ort_best": a.ort_best, **summary,
-            "models": rows})
+    if not a.no_write and rows:
         print(f"wrote {path.relative_to(ROOT)}")
     return 0 if all(r.get("verified", True) and "error" not in r for r in rows) else 1
 

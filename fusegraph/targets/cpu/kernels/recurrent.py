@@ -15,7 +15,7 @@ import numpy as np
 from ....ir.module import Instruction
 from ..codegen import CodegenUnsupported
 from ..codegen.recurrent import recurrent_kernel
-from ..lowering import Kernel, LowerContext, lowering, reference_kernel
+from ..lowering import SMALL_WORK, Kernel, LowerContext, lowering, reference_kernel
 
 _PTR = ctypes.c_void_p
 
@@ -79,10 +79,12 @@ def _projection(wt: np.ndarray, bias: np.ndarray, rows: int, ctx: LowerContext):
     threads are the generated kernels' OpenMP pool; numpy's BLAS would bring a second, competing
     pool: on the loaded 2-core VM a [40, 128] @ [128, 1024] took 56 ms there against 0.25 ms on one
     thread)."""
-    if wt.dtype != np.float32:
+    flops = 2.0 * rows * wt.shape[0] * wt.shape[1]
+    # below SMALL_WORK (a streaming cell's one step: silero-vad's [1, 256] @ [256, 512]) BLAS runs one
+    # thread and oneDNN's call costs more than the product: 0.118 -> ms a step with it, 0.086 without
+    if wt.dtype != np.float32 or flops < SMALL_WORK:
         return lambda x: np.add(np.matmul(x, wt), bias)
     from .. import onednn
 
-    flops = 2.0 * rows * wt.shape[0] * wt.shape[1]
     prim = onednn.MatMul((rows, wt.shape[0]), wt, bias, threads=ctx.threads_for(flops))
     return lambda x: prim(x)
