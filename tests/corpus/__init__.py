@@ -4,7 +4,7 @@ each target against ONNX Runtime (tests/test_corpus.py, benchmarks/corpus_table.
 
 from __future__ import annotations
 
-from . import control, hf_seq2seq, hf_text, hf_vision, quant, torch_cnn, torch_graph, torch_signal  # noqa: F401
+from . import control, hf_seq2seq, hf_text, hf_vision, quant, torch_cnn, torch_graph, torch_ocr, torch_signal  # noqa: F401
 from .registry import ENTRIES, Entry
 
 quant.register_all()  # after the families: the int8 entries quantize their models

@@ -23,6 +23,7 @@ from .passes import (
     plan_memory,
     split_sliced_conv,
 )
+from .precision import warn_half_precision
 
 
 class CpuTarget(Target):
@@ -43,6 +44,7 @@ class CpuTarget(Target):
         if main.memory_plan is None:
             plan_memory(main)
         threads = options.threads or len(os.sched_getaffinity(0))
+        warn_half_precision(main, options.fp16)
         with building(program) as built:  # what a compiled file keeps: packed weights, generated kernels
             ctx = LowerContext(options, threads)
             steps = lower_module(main, ctx)

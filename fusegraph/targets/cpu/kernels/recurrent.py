@@ -1,101 +1,90 @@
-"""LSTM with its weights prepared once: W and R transposed, the two biases summed, the input
-projection of every time step one product; a step is then one product and the gate math over the
-sigmoid gates at once. The op's reference re-derives all of that per call (~100 us per step of
-silero-vad's 128-unit cell, about half of it here). Other recurrent layers and LSTM variants (clip,
-sequence_lens, other activations, coupled input-forget) keep the reference."""
+"""LSTM, GRU and RNN as native kernels: the weights prepared once (W^T of every direction side by
+side, R^T per direction, the biases that can be summed summed), then per call one product for the
+input projections of every step and direction, and the recurrence in generated C (codegen/
+recurrent.py: the state's product with R^T and the fused gates per step, directions on their own
+threads). The numpy reference spent ~10 array operations a step (CRNN's 2-layer BiLSTM over 40
+columns: 160 steps, most of the model's time). Dynamic shapes, weights computed at run time and
+dtypes other than float32/float64 keep the reference."""
 
 from __future__ import annotations
+
+import ctypes
 
 import numpy as np
 
 from ....ir.module import Instruction
-from ..lowering import Kernel, LowerContext, lowering, reference_kernel
+from ..codegen import CodegenUnsupported
+from ..codegen.recurrent import recurrent_kernel
+from ..lowering import SMALL_WORK, Kernel, LowerContext, lowering, reference_kernel
 
-DEFAULT_ACTIVATIONS = ("sigmoid", "tanh", "tanh")
+_PTR = ctypes.c_void_p
 
 
-@lowering("lstm")
-def lstm(ins: Instruction, ctx: LowerContext) -> Kernel:
+@lowering("lstm", "gru", "rnn")
+def recurrent(ins: Instruction, ctx: LowerContext) -> Kernel:
     op = ins.op
-    consts = [ctx.const(i) for i in ins.inputs[1:5]]  # W, R, B, P
-    plain = (op.clip is None and not op.has_sequence_lens and not op.input_forget
-             and op.activations == DEFAULT_ACTIVATIONS * op.num_directions)
-    if not plain or any(c is None for c in consts) or ins.inputs[0].shape.is_dynamic:
+    x_shape = ins.inputs[0].shape
+    weights = [ctx.const(i) for i in ins.inputs[1:op.n_weights]]  # W, R, B (and P)
+    if x_shape.is_dynamic or any(w is None for w in weights):
         return reference_kernel(ins, ctx)
-    w, r, b, p = consts
-    h, dtype = op.hidden_size, ins.inputs[0].shape.dtype.np
-    dirs = []
-    for k in range(op.num_directions):
-        peep = p[k] if np.any(p[k]) else None
-        wt, rt = np.ascontiguousarray(w[k].T), np.ascontiguousarray(r[k].T)
-        # one step: [x_t, h] @ [W^T; R^T] is one product (what a single-step cell, like a streaming
-        # VAD's, runs per call); longer sequences project every x_t at once first
-        dirs.append((wt, rt, np.concatenate([wt, rt]), b[k][:4 * h] + b[k][4 * h:], peep,
-                     op.direction == "reverse" or k == 1))
-    t_len, batch, _ = ins.inputs[0].shape.lens
-    first_state = 5 + op.has_sequence_lens
+    w, r, b = weights[:3]
+    peep = weights[3] if op.n_weights > 4 else None
+    t_len, batch, _ = x_shape.lens
+    try:
+        source = recurrent_kernel(op, x_shape.dtype, t_len, batch, peepholes=peep is not None and bool(np.any(peep)))
+    except CodegenUnsupported:
+        return reference_kernel(ins, ctx)
+    dtype, h, dirs = x_shape.dtype.np, op.hidden_size, op.num_directions
+    gh = op.gates * h
+    # Rb is summed into the projection's bias except GRU's linear-before-reset candidate bias, which
+    # the reset gate scales (the kernel adds it to H Rh^T)
+    summed = np.ones(gh, bool)
+    if op.name == "gru" and op.linear_before_reset:
+        summed[2 * h:] = False
+    wt = np.ascontiguousarray(np.concatenate([w[k].T for k in range(dirs)], axis=1), dtype)  # [in, dirs*gh]
+    bias = np.concatenate([b[k][:gh] + np.where(summed, b[k][gh:], 0) for k in range(dirs)]).astype(dtype)
+    rt = np.ascontiguousarray(np.stack([r[k].T for k in range(dirs)]), dtype)  # [dirs, H, gh]
+    rb = np.ascontiguousarray(b[:, gh:], dtype)
+    pp = np.ascontiguousarray(peep if peep is not None else np.zeros((dirs, 3 * h)), dtype)
+    k_lens = op.n_weights
+    k_h0 = k_lens + op.has_sequence_lens
+    k_c0 = k_h0 + op.has_initial_h
+    ctx.kernel_sources.append(source)
+    cell: dict = {}
+    ctx.deferred.append(lambda: cell.update(kernel=ctx.library[source.name]))
+    dims = (ctypes.c_int64 * 1)(0)
+    fixed = (rt, rb, pp)  # the kernel's constant arguments
+    project = _projection(wt, bias, t_len * batch, ctx)
 
     def run(args, out):
-        if t_len == 1 and len(dirs) == 1 and dirs[0][4] is None:
-            return _one_step(args)
-        with np.errstate(over="ignore"):  # exp(-g) overflows to inf for very negative g: sigmoid 0
-            return _run(args)
-
-    def _one_step(args):
-        """One time step, one direction, no peepholes (a streaming model's cell): in place, the
-        sigmoids as 0.5 * (1 + tanh(x / 2)) (no overflow to guard)."""
-        _, _, wrt, bias, _, _ = dirs[0]
-        xh = np.empty((batch, wrt.shape[0]), dtype)
-        n_in = wrt.shape[0] - h
-        xh[:, :n_in] = args[0][0]
-        if op.has_initial_h:
-            xh[:, n_in:] = args[first_state][0]
-        else:
-            xh[:, n_in:] = 0
-        g = np.matmul(xh, wrt)
-        g += bias
-        s = g[:, :3 * h]  # gates i, o, f
-        np.multiply(s, 0.5, out=s)
-        np.tanh(s, out=s)
-        s += 1
-        s *= 0.5
-        cell = np.tanh(g[:, 3 * h:])
-        cell *= s[:, :h]
-        if op.has_initial_c:
-            cell += s[:, 2 * h:] * args[first_state + op.has_initial_h][0]
-        state = np.tanh(cell)
-        state *= s[:, h:2 * h]
-        return state.reshape(1, 1, batch, h), state[None], cell[None]
-
-    def _run(args):
-        x = args[0]
-        zeros = np.zeros((batch, h), dtype)
-        y = np.empty((t_len, len(dirs), batch, h), dtype)
-        hs, cs = [], []
-        for k, (wt, rt, wrt, bias, peep, reverse) in enumerate(dirs):
-            state = args[first_state][k] if op.has_initial_h else zeros
-            cell = args[first_state + op.has_initial_h][k] if op.has_initial_c else zeros
-            if t_len > 1:
-                xw = (x.reshape(t_len * batch, -1) @ wt + bias).reshape(t_len, batch, 4 * h)
-            for t in range(t_len - 1, -1, -1) if reverse else range(t_len):
-                if t_len > 1:
-                    g = xw[t] + state @ rt  # gates i, o, f, c
-                else:
-                    g = np.concatenate((x[0], state), axis=1) @ wrt
-                    g += bias
-                if peep is None:
-                    s = 1 / (1 + np.exp(-g[:, :3 * h]))
-                    i, o, f = s[:, :h], s[:, h:2 * h], s[:, 2 * h:]
-                    cell = f * cell + i * np.tanh(g[:, 3 * h:])
-                else:
-                    i = 1 / (1 + np.exp(-(g[:, :h] + peep[:h] * cell)))
-                    f = 1 / (1 + np.exp(-(g[:, 2 * h:3 * h] + peep[2 * h:] * cell)))
-                    cell = f * cell + i * np.tanh(g[:, 3 * h:])
-                    o = 1 / (1 + np.exp(-(g[:, h:2 * h] + peep[h:2 * h] * cell)))
-                state = o * np.tanh(cell)
-                y[t, k] = state
-            hs.append(state)
-            cs.append(cell)
-        return y, np.stack(hs).astype(dtype, copy=False), np.stack(cs).astype(dtype, copy=False)
+        kernel = cell["kernel"]
+        x = np.ascontiguousarray(args[0]).reshape(t_len * batch, -1)
+        xw = project(x)  # every step's and direction's input projection: one product
+        y = np.empty((t_len, dirs, batch, h), dtype)
+        yh = np.empty((dirs, batch, h), dtype)
+        yc = np.empty((dirs, batch, h), dtype) if op.n_states > 1 else None
+        lens = np.ascontiguousarray(args[k_lens], np.int64) if op.has_sequence_lens else None
+        h0 = np.ascontiguousarray(args[k_h0], dtype) if op.has_initial_h else None
+        c0 = np.ascontiguousarray(args[k_c0], dtype) if op.has_initial_c else None
+        ptrs = (_PTR * 10)(xw.ctypes.data, *(a.ctypes.data for a in fixed),
+                           *(None if a is None else a.ctypes.data for a in (lens, h0, c0, y, yh, yc)))
+        kernel._fn(ptrs, dims, kernel.threads)
+        return (y, yh) if yc is None else (y, yh, yc)
 
     return run
+
+
+def _projection(wt: np.ndarray, bias: np.ndarray, rows: int, ctx: LowerContext):
+    """x[rows, in] -> x @ wt + bias: for float32 a oneDNN matmul with the weights packed once (its
+    threads are the generated kernels' OpenMP pool; numpy's BLAS would bring a second, competing
+    pool: on the loaded 2-core VM a [40, 128] @ [128, 1024] took 56 ms there against 0.25 ms on one
+    thread)."""
+    flops = 2.0 * rows * wt.shape[0] * wt.shape[1]
+    # below SMALL_WORK (a streaming cell's one step: silero-vad's [1, 256] @ [256, 512]) BLAS runs one
+    # thread and oneDNN's call costs more than the product: 0.118 -> ms a step with it, 0.086 without
+    if wt.dtype != np.float32 or flops < SMALL_WORK:
+        return lambda x: np.add(np.matmul(x, wt), bias)
+    from .. import onednn
+
+    prim = onednn.MatMul((rows, wt.shape[0]), wt, bias, threads=ctx.threads_for(flops))
+    return lambda x: prim(x)
