@@ -90,7 +90,8 @@ def _calibrated(kind: str, prog: program, t: target, calibration: Sequence[Mappi
                                     "fusegraph (fusegraph/quantize/int8.py is missing); quantize_fp16 and "
                                     "quantize_bf16 are") from None
         raise
-    getattr(int8, fn)(p, samples, quantize_ops=tuple(sorted(_op_names(ins_names, fn))))
+    # MIGraphX quantizes every instruction ins_names names, a network's last layer too: no head kept float
+    getattr(int8, fn)(p, samples, quantize_ops=tuple(sorted(_op_names(ins_names, fn))), keep_heads=False)
 
 
 @api_boundary

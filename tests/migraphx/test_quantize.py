@@ -72,7 +72,9 @@ def test_int8_and_fp8_say_they_are_missing(fn):
 @pytest.mark.parametrize("fn, bound", [(migraphx.quantize_int8, 0.05), (migraphx.quantize_fp8, 0.1)])
 def test_calibrated_quantization_runs_close_to_float(fn, bound):
     p = _program()
-    calibration = [{"x": migraphx.argument(_x(seed=k))} for k in range(4)]
+    # enough samples that the held-out input's range is covered: a min/max range from 4 saturated one
+    # of seed 9's rows (0.7 off; rel L2 0.26), as min/max calibration does with too few samples
+    calibration = [{"x": migraphx.argument(_x(seed=k))} for k in range(32)]
     fn(p, migraphx.get_target("ref"), calibration=calibration)
     narrow = {i.shape.dtype.value for i in p.fusegraph_program.main.instructions
               if not i.shape.is_tuple and ("int8" in i.shape.dtype.value or "float8" in i.shape.dtype.value)}
@@ -109,4 +111,4 @@ def test_calibrated_wrappers_hand_numpy_samples_and_op_names_to_the_quantizer(fn
     ((program, calibration, kw),) = calls
     assert program is p.fusegraph_program
     assert type(calibration[0]["x"]) is np.ndarray and np.array_equal(calibration[0]["x"], _x())
-    assert kw == {"quantize_ops": ("convolution", "dot")}
+    assert kw == {"quantize_ops": ("convolution", "dot"), "keep_heads": False}  # MIGraphX quantizes heads too
