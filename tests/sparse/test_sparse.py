@@ -36,12 +36,12 @@ def test_prune_2_4_keeps_the_two_largest_of_every_four():
         fusegraph.prune_2_4(np.ones((6, 2), np.float32))
 
 
-@pytest.mark.parametrize("m", [1, 7, 8, 33, 130])
-def test_sparse_product_matches_numpy(m):
+@pytest.mark.parametrize("m, k", [(1, 96), (7, 96), (8, 96), (33, 96), (130, 96), (33, 600), (1, 600)])
+def test_sparse_product_matches_numpy(m, k):  # k = 600: three row blocks of 256 (the kernel's KB)
     target_or_skip("cpu")  # needs the C compiler the cpu target uses
     from fusegraph.targets.cpu.kernels.sparse import SparseWeights
 
-    k, n = 96, 200
+    n = 200
     w = fusegraph.make_sparse((k, n), density=0.2, seed=m)
     w[:, 5] = 0  # an empty column
     x = rng.standard_normal((m, k)).astype(np.float32)

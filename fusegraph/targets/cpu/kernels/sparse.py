@@ -24,18 +24,21 @@ from ..codegen.build import build_library
 from ..codegen.kernels import KernelSource
 
 MAX_DENSITY = 0.5  # denser weights are not even tried: the dense kernels win by far
+_KB = 256  # rows of a tile read at a time: 256 x 64 floats = 64 KiB
 MARGIN = 0.9  # the sparse kernel must win by 10 %: timing noise must not flip the choice between compiles
 
 _SOURCE = r"""
 /* x [M, K] is packed into tiles of T rows, xp[tile][k][t] (zero-padded), so the terms of one output
    column over a tile are T contiguous floats: acc[0..T) += v * xp[tile][k][0..T) vectorizes, and a
-   tile's K x T block stays in cache while every column of a block of columns reads it. */
+   block of 64 columns reads the tile KB rows at a time (kptr: where each column's nonzeros cross a
+   multiple of KB), so the KB x T rows in use stay in L1/L2 whatever K is; a column's partial sums
+   wait in `part` between row blocks, which keeps each sum in ascending k. */
 typedef float fg_v8 __attribute__((vector_size(32)));  /* 8 floats: one AVX register where there is one */
 typedef float fg_v8u __attribute__((vector_size(32), aligned(4)));  /* the same, read unaligned */
 #define FG_SPMM(T)                                                                                    \
 static void fg_spmm_t##T(const float* x, float* y, int64_t M, int64_t K, int64_t N,                   \
-                         const int64_t* indptr, const int32_t* rows, const float* vals, float* xp,     \
-                         int threads) {                                                               \
+                         const int64_t* kptr, int64_t nkb, const int32_t* rows, const float* vals,     \
+                         float* xp, int threads) {                                                    \
     const int64_t tiles = (M + T - 1) / T, NB = 64, blocks = (N + NB - 1) / NB;                       \
     _Pragma("omp parallel num_threads(threads)")                                                      \
     {                                                                                                 \
@@ -52,15 +55,23 @@ static void fg_spmm_t##T(const float* x, float* y, int64_t M, int64_t K, int64_t
                 const int64_t tm = M - i * T < T ? M - i * T : T;                                     \
                 const float* tile = xp + i * K * T;                                                   \
                 const int64_t n1 = (b + 1) * NB < N ? (b + 1) * NB : N;                               \
-                for (int64_t n = b * NB; n < n1; n++) {                                               \
-                    fg_v8 acc[T / 8];                                                                 \
-                    for (int q = 0; q < T / 8; q++) acc[q] = (fg_v8){0};                              \
-                    for (int64_t j = indptr[n]; j < indptr[n + 1]; j++) {                             \
-                        const fg_v8 v = (fg_v8){0} + vals[j];                                         \
-                        const fg_v8u* xr = (const fg_v8u*)(tile + (int64_t)rows[j] * T);              \
-                        for (int q = 0; q < T / 8; q++) acc[q] += v * xr[q];                          \
+                fg_v8 part[64 * (T / 8)]; /* the block's columns over this tile, summed so far */    \
+                for (int64_t q = 0; q < (n1 - b * NB) * (T / 8); q++) part[q] = (fg_v8){0};           \
+                for (int64_t kb = 0; kb < nkb; kb++)                                                  \
+                    for (int64_t n = b * NB; n < n1; n++) {                                           \
+                        fg_v8 acc[T / 8];                                                             \
+                        fg_v8* keep = part + (n - b * NB) * (T / 8);                                  \
+                        for (int q = 0; q < T / 8; q++) acc[q] = keep[q];                             \
+                        const int64_t* at = kptr + n * (nkb + 1) + kb;                                \
+                        for (int64_t j = at[0]; j < at[1]; j++) {                                     \
+                            const fg_v8 v = (fg_v8){0} + vals[j];                                     \
+                            const fg_v8u* xr = (const fg_v8u*)(tile + (int64_t)rows[j] * T);          \
+                            for (int q = 0; q < T / 8; q++) acc[q] += v * xr[q];                      \
+                        }                                                                             \
+                        for (int q = 0; q < T / 8; q++) keep[q] = acc[q];                             \
                     }                                                                                 \
-                    const float* a = (const float*)acc;                                               \
+                for (int64_t n = b * NB; n < n1; n++) {                                               \
+                    const float* a = (const float*)(part + (n - b * NB) * (T / 8));                   \
                     for (int64_t t = 0; t < tm; t++) y[(i * T + t) * N + n] = a[t];                   \
                 }                                                                                     \
             }                                                                                         \
@@ -71,7 +82,8 @@ FG_SPMM(64)
 
 __attribute__((visibility("default")))
 void fg_spmm_f32(const float* x, float* y, int64_t M, int64_t K, int64_t N, const int64_t* indptr,
-                 const int32_t* rows, const float* vals, float* xp, int threads) {
+                 const int64_t* kptr, int64_t nkb, const int32_t* rows, const float* vals, float* xp,
+                 int threads) {
     if (M == 1) {  /* one gathered dot product per column */
         #pragma omp parallel for num_threads(threads) schedule(static) if (N * 64 > 32768)
         for (int64_t n = 0; n < N; n++) {
@@ -80,9 +92,9 @@ void fg_spmm_f32(const float* x, float* y, int64_t M, int64_t K, int64_t N, cons
             y[n] = acc;
         }
     } else if (M <= 32) {
-        fg_spmm_t8(x, y, M, K, N, indptr, rows, vals, xp, threads);
+        fg_spmm_t8(x, y, M, K, N, kptr, nkb, rows, vals, xp, threads);
     } else {
-        fg_spmm_t64(x, y, M, K, N, indptr, rows, vals, xp, threads);
+        fg_spmm_t64(x, y, M, K, N, kptr, nkb, rows, vals, xp, threads);
     }
 }
 """
@@ -103,7 +115,7 @@ def _library():
     src = KernelSource(name="fg_spmm_f32", code=_SOURCE, helpers=(), in_dtypes=(DType.float32,),
                        out_dtype=DType.float32)
     fn = build_library([src]).kernels["fg_spmm_f32"]._fn
-    fn.argtypes = [_P, _P, _I, _I, _I, _P, _P, _P, _P, ctypes.c_int]
+    fn.argtypes = [_P, _P, _I, _I, _I, _P, _P, _I, _P, _P, _P, ctypes.c_int]
     fn.restype = None
     return fn
 
@@ -124,6 +136,13 @@ class SparseWeights:
         self.indptr = np.concatenate([[0], np.cumsum(nz.sum(axis=1))]).astype(np.int64)
         self.rows = np.nonzero(nz)[1].astype(np.int32)  # row-major order: ascending k per column
         self.vals = wt[nz].astype(np.float32)
+        # per column, where its nonzeros cross each multiple of _KB rows (rows ascend within a column)
+        self.nkb = max(-(-self.k // _KB), 1)
+        cols = np.repeat(np.arange(self.n), np.diff(self.indptr))
+        counts = np.zeros((self.n, self.nkb), np.int64)
+        np.add.at(counts, (cols, self.rows // _KB), 1)
+        self.kptr = np.concatenate([self.indptr[:-1, None], self.indptr[:-1, None] + np.cumsum(counts, axis=1)],
+                                   axis=1).astype(np.int64).reshape(-1)
         self.nnz = int(self.vals.size)
         self.threads = threads
         self._fn = _library()
@@ -139,7 +158,8 @@ class SparseWeights:
         t = _tile(m)
         packed = np.empty(-(-m // t) * t * self.k, np.float32)  # x in tiles of t rows
         self._fn(x2.ctypes.data, target.ctypes.data, m, self.k, self.n, self.indptr.ctypes.data,
-                 self.rows.ctypes.data, self.vals.ctypes.data, packed.ctypes.data, self.threads)
+                 self.kptr.ctypes.data, self.nkb, self.rows.ctypes.data, self.vals.ctypes.data, packed.ctypes.data,
+                 self.threads)
         if out is not None and target is not out:
             out[...] = target
             return out
