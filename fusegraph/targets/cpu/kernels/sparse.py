@@ -24,7 +24,8 @@ from ..codegen.build import build_library
 from ..codegen.kernels import KernelSource
 
 MAX_DENSITY = 0.5  # denser weights are not even tried: the dense kernels win by far
-_KB = 256  # rows of a tile read at a time: 256 x 64 floats = 64 KiB
+_KB = 512  # rows of a tile read at a time when K is large: 512 x 64 floats = 128 KiB, half an L2
+_KB_FROM = 1024  # up to this K the whole tile (256 KiB at most) is read in one block: fewer partial sums
 MARGIN = 0.9  # the sparse kernel must win by 10 %: timing noise must not flip the choice between compiles
 
 _SOURCE = r"""
@@ -136,11 +137,12 @@ class SparseWeights:
         self.indptr = np.concatenate([[0], np.cumsum(nz.sum(axis=1))]).astype(np.int64)
         self.rows = np.nonzero(nz)[1].astype(np.int32)  # row-major order: ascending k per column
         self.vals = wt[nz].astype(np.float32)
-        # per column, where its nonzeros cross each multiple of _KB rows (rows ascend within a column)
-        self.nkb = max(-(-self.k // _KB), 1)
+        # per column, where its nonzeros cross each multiple of kb rows (rows ascend within a column)
+        kb = self.k if self.k <= _KB_FROM else _KB
+        self.nkb = max(-(-self.k // max(kb, 1)), 1)
         cols = np.repeat(np.arange(self.n), np.diff(self.indptr))
         counts = np.zeros((self.n, self.nkb), np.int64)
-        np.add.at(counts, (cols, self.rows // _KB), 1)
+        np.add.at(counts, (cols, self.rows // max(kb, 1)), 1)
         self.kptr = np.concatenate([self.indptr[:-1, None], self.indptr[:-1, None] + np.cumsum(counts, axis=1)],
                                    axis=1).astype(np.int64).reshape(-1)
         self.nnz = int(self.vals.size)
