@@ -167,11 +167,11 @@ def _keep_provenance(old: list[Instruction], new: dict[int, Instruction], waterm
             continue
         r.origin = r.origin or ins.origin
         r.tensor = r.tensor or ins.tensor
-        stack = [r, *r.inputs]
-        while stack:
+        stack = list(r.inputs)
+        while stack:  # the converts made for r to read: new, computing, not yet stamped
             x = stack.pop()
-            if x.uid > watermark and x.op.kind is not OpKind.BUILTIN and (x is r or not x.origin):
-                x.origin = x.origin or ins.origin
+            if x.uid > watermark and x.op.kind is not OpKind.BUILTIN and not x.origin:
+                x.origin = ins.origin
                 stack.extend(x.inputs)
 
 
