@@ -5,7 +5,9 @@ each kept unless its IoU with a box its class kept before is above the IoU thres
 the IoU is computed with ORT's float32 operations, in its order.
 
 Every (batch, class) row is handled at once. Its candidates are sorted (a stable descending sort:
-ties keep the lower index first). On CUDA the greedy pass is one Triton kernel (nms_triton.py);
+ties keep the lower index first). On CUDA with a score threshold, Triton kernels gather, sort and
+select each row's candidates and write the output, with one host read (nms_triton.py; rows with
+more candidates than its in-register sort holds are sorted here). On CUDA the greedy pass is one Triton kernel;
 otherwise (CPU tensors, other dtypes, limits past its lanes) candidates are looked at in blocks of
 up to _BLOCK, in torch ops:
   1. a candidate overlapping a box its row kept in an earlier block is dropped (IoU against the
@@ -58,7 +60,7 @@ def non_max_suppression(boxes: Any, scores: Any, limit: int, iou: float, score: 
     CUDA for float32 boxes and limits it serves."""
     import torch as t
 
-    from .nms_triton import greedy, lanes_for
+    from .nms_triton import CANDIDATES, candidates, emit, greedy, lanes_for
 
     dev = boxes.device
     batches, n = boxes.shape[:2]
@@ -68,13 +70,20 @@ def non_max_suppression(boxes: Any, scores: Any, limit: int, iou: float, score: 
     if not limit or not rows or not n:
         return t.zeros((0, 3), dtype=t.int64, device=dev)
     flat = scores.reshape(rows, n)
+    if kernel == "auto":
+        kernel = "triton" if boxes.is_cuda and boxes.dtype == t.float32 and lanes_for(limit) else "torch"
+    if kernel == "triton" and score is not None and flat.dtype == t.float32:
+        order, count = candidates(flat, score)  # sorted in registers, rows of up to CANDIDATES boxes
+        kept, held = greedy(order, count, boxes, classes, limit, iou, center)
+        ends = held.cumsum(0)
+        total, longest = t.stack((ends[-1], count.max().to(t.int64))).tolist()  # the one host read
+        if longest <= CANDIDATES:
+            return emit(kept, held, ends, total, classes)
     valid = flat > score if score is not None else t.ones_like(flat, dtype=t.bool)
     # kept scores are > score >= -inf; + 0 makes -0.0 +0.0 (a radix sort on the bits would order them)
     key = t.where(valid, flat + 0.0, t.full_like(flat, float("-inf")))
     order = t.sort(key, dim=1, descending=True, stable=True).indices
     count = valid.sum(1)
-    if kernel == "auto":
-        kernel = "triton" if boxes.is_cuda and boxes.dtype == t.float32 and lanes_for(limit) else "torch"
     if kernel == "triton":
         kept, held = greedy(order, count, boxes, classes, limit, iou, center)
         r, k = (t.arange(limit, device=dev) < held[:, None]).nonzero(as_tuple=True)  # by row, in order

@@ -1,9 +1,14 @@
-"""The greedy pass of NonMaxSuppression as one Triton kernel: one program per (batch, class) row
-walks its candidates in score order (torch sorted them) and keeps each that overlaps no box kept
-before, the kept boxes' corners in registers ([LANES] vectors carried through the loop: no global
-memory written and read back within the program). One launch replaces the blocked torch pass's
-hundred small kernels and its host reads; it serves limits up to _MAX_LANES (the others take
-nms.py's torch pass).
+"""NonMaxSuppression in Triton kernels, one program per (batch, class) row:
+- `nms_candidates` gathers the row's boxes above the score threshold (up to CANDIDATES of them) and
+  sorts them in registers by (score descending, index ascending): the order of ORT's stable sort,
+  one 64-bit key per candidate, so no torch sort over all N boxes of every row;
+- `nms_greedy` walks the row's candidates in that order and keeps each that overlaps no box kept
+  before, the kept boxes' corners in registers ([LANES] vectors carried through the loop: no global
+  memory written and read back within the program);
+- `nms_emit` writes the selected (batch, class, box) triples at each row's offset in the output.
+A detector's NMS is then a handful of launches and one host read (the output's size) in place of
+the blocked torch pass's hundred small kernels and host reads. The greedy kernel serves limits up
+to _MAX_LANES; rows with more candidates than CANDIDATES take torch's sort (nms.py).
 
 The IoU is ORT's arithmetic in float32: corners as centre -/+ size * 0.5 (equal to ORT's / 2),
 IEEE division (`div_rn`: Triton's `/` is approximate) and no fused multiply-adds (the launch turns
@@ -15,6 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 _MAX_LANES = 1024
+CANDIDATES = 2048  # boxes above the threshold a row may have for the in-register sort
+_SCAN = 1024        # scores read at once while gathering candidates
 
 SOURCE = '''import triton
 import triton.language as tl
@@ -22,11 +29,54 @@ from triton.language.extra import libdevice
 
 
 @triton.jit
-def nms_greedy(order_ptr, count_ptr, boxes_ptr, kept_ptr, held_ptr, n, classes, limit, iou,
+def nms_candidates(scores_ptr, order_ptr, count_ptr, n, threshold, CAP: tl.constexpr, SCAN: tl.constexpr):
+    # order[row, :count] = the row's box indices with score > threshold, by descending score and
+    # ascending index (count > CAP: only the count is right; the caller sorts those rows in torch)
+    row = tl.program_id(0)
+    scan = tl.arange(0, SCAN)
+    held = tl.load(count_ptr + row) * 0  # a scalar tensor: the loop's types stay fixed
+    start = n * 0
+    while start < n:
+        at = start + scan
+        s = tl.load(scores_ptr + row * n + at, mask=at < n, other=0.0)
+        ok = (at < n) & (s > threshold)  # (NaN never passes)
+        bits = tl.where(s == 0.0, 0, s.to(tl.int32, bitcast=True))  # -0.0 and +0.0 are one score
+        bits = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # ordered as the floats are
+        key = (bits.to(tl.int64) << 32) | (4294967295 - at.to(tl.int64))  # ties: the lower index first
+        slot = held + tl.cumsum(ok.to(tl.int32), 0) - 1
+        tl.store(order_ptr + row * CAP + slot, key, mask=ok & (slot < CAP))
+        held += tl.sum(ok.to(tl.int32), 0)
+        start += SCAN
+    tl.store(count_ptr + row, held)
+    tl.debug_barrier()  # the row's keys, stored by all its threads, are read back below
+    lanes = tl.arange(0, CAP)
+    key = tl.load(order_ptr + row * CAP + lanes, mask=lanes < held, other=-9223372036854775808)
+    key = tl.sort(key, descending=True)
+    tl.debug_barrier()
+    tl.store(order_ptr + row * CAP + lanes, 4294967295 - (key & 4294967295), mask=lanes < held)
+
+
+@triton.jit
+def nms_emit(kept_ptr, held_ptr, ends_ptr, out_ptr, classes, limit, LANES: tl.constexpr):
+    # out[ends[row] - held[row] + j] = (batch, class, kept[row, j]) for j < held[row]
+    row = tl.program_id(0)
+    held = tl.load(held_ptr + row)
+    first = tl.load(ends_ptr + row) - held
+    lanes = tl.arange(0, LANES)
+    mine = lanes < held
+    box = tl.load(kept_ptr + row * limit + lanes, mask=mine, other=0)
+    q = out_ptr + (first + lanes) * 3
+    tl.store(q, (lanes * 0 + row // classes).to(tl.int64), mask=mine)
+    tl.store(q + 1, (lanes * 0 + row % classes).to(tl.int64), mask=mine)
+    tl.store(q + 2, box, mask=mine)
+
+
+@triton.jit
+def nms_greedy(order_ptr, count_ptr, boxes_ptr, kept_ptr, held_ptr, n, stride, classes, limit, iou,
                CENTER: tl.constexpr, LANES: tl.constexpr):
     row = tl.program_id(0)
     batch = row // classes
-    total = tl.load(count_ptr + row)
+    total = tl.minimum(tl.load(count_ptr + row), stride)
     lanes = tl.arange(0, LANES)
     k_lo0 = tl.zeros([LANES], dtype=tl.float32)
     k_lo1 = tl.zeros([LANES], dtype=tl.float32)
@@ -37,7 +87,7 @@ def nms_greedy(order_ptr, count_ptr, boxes_ptr, kept_ptr, held_ptr, n, classes, 
     held = total * 0  # (scalar tensors, as `total` is: the loop's types stay fixed)
     i = total * 0
     while (i < total) & (held < limit):
-        box = tl.load(order_ptr + row * n + i)
+        box = tl.load(order_ptr + row * stride + i)
         q = boxes_ptr + (batch * n + box) * 4
         a = tl.load(q)
         b = tl.load(q + 1)
@@ -94,18 +144,53 @@ def lanes_for(limit: int) -> int | None:
     return lanes if lanes <= _MAX_LANES else None
 
 
-def greedy(order: Any, count: Any, boxes: Any, classes: int, limit: int, iou: float, center: bool) -> tuple[Any, Any]:
-    """(kept [rows, limit] box indices, held [rows]): each row's selection, in selection order."""
+def _launch_options(device: Any) -> dict:
+    return {} if device.type == "cpu" else {"enable_fp_fusion": False}  # (the interpreter has no flag)
+
+
+def candidates(scores: Any, threshold: float) -> tuple[Any, Any]:
+    """(order [rows, CANDIDATES], count [rows]) for [rows, N] float32 scores: each row's boxes above
+    `threshold` by descending score, ties by index (rows whose count passes CANDIDATES: only the
+    count is right)."""
     import torch
 
     from .kernels import load_kernel
 
-    rows, n = order.shape
+    rows, n = scores.shape
+    order = torch.empty((rows, CANDIDATES), dtype=torch.int64, device=scores.device)
+    count = torch.zeros(rows, dtype=torch.int32, device=scores.device)
+    load_kernel(SOURCE, "nms_candidates")[(rows,)](scores.contiguous(), order, count, n, float(threshold),
+                                                   CAP=CANDIDATES, SCAN=_SCAN, num_warps=8)
+    return order, count
+
+
+def greedy(order: Any, count: Any, boxes: Any, classes: int, limit: int, iou: float, center: bool) -> tuple[Any, Any]:
+    """(kept [rows, limit] box indices, held [rows]): each row's selection, in selection order, from
+    its first count[row] candidates in `order` ([rows, any width])."""
+    import torch
+
+    from .kernels import load_kernel
+
+    rows, stride = order.shape
     lanes = lanes_for(limit)
     kernel = load_kernel(SOURCE, "nms_greedy")
     kept = torch.empty((rows, limit), dtype=torch.int64, device=boxes.device)
     held = torch.empty(rows, dtype=torch.int32, device=boxes.device)
-    fusion = {} if boxes.device.type == "cpu" else {"enable_fp_fusion": False}  # (the interpreter has no flag)
-    kernel[(rows,)](order.contiguous(), count.contiguous(), boxes.contiguous(), kept, held, n, classes, limit,
-                    float(iou), CENTER=bool(center), LANES=lanes, num_warps=4 if lanes <= 256 else 8, **fusion)
+    kernel[(rows,)](order.contiguous(), count.contiguous(), boxes.contiguous(), kept, held, boxes.shape[1], stride,
+                    classes, limit, float(iou), CENTER=bool(center), LANES=lanes,
+                    num_warps=4 if lanes <= 256 else 8, **_launch_options(boxes.device))
     return kept, held.to(torch.int64)
+
+
+def emit(kept: Any, held: Any, ends: Any, total: int, classes: int) -> Any:
+    """The int64 [total, 3] (batch, class, box) triples of every row's selection, rows in order
+    (`ends`: the running sum of `held`; `total`: its last value, read by the caller)."""
+    import torch
+
+    from .kernels import load_kernel
+
+    rows, limit = kept.shape
+    out = torch.empty((total, 3), dtype=torch.int64, device=kept.device)
+    if total:
+        load_kernel(SOURCE, "nms_emit")[(rows,)](kept, held, ends, out, classes, limit, LANES=lanes_for(limit))
+    return out

@@ -25,6 +25,16 @@ def _device():
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+@pytest.fixture(autouse=True)
+def _small_sort_when_interpreted(monkeypatch):
+    """Triton's interpreter takes a minute for the 2048-wide in-register sort of every row: off CUDA
+    the sort is 64 wide (the same bitonic network, fewer stages; rows past it take torch's sort)."""
+    if _device() == "cpu":
+        from fusegraph.targets.gpu import nms_triton
+
+        monkeypatch.setattr(nms_triton, "CANDIDATES", 64)
+
+
 def _random_case(r: np.random.Generator):
     batches, classes, n = int(r.integers(1, 3)), int(r.integers(1, 4)), int(r.integers(0, 70))
     boxes = r.integers(0, 8, (batches, n, 4)).astype(np.float32)  # small integers: equal IoUs, empty boxes
@@ -131,6 +141,33 @@ def test_triton_greedy_matches_the_reference_on_ties(center, gpu_target):
         boxes, scores, limit, iou, score = _random_case(r)
         args = [boxes, scores, np.array([limit], I64), np.array([iou], np.float32)]
         want = op.compute(args + ([np.array([score], np.float32)] if score is not None else []))
+        got = non_max_suppression(torch.from_numpy(boxes).to(dev), torch.from_numpy(scores).to(dev),
+                                  limit, iou, score, center, kernel="triton")
+        np.testing.assert_array_equal(got.cpu().numpy(), want)
+
+
+@pytest.mark.parametrize("cap", [None, 8])
+def test_triton_candidates_sort_and_emit_match_the_reference(cap, gpu_target, monkeypatch):
+    """The all-Triton path (gather + in-register sort + greedy + emit, one host read) on ties, special
+    scores and every threshold sign; cap 8 sends rows with more candidates to torch's sort."""
+    import torch
+
+    from fusegraph.targets.gpu import nms_triton
+    from fusegraph.targets.gpu.nms import non_max_suppression
+
+    if cap is not None:
+        monkeypatch.setattr(nms_triton, "CANDIDATES", cap)
+    r = np.random.default_rng(30 + (cap or 0))
+    special = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-40, -0.5, 0.25, 0.5, 0.75], np.float32)
+    dev = _device()
+    for case in range(10):
+        boxes, scores, limit, iou, score = _random_case(r)
+        if case % 2:
+            scores = r.choice(special, scores.shape).astype(np.float32)
+        score = np.float32(r.choice([-1.0, -0.0, 0.0, 0.25]))
+        center = bool(case % 3 == 0)
+        want = NonMaxSuppression(center_point_box=center).compute(
+            [boxes, scores, np.array([limit], I64), np.array([iou], np.float32), np.array([score], np.float32)])
         got = non_max_suppression(torch.from_numpy(boxes).to(dev), torch.from_numpy(scores).to(dev),
                                   limit, iou, score, center, kernel="triton")
         np.testing.assert_array_equal(got.cpu().numpy(), want)
