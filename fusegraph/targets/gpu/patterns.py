@@ -66,6 +66,9 @@ def match_groups(module: Module) -> dict[int, Group]:
             groups.pop(ins.uid, None)
             groups[g.root.uid] = g
             taken |= {m.uid for m in g.members}
+    from .sparse_patterns import mark_sparse  # 2:4 constant weights: the sparse kinds (lower_sparse.py)
+
+    mark_sparse(module, groups)
     return groups
 
 
