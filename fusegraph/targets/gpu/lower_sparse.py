@@ -157,3 +157,32 @@ class SparseEpilogue:
           note="2:4 cuSPARSELt then the epilogue's Triton kernel, or the dense epilogue GEMM: timed at compile")
 def sparse_gemm_epilogue(ctx, step):
     return _register(ctx, step, EpilogueGemm(ctx, step), SparseEpilogue(step))
+
+
+# -- sparse constants (ops/sparse.py): no unstructured sparse kernel here, so made dense on the device
+@lowering("sparse_to_dense", mode="into", note="the nonzeros scattered into zeros")
+def sparse_to_dense(ctx, step):
+    def run(out, values, indices):
+        out.zero_()
+        out.view(-1)[indices] = values
+    return run
+
+
+@lowering("sparse_matmul", mode="into", note="its weight made dense once on the device, then cuBLAS")
+def sparse_matmul(ctx, step):
+    t, op = torch(), step.ins.op
+    dense: list[Any] = []  # W [k, n], built at the first call (the warm-up run)
+
+    def run(out, a, values, indices):
+        if not dense:
+            w = t.zeros(op.k * op.n, dtype=values.dtype, device=values.device)
+            w[indices] = values
+            dense.append(w.view(op.k, op.n))
+        w, a2 = dense[0], a.reshape(-1, op.k)
+        if not a.dtype.is_floating_point:  # integer products are exact in float64 (as the dot lowering)
+            out.copy_(t.matmul(a2.to(t.float64), w.to(t.float64)).view(out.shape))
+        elif out.is_contiguous():
+            t.matmul(a2, w, out=out.view(-1, op.n))
+        else:
+            out.copy_(t.matmul(a2, w).view(out.shape))
+    return run

@@ -20,8 +20,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ....ir.dtypes import DType
 from ..codegen.build import build_library
 from ..codegen.kernels import KernelSource
+from ..lowering import lowering
 
 MAX_DENSITY = 0.5  # denser weights are not even tried: the dense kernels win by far
 _KB = 512  # rows of a tile read at a time when K is large: 512 x 64 floats = 128 KiB, half an L2
@@ -111,8 +113,6 @@ _I = ctypes.c_int64
 
 @functools.cache
 def _library():
-    from ....ir.dtypes import DType
-
     src = KernelSource(name="fg_spmm_f32", code=_SOURCE, helpers=(), in_dtypes=(DType.float32,),
                        out_dtype=DType.float32)
     fn = build_library([src]).kernels["fg_spmm_f32"]._fn
@@ -131,12 +131,25 @@ class SparseWeights:
     def __init__(self, w: np.ndarray, threads: int):
         if w.ndim != 2 or w.dtype != np.float32:
             raise ValueError(f"sparse weights are float32 matrices, got {w.dtype}{list(w.shape)}")
-        self.k, self.n = w.shape
-        wt = np.ascontiguousarray(w.T)
-        nz = wt != 0
-        self.indptr = np.concatenate([[0], np.cumsum(nz.sum(axis=1))]).astype(np.int64)
-        self.rows = np.nonzero(nz)[1].astype(np.int32)  # row-major order: ascending k per column
-        self.vals = wt[nz].astype(np.float32)
+        flat = np.flatnonzero(w)
+        self._pack(w.reshape(-1)[flat], flat, *w.shape, threads)
+
+    @classmethod
+    def from_coo(cls, values: np.ndarray, indices: np.ndarray, k: int, n: int, threads: int) -> SparseWeights:
+        """W [k, n] given by its `values` at flat row-major `indices` (a sparse constant's form,
+        ops/sparse.py), packed without making W dense; a repeated index keeps its last value."""
+        last = len(indices) - 1 - np.unique(np.asarray(indices)[::-1], return_index=True)[1]
+        self = cls.__new__(cls)
+        self._pack(np.asarray(values, np.float32)[last], np.asarray(indices, np.int64)[last], k, n, threads)
+        return self
+
+    def _pack(self, vals: np.ndarray, flat: np.ndarray, k: int, n: int, threads: int) -> None:
+        self.k, self.n = k, n
+        cols, rows = flat % max(n, 1), flat // max(n, 1)
+        order = np.lexsort((rows, cols))  # by column, then ascending k within it
+        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(cols, minlength=n))]).astype(np.int64)
+        self.rows = rows[order].astype(np.int32)
+        self.vals = vals[order].astype(np.float32)
         # per column, where its nonzeros cross each multiple of kb rows (rows ascend within a column)
         kb = self.k if self.k <= _KB_FROM else _KB
         self.nkb = max(-(-self.k // max(kb, 1)), 1)
@@ -185,6 +198,22 @@ def choose(dense: Callable[[np.ndarray], object], sparse: SparseWeights, x_lens:
     t_dense = _median_time(lambda: dense(x), reps)
     t_sparse = _median_time(lambda: sparse(x), reps)
     return t_sparse < MARGIN * t_dense, t_dense, t_sparse
+
+
+@lowering("sparse_matmul")
+def sparse_matmul(ins, ctx) -> Callable:
+    """The sparse kernel straight from the op's values and indices (asked for by the model: not
+    timed against a dense product, which would need W made dense); float32 with constant values and
+    indices, else the op's numpy reference."""
+    from ..lowering import reference_kernel
+
+    a, values, indices = ins.inputs
+    v, idx = ctx.const(values), ctx.const(indices)
+    if ins.shape.dtype != DType.float32 or v is None or idx is None or any(x.shape.is_dynamic for x in (ins, a)):
+        return reference_kernel(ins, ctx)
+    flops = 2.0 * (ins.shape.elements // max(ins.shape.lens[-1], 1)) * v.size
+    kernel = SparseWeights.from_coo(v, idx, ins.op.k, ins.op.n, ctx.threads_for(flops))
+    return lambda args, out: kernel(args[0], out)
 
 
 def sparse_dot(ins, ctx, w: np.ndarray, dense: Callable) -> Callable | None:
