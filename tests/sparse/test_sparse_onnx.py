@@ -130,3 +130,30 @@ def test_cpu_kernel_from_values_and_indices():
     x = rng.standard_normal((9, k)).astype(np.float32)
     want = x.astype(np.float64) @ densify(vals, idx, (k, n))
     np.testing.assert_allclose(SparseWeights.from_coo(vals, idx, k, n, 2)(x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_sparse_ops_shape_rules_and_text_form():
+    from fusegraph.errors import ShapeError
+    from fusegraph.ir.text import parse_program, print_program
+
+    w = fusegraph.make_sparse((16, 5), density=0.2, seed=6)
+    x = {"x": rng.standard_normal((4, 16)).astype(np.float32)}
+    model = model_with_sparse([helper.make_node("MatMul", ["x", "w"], ["y"])], x, ["y"], [sparse_proto("w", w)])
+    p = fusegraph.parse_onnx(model)
+    back = parse_program(print_program(p))
+    assert print_program(back) == print_program(p)
+    back.compile(fusegraph.get_target("ref"))
+    np.testing.assert_allclose(back.run(x)[0], x["x"].astype(np.float64) @ w, rtol=1e-5, atol=1e-6)
+    from fusegraph.ir.dtypes import DType
+    from fusegraph.ir.op import make_op
+    from fusegraph.ir.shape import Shape
+
+    op = make_op("sparse_matmul", k=16, n=5)
+    vals, idx = Shape.of(DType.float32, [7]), Shape.of(DType.int64, [7])
+    assert op.compute_shape([Shape.of(DType.float32, [2, 3, 16]), vals, idx]).lens == (2, 3, 5)
+    with pytest.raises(ShapeError, match="last dim must be k=16"):
+        op.compute_shape([Shape.of(DType.float32, [3, 15]), vals, idx])
+    with pytest.raises(ShapeError, match="two \\[NNZ\\] vectors"):
+        op.compute_shape([Shape.of(DType.float32, [3, 16]), vals, Shape.of(DType.int64, [6])])
+    with pytest.raises(ShapeError, match="differ in dtype"):
+        op.compute_shape([Shape.of(DType.float16, [3, 16]), vals, idx])

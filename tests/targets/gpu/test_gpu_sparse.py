@@ -149,3 +149,17 @@ def test_cusparselt_product_matches_dense(m, bias):
     want = x.float() @ w.float() + (b.float() if bias else 0)
     assert got.shape == (m, n) and got.is_contiguous()
     torch.testing.assert_close(got.float(), want, rtol=1e-2, atol=1e-2)
+
+
+# -- sparse constants from ONNX (ops/sparse.py): made dense on the device ---------------------------------
+def test_sparse_initializers_on_the_gpu_target(gpu_target):
+    from tests.sparse.test_sparse_onnx import model_with_sparse, sparse_proto
+
+    w = fusegraph.make_sparse((48, 40), density=0.1, seed=7)
+    x = {"a": randn(2, 3, 48), "x": randn(48, 40)}
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["y"]), helper.make_node("Add", ["x", "w"], ["s"])]
+    model = model_with_sparse(nodes, x, ["y", "s"], [sparse_proto("w", w)])
+    p = fusegraph.parse_onnx(model)
+    p.compile(gpu_target, fusegraph.CompileOptions(optimize=False))  # sparse_to_dense kept, run on the device
+    assert {"sparse_matmul", "sparse_to_dense"} <= {s.kind for s in p.executable.plan.steps}
+    assert_close(p.run(x), run_ort(model, x), rtol=1e-4, atol=1e-4)
