@@ -3,7 +3,9 @@
 A sparse constant is kept as two literals, its nonzero values [NNZ] and their flat (row-major)
 indices [NNZ] into its dense dims, as ONNX's SparseTensorProto holds it (per-dimension indices are
 flattened by the frontend). `sparse_matmul(a, values, indices)` is y = a @ W for that W [K, N]:
-the kernels read the values and indices directly and never make W dense. `sparse_to_dense` makes
+the kernels read the values and indices directly and never make W dense. `sparse_matmul(a, w)` with
+a dense (constant) w [K, N] is the reference design's form (`migraphx.op("sparse_matmul")` over a
+literal from fusegraph.make_sparse): the same product, the kernels packing w's nonzeros. `sparse_to_dense` makes
 the dense value for any other reader; constant propagation folds it into a dense literal there, so
 a sparse constant is densified exactly where a reader needs it dense.
 """
@@ -56,8 +58,8 @@ class SparseToDense(Op):
 
 @register_op
 class SparseMatmul(Op):
-    """a [..., k] @ W for the sparse W [k, n] given as values and flat indices (half precision
-    accumulates in float32, as `dot`)."""
+    """a [..., k] @ W for the sparse W [k, n] given as values and flat indices, or as a dense 2-D
+    second input (k and n are then its dims); half precision accumulates in float32, as `dot`."""
 
     name = "sparse_matmul"
     kind = OpKind.GEMM
@@ -65,17 +67,24 @@ class SparseMatmul(Op):
     n: int = 0
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        a, values, indices = inputs
-        _check_coo(self, values, indices)
-        if a.ndim < 1 or a.lens[-1] != self.k:
-            raise ShapeError(f"{self}: the input's last dim must be k={self.k}, got {a}")
+        if len(inputs) == 2:
+            a, values = inputs
+            if values.ndim != 2:
+                raise ShapeError(f"{self}: a dense weight is 2-D, got {values}")
+            k, n = values.lens
+        else:
+            a, values, indices = inputs
+            _check_coo(self, values, indices)
+            k, n = self.k, self.n
+        if a.ndim < 1 or a.lens[-1] != k:
+            raise ShapeError(f"{self}: the input's last dim must be k={k}, got {a}")
         if values.dtype != a.dtype:
-            raise ShapeError(f"{self}: values {values} and input {a} differ in dtype")
-        return Shape.of(a.dtype, [*a.lens[:-1], self.n])
+            raise ShapeError(f"{self}: weights {values} and input {a} differ in dtype")
+        return Shape.of(a.dtype, [*a.lens[:-1], n])
 
     def compute(self, args):
-        a, values, indices = (np.asarray(x) for x in args)
-        w = densify(values, indices, (self.k, self.n))
+        a, *coo = (np.asarray(x) for x in args)
+        w = coo[0] if len(coo) == 1 else densify(coo[0], coo[1], (self.k, self.n))
         if DType.from_numpy(a.dtype) in _HALF:
             return np.matmul(a.astype(np.float32), w.astype(np.float32)).astype(a.dtype)
         return np.matmul(a, w)

@@ -157,3 +157,20 @@ def test_sparse_ops_shape_rules_and_text_form():
         op.compute_shape([Shape.of(DType.float32, [3, 16]), vals, Shape.of(DType.int64, [6])])
     with pytest.raises(ShapeError, match="differ in dtype"):
         op.compute_shape([Shape.of(DType.float16, [3, 16]), vals, idx])
+
+
+@pytest.mark.parametrize("target", ["ref", "cpu"])
+def test_a_reference_design_script_with_sparse_matmul(target):
+    import fusegraph.migraphx as migraphx
+
+    if target == "cpu":
+        target_or_skip("cpu")
+    p = migraphx.program()
+    mm = p.get_main_module()
+    x = mm.add_parameter("x", migraphx.shape(type="float_type", lens=[8, 256]))
+    w_val = fusegraph.make_sparse((256, 128), 0.1, seed=8)
+    y = mm.add_instruction(migraphx.op("sparse_matmul"), [x, mm.add_literal(w_val)])
+    mm.add_return([y])
+    p.compile(migraphx.get_target(target))
+    x_val = rng.standard_normal((8, 256)).astype(np.float32)
+    np.testing.assert_allclose(np.array(p.run({"x": x_val})[0]), x_val.astype(np.float64) @ w_val, rtol=1e-5, atol=1e-5)

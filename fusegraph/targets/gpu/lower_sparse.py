@@ -173,16 +173,20 @@ def sparse_matmul(ctx, step):
     t, op = torch(), step.ins.op
     dense: list[Any] = []  # W [k, n], built at the first call (the warm-up run)
 
-    def run(out, a, values, indices):
+    def run(out, a, values, indices=None):
         if not dense:
-            w = t.zeros(op.k * op.n, dtype=values.dtype, device=values.device)
-            w[indices] = values
-            dense.append(w.view(op.k, op.n))
-        w, a2 = dense[0], a.reshape(-1, op.k)
+            if indices is None:  # the two-input form: its weight is dense already
+                dense.append(values)
+            else:
+                w = t.zeros(op.k * op.n, dtype=values.dtype, device=values.device)
+                w[indices] = values
+                dense.append(w.view(op.k, op.n))
+        w = dense[0]
+        a2 = a.reshape(-1, w.shape[0])
         if not a.dtype.is_floating_point:  # integer products are exact in float64 (as the dot lowering)
             out.copy_(t.matmul(a2.to(t.float64), w.to(t.float64)).view(out.shape))
         elif out.is_contiguous():
-            t.matmul(a2, w, out=out.view(-1, op.n))
+            t.matmul(a2, w, out=out.view(-1, w.shape[1]))
         else:
             out.copy_(t.matmul(a2, w).view(out.shape))
     return run

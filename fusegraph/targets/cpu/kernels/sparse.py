@@ -202,17 +202,19 @@ def choose(dense: Callable[[np.ndarray], object], sparse: SparseWeights, x_lens:
 
 @lowering("sparse_matmul")
 def sparse_matmul(ins, ctx) -> Callable:
-    """The sparse kernel straight from the op's values and indices (asked for by the model: not
-    timed against a dense product, which would need W made dense); float32 with constant values and
-    indices, else the op's numpy reference."""
+    """The sparse kernel straight from the op's values and indices, or from its dense weight's
+    nonzeros (asked for by the model: not timed against a dense product); float32 with constant
+    weights, else the op's numpy reference."""
     from ..lowering import reference_kernel
 
-    a, values, indices = ins.inputs
-    v, idx = ctx.const(values), ctx.const(indices)
-    if ins.shape.dtype != DType.float32 or v is None or idx is None or any(x.shape.is_dynamic for x in (ins, a)):
+    a, *weights = ins.inputs
+    consts = [ctx.const(w) for w in weights]
+    if ins.shape.dtype != DType.float32 or any(c is None for c in consts) or any(x.shape.is_dynamic for x in (ins, a)):
         return reference_kernel(ins, ctx)
-    flops = 2.0 * (ins.shape.elements // max(ins.shape.lens[-1], 1)) * v.size
-    kernel = SparseWeights.from_coo(v, idx, ins.op.k, ins.op.n, ctx.threads_for(flops))
+    flops = 2.0 * (ins.shape.elements // max(ins.shape.lens[-1], 1)) * np.count_nonzero(consts[0])
+    threads = ctx.threads_for(flops)
+    kernel = SparseWeights(consts[0], threads) if len(consts) == 1 else \
+        SparseWeights.from_coo(consts[0], consts[1], ins.op.k, ins.op.n, threads)
     return lambda args, out: kernel(args[0], out)
 
 
