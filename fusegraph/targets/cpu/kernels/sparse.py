@@ -191,7 +191,7 @@ def _median_time(fn: Callable[[], object], reps: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def choose(dense: Callable[[np.ndarray], object], sparse: SparseWeights, x_lens: tuple[int, ...],
+def choose(dense: Callable[[np.ndarray], object], sparse: Callable[[np.ndarray], object], x_lens: tuple[int, ...],
            reps: int = 5) -> tuple[bool, float, float]:
     """Whether the sparse product beats `dense` on an input of `x_lens` (and both median times)."""
     x = np.random.default_rng(0).standard_normal(x_lens).astype(np.float32)
@@ -228,3 +228,33 @@ def sparse_dot(ins, ctx, w: np.ndarray, dense: Callable) -> Callable | None:
     kernel = SparseWeights(w, ctx.threads_for(flops))
     faster, _, _ = choose(lambda x: dense([x], None), kernel, tuple(a.shape.lens))
     return (lambda args, out: kernel(args[0], out)) if faster else None
+
+
+def sparse_dot_epilogue(ins, ctx, w: np.ndarray, bias: np.ndarray | None, dense: Callable) -> Callable | None:
+    """The sparse product, then the bias and the epilogue's whole chain in numpy, for dot_epilogue
+    `ins` with constant weights `w`, if it times faster than `dense` (the oneDNN step with the chain
+    in its post-ops, `dense(args, out)`); None to keep the dense one."""
+    if w.ndim != 2 or w.dtype != np.float32 or density(w) > MAX_DENSITY:
+        return None
+    from .dense import Chain
+
+    a = ins.inputs[0]
+    flops = 2.0 * ins.shape.elements * a.shape.lens[-1]
+    kernel = SparseWeights(w, ctx.threads_for(flops))
+    chain = Chain(ins.op.activations, post=False)  # every step after the product, as the reference
+    lens, product = ins.shape.lens, (*a.shape.lens[:-1], w.shape[1])
+
+    def run(args, out):
+        out, residuals = chain.destination(out, lens, np.float32, args)
+        y = out.reshape(product)  # a view: the destination is dense
+        kernel(args[0], y)
+        if bias is not None:
+            y += bias
+        chain.finish(out, residuals)
+        return out
+
+    rng = np.random.default_rng(0)
+    rest = [x for x in (bias,) if x is not None] + [rng.standard_normal(lens).astype(np.float32)
+                                                     for _ in range(ins.op.n_residual)]
+    faster, _, _ = choose(lambda x: dense([x, w, *rest], None), lambda x: run([x, w, *rest], None), tuple(a.shape.lens))
+    return run if faster else None
