@@ -41,7 +41,12 @@ def sparse_mm(packed: Any, x_t: Any, bias: Any, alg_id: int) -> Any:
 def search_alg(packed: Any, x_t: Any, bias: Any) -> int:
     """cuSPARSELt's fastest algorithm for this problem (0, its default, where torch cannot search)."""
     search = getattr(torch(), "_cslt_sparse_mm_search", None)
-    return int(search(packed, x_t, bias=bias, transpose_result=True)) if search is not None else 0
+    if search is None:
+        return 0
+    try:
+        return int(search(packed, x_t, bias=bias, transpose_result=True))
+    except RuntimeError:  # a build whose search is unsupported or deprecated away: the default is valid
+        return 0
 
 
 class SparseWeight:

@@ -7,8 +7,10 @@ vectorizes, and a tile stays in cache while a block of 64 columns reads it. Each
 its terms in ascending k, one rounding each (no FMA contraction: -ffp-contract=off), so results do
 not depend on the thread count. For M = 1 each column is a gathered dot product.
 
-The dot lowering (kernels/dense.py) times this against oneDNN's dense product at compile and keeps
-the faster (`choose`): sparsity pays only past a density that depends on the machine and the shape.
+The dot and dot_epilogue lowerings (kernels/dense.py) time this against oneDNN's dense product at
+compile and keep the faster (`choose`): sparsity pays only past a density that depends on the
+machine and the shape. `sparse_matmul` (ops/sparse.py: a sparse constant's values and indices, or
+a weight the model marked sparse) is packed straight from its operands and always runs sparse.
 """
 
 from __future__ import annotations
