@@ -1,6 +1,8 @@
-"""Sparse against dense products on the cpu target (issue 24): y = x @ W with W constant.
+"""Sparse against dense products on the cpu target (issue 24): y = x @ W with W constant; with
+`--device gpu`, 2:4 float16 products and BERT-base end to end on an NVIDIA GPU (benchmarks/sparse_gpu.py).
 
     python benchmarks/sparse.py [--reps 20] [--rows 2048x2048x2048,128x768x768,...] [--densities 0.5,0.3,0.1]
+    python benchmarks/sparse.py --device gpu [--products 2048x2048x2048,...] [--batches 32] [--out-dir DIR]
 
 Each row M x K x N is compiled as one ONNX MatMul on the cpu target twice: once with the sparse
 kernel refused (oneDNN's packed dense product, what the target ran before) and once with it forced
@@ -8,12 +10,14 @@ kernel refused (oneDNN's packed dense product, what the target ran before) and o
 prune_2_4 of a dense matrix at density 0.5. Both programs run in this process, alternating, after
 warm-up; medians are reported with the ratio sparse / dense (< 1: sparse wins) and whether the
 target's own compile-time timing picked the sparse kernel. Results agree with numpy (checked).
-Writes benchmarks/results/sparse-<host>.json.
+Writes benchmarks/results/sparse-<host>.json (sparse-gpu-<host>.json with --device gpu; a copy under
+--out-dir).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import time
@@ -67,7 +71,19 @@ def main() -> None:
     ap.add_argument("--rows", default=ROWS)
     ap.add_argument("--densities", default=DENSITIES, help="comma list; 0.5:2:4 is a 2:4-pruned matrix")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    ap.add_argument("--products", default=None, help="gpu: M x K x N rows (default: sparse_gpu.PRODUCTS)")
+    ap.add_argument("--batches", default="32", help="gpu: BERT-base batches of 128 tokens ('' for none)")
+    ap.add_argument("--out-dir", default=None)
     a = ap.parse_args()
+    if a.device == "gpu":
+        from benchmarks import sparse_gpu
+
+        path = write_results("sparse-gpu", sparse_gpu.main_gpu(a.products or sparse_gpu.PRODUCTS, a.batches))
+        print("wrote", path)
+        if a.out_dir:
+            shutil.copy(path, Path(a.out_dir) / path.name)
+        return
     results = []
     for row in a.rows.split(","):
         m, k, n = (int(v) for v in row.split("x"))

@@ -6,8 +6,9 @@
 
 A MatMul whose weight is such a constant needs nothing else: the cpu target packs a weight with at
 most half its entries nonzero by output column and times the sparse product against oneDNN's dense one
-at compile, keeping the faster (targets/cpu/kernels/sparse.py). The gpu target's 2:4 tensor-core path
-is not built yet (issue 24).
+at compile, keeping the faster (targets/cpu/kernels/sparse.py); the gpu target runs a float16/bfloat16
+2:4 weight on the sparse tensor cores (cuSPARSELt) where that times faster than cuBLAS
+(targets/gpu/lower_sparse.py). docs/sparsity.md has the details.
 """
 
 from __future__ import annotations

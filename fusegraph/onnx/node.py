@@ -42,6 +42,15 @@ def tensor_to_array(t: TensorProto) -> np.ndarray:
 def sparse_to_dense(sparse: SparseTensorProto) -> np.ndarray:
     """A sparse tensor (COO indices, flat or per dimension) as a dense array; bad indices are a
     ParseError naming it."""
+    from ..ops.sparse import densify
+
+    vals, flat, dims = sparse_coo(sparse)
+    return densify(vals, flat, dims)
+
+
+def sparse_coo(sparse: SparseTensorProto) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """A sparse tensor's values [NNZ], their flat (row-major) int64 indices and its dims, checked;
+    bad indices are a ParseError naming it."""
     vals, idx = tensor_to_array(sparse.values), tensor_to_array(sparse.indices)
     dims = tuple(sparse.dims)
     what = f"sparse tensor {sparse.values.name!r}"
@@ -58,12 +67,9 @@ def sparse_to_dense(sparse: SparseTensorProto) -> np.ndarray:
     if idx.size and (idx.min() < 0 or (idx.reshape(n, -1) >= bound).any()):
         raise ParseError(f"{what}: an index is outside its dims {list(dims)}")
     check_tensor(list(dims), DType.from_numpy(vals.dtype), what)  # its size, before the zeros are made
-    dense = np.zeros(dims, dtype=vals.dtype)
-    if flat:
-        dense.reshape(-1)[idx] = vals
-    else:
-        dense[tuple(idx.T)] = vals
-    return dense
+    if not flat:
+        idx = np.ravel_multi_index(tuple(idx.T), dims) if dims else np.zeros(n, np.int64)
+    return vals, np.asarray(idx, np.int64).reshape(n), dims
 
 
 def decode_attribute(a: AttributeProto) -> Any:

@@ -25,8 +25,9 @@ from ..ir.shape import Dim, Shape
 from ..ir.symbolic import symbol_name
 from . import converters  # noqa: F401  (registers every converter)
 from .context import Context
+from .converters.sparse import sparse_constant
 from .loading import ModelSource, load_model
-from .node import Node, check_text, sparse_to_dense, tensor_to_array
+from .node import Node, check_text, tensor_to_array
 from .registry import lookup
 from .schema import check_model, check_node
 
@@ -62,7 +63,7 @@ class OnnxParser:
         for init in graph.initializer:
             scope[init.name] = ctx.literal(self._initializer(init))
         for sparse in graph.sparse_initializer:
-            scope[sparse.values.name] = ctx.literal(sparse_to_dense(sparse))
+            scope[sparse.values.name] = sparse_constant(ctx, sparse)  # kept sparse (converters/sparse.py)
         for kind, protos in (("graph input", graph.input), ("graph output", graph.output),
                              ("initializer", graph.initializer)):
             for vi in protos:

@@ -28,6 +28,7 @@ from . import (  # noqa: F401
     select,
     sequence,
     signal,
+    sparse,
     strings,
     tensor,
 )

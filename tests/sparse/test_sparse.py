@@ -85,3 +85,30 @@ def test_dense_weights_are_not_tried(monkeypatch):
     monkeypatch.setattr(sparse, "choose", lambda *a: pytest.fail("a dense weight was timed as sparse"))
     model, x = _matmul_model(rng.standard_normal((16, 8)).astype(np.float32), 3)
     fusegraph.parse_onnx(model).compile(target).run(x)
+
+
+@pytest.mark.parametrize("picked", [True, False])
+@pytest.mark.parametrize("residual", [False, True])
+def test_a_matmul_with_an_epilogue_and_sparse_weights(monkeypatch, picked, residual):
+    """MatMul + bias + ReLU [+ residual]: the cpu target's dot_epilogue, sparse or dense by timing."""
+    target = target_or_skip("cpu")
+    from fusegraph.targets.cpu.kernels import sparse
+
+    chosen = []
+    monkeypatch.setattr(sparse, "choose", lambda dense, kernel, lens: (chosen.append(lens) or picked, 0, 0))
+    w = fusegraph.make_sparse((64, 48), density=0.1, seed=9)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["r"])]
+    x = {"x": rng.standard_normal((2, 5, 64)).astype(np.float32)}
+    if residual:
+        nodes.append(helper.make_node("Add", ["r", "s"], ["y"]))
+        x["s"] = rng.standard_normal((2, 5, 48)).astype(np.float32)
+    out = "y" if residual else "r"
+    model = make_model(nodes, x, [out], initializers={"w": w, "b": rng.standard_normal(48).astype(np.float32)})
+    p = fusegraph.parse_onnx(model).compile(target)
+    assert any(i.op.name == "dot_epilogue" for i in p.main.instructions)
+    import onnxruntime as ort
+
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    np.testing.assert_allclose(p.run(x)[0], want, rtol=1e-5, atol=1e-5)
+    assert len(chosen) == 1  # the epilogue's product was offered the sparse kernel, timed once

@@ -22,6 +22,7 @@ from . import (  # noqa: F401
     rnn,
     sequence,
     signal,
+    sparse,
     strings,
     tensor,
     training,

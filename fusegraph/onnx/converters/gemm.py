@@ -58,7 +58,9 @@ def matmul(ctx, a: Instruction, b: Instruction, op: str = "dot") -> Instruction:
 
 @converter("MatMul")
 def matmul_node(ctx, node, args):
-    return matmul(ctx, args[0], args[1])
+    from .sparse import sparse_product  # a sparse constant weight is read sparse (ops/sparse.py)
+
+    return sparse_product(ctx, args[0], args[1]) or matmul(ctx, args[0], args[1])
 
 
 @converter("Gemm")

@@ -32,6 +32,10 @@ def constant(ctx, node, args):
     forms = [k for k in _CONSTANT_FORMS if node.has(k)]
     if len(forms) != 1:
         raise ctx.error(f"needs exactly one value attribute, has {forms or 'none'}")
+    if forms == ["sparse_value"] and not node.attrs["sparse_value"].ref_attr_name:
+        from .sparse import sparse_constant  # kept sparse: a MatMul reads it so
+
+        return sparse_constant(ctx, node.attrs["sparse_value"].sparse_tensor)
     return ctx.literal(_CONSTANT_FORMS[forms[0]](node.attr(forms[0])))
 
 

@@ -12,7 +12,9 @@
   reshape]; or a 1x1 convolution as above) whose only reader is a pointwise instruction of the same
   lens that neither of the above takes (SiLU, GELU, residual adds...) absorbs that reader: one
   autotuned step, a Triton GEMM template with the reader's body as its epilogue or the library
-  matmul followed by the pointwise kernel (lower_nn.py, autotune.py).
+  matmul followed by the pointwise kernel (lower_nn.py, autotune.py);
+* sparse_dot / sparse_gemm_bias / sparse_gemm_epilogue: the same, for a dot whose weight is a 2:4
+  constant (sparse_patterns.py; cuSPARSELt or the dense kernel, timed: lower_sparse.py).
 
 Each match is a `Group` keyed by the uid of the instruction whose value it produces; its members are
 the instructions it replaces, its inputs the values it reads.
@@ -66,6 +68,9 @@ def match_groups(module: Module) -> dict[int, Group]:
             groups.pop(ins.uid, None)
             groups[g.root.uid] = g
             taken |= {m.uid for m in g.members}
+    from .sparse_patterns import mark_sparse  # 2:4 constant weights: the sparse kinds (lower_sparse.py)
+
+    mark_sparse(module, groups)
     return groups
 
 

@@ -340,4 +340,6 @@ def dot_epilogue(ins: Instruction, ctx: LowerContext) -> Kernel:
         chain.finish(out, residuals)
         return out
 
-    return run
+    from .sparse import sparse_dot_epilogue  # mostly-zero weights: a sparse product where it times faster
+
+    return sparse_dot_epilogue(ins, ctx, w, bias, run) or run

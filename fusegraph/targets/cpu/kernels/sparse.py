@@ -7,8 +7,10 @@ vectorizes, and a tile stays in cache while a block of 64 columns reads it. Each
 its terms in ascending k, one rounding each (no FMA contraction: -ffp-contract=off), so results do
 not depend on the thread count. For M = 1 each column is a gathered dot product.
 
-The dot lowering (kernels/dense.py) times this against oneDNN's dense product at compile and keeps
-the faster (`choose`): sparsity pays only past a density that depends on the machine and the shape.
+The dot and dot_epilogue lowerings (kernels/dense.py) time this against oneDNN's dense product at
+compile and keep the faster (`choose`): sparsity pays only past a density that depends on the
+machine and the shape. `sparse_matmul` (ops/sparse.py: a sparse constant's values and indices, or
+a weight the model marked sparse) is packed straight from its operands and always runs sparse.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ....ir.dtypes import DType
 from ..codegen.build import build_library
 from ..codegen.kernels import KernelSource
+from ..lowering import lowering
 
 MAX_DENSITY = 0.5  # denser weights are not even tried: the dense kernels win by far
 _KB = 512  # rows of a tile read at a time when K is large: 512 x 64 floats = 128 KiB, half an L2
@@ -111,8 +115,6 @@ _I = ctypes.c_int64
 
 @functools.cache
 def _library():
-    from ....ir.dtypes import DType
-
     src = KernelSource(name="fg_spmm_f32", code=_SOURCE, helpers=(), in_dtypes=(DType.float32,),
                        out_dtype=DType.float32)
     fn = build_library([src]).kernels["fg_spmm_f32"]._fn
@@ -131,12 +133,25 @@ class SparseWeights:
     def __init__(self, w: np.ndarray, threads: int):
         if w.ndim != 2 or w.dtype != np.float32:
             raise ValueError(f"sparse weights are float32 matrices, got {w.dtype}{list(w.shape)}")
-        self.k, self.n = w.shape
-        wt = np.ascontiguousarray(w.T)
-        nz = wt != 0
-        self.indptr = np.concatenate([[0], np.cumsum(nz.sum(axis=1))]).astype(np.int64)
-        self.rows = np.nonzero(nz)[1].astype(np.int32)  # row-major order: ascending k per column
-        self.vals = wt[nz].astype(np.float32)
+        flat = np.flatnonzero(w)
+        self._pack(w.reshape(-1)[flat], flat, *w.shape, threads)
+
+    @classmethod
+    def from_coo(cls, values: np.ndarray, indices: np.ndarray, k: int, n: int, threads: int) -> SparseWeights:
+        """W [k, n] given by its `values` at flat row-major `indices` (a sparse constant's form,
+        ops/sparse.py), packed without making W dense; a repeated index keeps its last value."""
+        last = len(indices) - 1 - np.unique(np.asarray(indices)[::-1], return_index=True)[1]
+        self = cls.__new__(cls)
+        self._pack(np.asarray(values, np.float32)[last], np.asarray(indices, np.int64)[last], k, n, threads)
+        return self
+
+    def _pack(self, vals: np.ndarray, flat: np.ndarray, k: int, n: int, threads: int) -> None:
+        self.k, self.n = k, n
+        cols, rows = flat % max(n, 1), flat // max(n, 1)
+        order = np.lexsort((rows, cols))  # by column, then ascending k within it
+        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(cols, minlength=n))]).astype(np.int64)
+        self.rows = rows[order].astype(np.int32)
+        self.vals = vals[order].astype(np.float32)
         # per column, where its nonzeros cross each multiple of kb rows (rows ascend within a column)
         kb = self.k if self.k <= _KB_FROM else _KB
         self.nkb = max(-(-self.k // max(kb, 1)), 1)
@@ -178,13 +193,31 @@ def _median_time(fn: Callable[[], object], reps: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def choose(dense: Callable[[np.ndarray], object], sparse: SparseWeights, x_lens: tuple[int, ...],
+def choose(dense: Callable[[np.ndarray], object], sparse: Callable[[np.ndarray], object], x_lens: tuple[int, ...],
            reps: int = 5) -> tuple[bool, float, float]:
     """Whether the sparse product beats `dense` on an input of `x_lens` (and both median times)."""
     x = np.random.default_rng(0).standard_normal(x_lens).astype(np.float32)
     t_dense = _median_time(lambda: dense(x), reps)
     t_sparse = _median_time(lambda: sparse(x), reps)
     return t_sparse < MARGIN * t_dense, t_dense, t_sparse
+
+
+@lowering("sparse_matmul")
+def sparse_matmul(ins, ctx) -> Callable:
+    """The sparse kernel straight from the op's values and indices, or from its dense weight's
+    nonzeros (asked for by the model: not timed against a dense product); float32 with constant
+    weights, else the op's numpy reference."""
+    from ..lowering import reference_kernel
+
+    a, *weights = ins.inputs
+    consts = [ctx.const(w) for w in weights]
+    if ins.shape.dtype != DType.float32 or any(c is None for c in consts) or any(x.shape.is_dynamic for x in (ins, a)):
+        return reference_kernel(ins, ctx)
+    flops = 2.0 * (ins.shape.elements // max(ins.shape.lens[-1], 1)) * np.count_nonzero(consts[0])
+    threads = ctx.threads_for(flops)
+    kernel = SparseWeights(consts[0], threads) if len(consts) == 1 else \
+        SparseWeights.from_coo(consts[0], consts[1], ins.op.k, ins.op.n, threads)
+    return lambda args, out: kernel(args[0], out)
 
 
 def sparse_dot(ins, ctx, w: np.ndarray, dense: Callable) -> Callable | None:
@@ -197,3 +230,33 @@ def sparse_dot(ins, ctx, w: np.ndarray, dense: Callable) -> Callable | None:
     kernel = SparseWeights(w, ctx.threads_for(flops))
     faster, _, _ = choose(lambda x: dense([x], None), kernel, tuple(a.shape.lens))
     return (lambda args, out: kernel(args[0], out)) if faster else None
+
+
+def sparse_dot_epilogue(ins, ctx, w: np.ndarray, bias: np.ndarray | None, dense: Callable) -> Callable | None:
+    """The sparse product, then the bias and the epilogue's whole chain in numpy, for dot_epilogue
+    `ins` with constant weights `w`, if it times faster than `dense` (the oneDNN step with the chain
+    in its post-ops, `dense(args, out)`); None to keep the dense one."""
+    if w.ndim != 2 or w.dtype != np.float32 or density(w) > MAX_DENSITY:
+        return None
+    from .dense import Chain
+
+    a = ins.inputs[0]
+    flops = 2.0 * ins.shape.elements * a.shape.lens[-1]
+    kernel = SparseWeights(w, ctx.threads_for(flops))
+    chain = Chain(ins.op.activations, post=False)  # every step after the product, as the reference
+    lens, product = ins.shape.lens, (*a.shape.lens[:-1], w.shape[1])
+
+    def run(args, out):
+        out, residuals = chain.destination(out, lens, np.float32, args)
+        y = out.reshape(product)  # a view: the destination is dense
+        kernel(args[0], y)
+        if bias is not None:
+            y += bias
+        chain.finish(out, residuals)
+        return out
+
+    rng = np.random.default_rng(0)
+    rest = [x for x in (bias,) if x is not None] + [rng.standard_normal(lens).astype(np.float32)
+                                                     for _ in range(ins.op.n_residual)]
+    faster, _, _ = choose(lambda x: dense([x, w, *rest], None), lambda x: run([x, w, *rest], None), tuple(a.shape.lens))
+    return run if faster else None

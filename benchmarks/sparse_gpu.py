@@ -1,0 +1,156 @@
+"""Dense against 2:4 sparse float16 on one NVIDIA GPU (issue 24), run by `benchmarks/sparse.py --device gpu`.
+
+Products, y = x W (+ bias) with W [K, N] = prune_2_4 of a random matrix, each M x K x N row timed
+five rounds, alternating: cuBLAS (torch.matmul / addmm: the gpu target's dense kernels), fusegraph's
+sparse kernel (lower_sparse.SparseWeight: cuSPARSELt on W^T, bias fused), and torch's semi-structured
+form (F.linear over to_sparse_semi_structured(W^T)). Each sample is the tuner's own measure (CUDA events
+right after a GPU-side sleep, so kernels are timed, not their launch: autotune.cuda_measure).
+
+BERT-base end to end (transformers' BertModel, random weights, every encoder Linear pruned to 2:4, as
+benchmarks/gpu_vs_torch.py builds it; batch x 128 tokens), the same weights four ways: fusegraph fp16
+with the sparse kinds switched off (its dense form), fusegraph fp16 as it compiles (each sparse step
+timed against its dense kernel), torch eager fp16, and torch eager fp16 with every pruned Linear's
+weight as a SparseSemiStructuredTensor. CUDA events around each call, contenders alternated in rounds
+(gpu_vs_torch.time_alternating); errors are relative L2 against the pruned fp32 module on the GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import fusegraph
+from benchmarks.gpu_vs_torch import bert, export_onnx, rel_err, time_alternating
+from fusegraph.targets.gpu import sparse_patterns
+from fusegraph.targets.gpu.autotune import cuda_measure
+from fusegraph.targets.gpu.lower_sparse import SparseWeight
+
+PRODUCTS = "2048x2048x2048,4096x768x3072,4096x3072x768,4096x768x768"  # M x K x N (BERT-base: 32 x 128 tokens)
+ROUNDS = 5
+
+
+def pruned_weight(k: int, n: int, seed: int = 0) -> np.ndarray:
+    return fusegraph.prune_2_4(np.random.default_rng(seed).standard_normal((k, n)).astype(np.float32) * 0.05)
+
+
+def product_row(m: int, k: int, n: int) -> dict:
+    dev = torch.device("cuda")
+    w = torch.from_numpy(pruned_weight(k, n)).half().to(dev)
+    x = torch.randn(m, k, device=dev).half()
+    b = torch.randn(n, device=dev).half()
+    plain, biased = SparseWeight(), SparseWeight()
+    semi = torch.sparse.to_sparse_semi_structured(w.t().contiguous())  # torch's form: a Linear's [N, K] weight
+    fns = {"cublas": lambda: torch.matmul(x, w), "cublas_bias": lambda: torch.addmm(b, x, w),
+           "fusegraph_2_4": lambda: plain(x, w), "fusegraph_2_4_bias": lambda: biased(x, w, b),
+           "torch_semi_structured_bias": lambda: F.linear(x, semi, b)}
+    want = x.float() @ w.float()
+    errs = {}
+    for name, fn in fns.items():
+        ref = want + b.float() if "bias" in name else want
+        errs[name] = rel_err(fn().float(), ref)
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for r in range(ROUNDS):
+        names = list(fns)[r % len(fns):] + list(fns)[:r % len(fns)]
+        for name in names:
+            samples[name].append(cuda_measure(fns[name], reps=15) * 1e3)
+    ms = {name: round(statistics.median(v), 4) for name, v in samples.items()}
+    return {"m": m, "k": k, "n": n, "dtype": "float16", "ms": ms, "rel_err": errs,
+            "speedup_2_4_vs_cublas": round(ms["cublas"] / ms["fusegraph_2_4"], 3),
+            "speedup_2_4_bias_vs_cublas_bias": round(ms["cublas_bias"] / ms["fusegraph_2_4_bias"], 3)}
+
+
+def prune_linears(model: nn.Module) -> int:
+    """Every encoder Linear's weight [N, K] pruned 2:4 along K (prune_2_4 groups the rows of [K, N])."""
+    count = 0
+    for name, mod in model.named_modules():
+        if isinstance(mod, nn.Linear) and ".encoder." in f".{name}.":
+            w = mod.weight.detach().numpy()
+            mod.weight.data = torch.from_numpy(np.ascontiguousarray(fusegraph.prune_2_4(w.T).T))
+            count += 1
+    return count
+
+
+def semi_structured(model: nn.Module) -> nn.Module:
+    """A copy of fp16 CUDA `model` with its 2:4 Linear weights in torch's semi-structured form."""
+    sparse = copy.deepcopy(model)
+    for name, mod in sparse.named_modules():
+        if isinstance(mod, nn.Linear) and ".encoder." in f".{name}.":
+            mod.weight = nn.Parameter(torch.sparse.to_sparse_semi_structured(mod.weight.detach()), requires_grad=False)
+    return sparse
+
+
+def compile_fusegraph(onnx_bytes: bytes, sparse: bool):
+    t0 = time.perf_counter()
+    program = fusegraph.parse_onnx(onnx_bytes)
+    mark = sparse_patterns.mark_sparse
+    if not sparse:  # the dense form: no step gets a sparse kind
+        sparse_patterns.mark_sparse = lambda module, groups: None
+    try:
+        program.compile(fusegraph.get_target("gpu"), fusegraph.CompileOptions(fp16=True))
+    finally:
+        sparse_patterns.mark_sparse = mark
+    return program.executable, time.perf_counter() - t0
+
+
+def bert_row(batch: int) -> dict:
+    timed, export = bert()
+    row: dict = {"model": "bert-base", "batch": batch, "tokens": batch * 128, "dtype": "float16",
+                 "pruned_linears": prune_linears(export)}
+    timed.load_state_dict(export.state_dict())
+    ids = torch.randint(0, 30522, (batch, 128))
+    inputs, names = (ids, torch.ones(batch, 128, dtype=torch.int64)), ["input_ids", "attention_mask"]
+    onnx_bytes = export_onnx(export, inputs, names)
+    dev = torch.device("cuda")
+    feeds = {n: x.to(dev) for n, x in zip(names, inputs)}
+    targs = tuple(x.to(dev) for x in inputs)
+    with torch.no_grad():
+        torch.backends.cuda.matmul.allow_tf32 = False
+        ref = timed.to(dev)(*targs).float()
+        fns, compile_s, errs = {}, {}, {}
+        for name, sparse in (("fusegraph_dense", False), ("fusegraph_2_4", True)):
+            exe, compile_s[name] = compile_fusegraph(onnx_bytes, sparse)
+            errs[name] = rel_err(exe.run_device(feeds)[0], ref)
+            fns[name] = (lambda e: lambda: e.run_device(feeds))(exe)
+            if sparse:
+                row["choices"] = {k: v["name"] for k, v in exe.tuning.items() if k.startswith("2:4")}
+        model = timed.half()
+        errs["torch_dense"] = rel_err(model(*targs), ref)
+        fns["torch_dense"] = lambda: model(*targs)
+        semi = semi_structured(model)
+        errs["torch_semi_structured"] = rel_err(semi(*targs), ref)
+        fns["torch_semi_structured"] = lambda: semi(*targs)
+        times = time_alternating(fns)
+    ms = {k: round(statistics.median(v), 4) for k, v in times.items()}
+    row.update(ms=ms, rel_err=errs, compile_s={k: round(v, 2) for k, v in compile_s.items()},
+               speedup_2_4_vs_dense=round(ms["fusegraph_dense"] / ms["fusegraph_2_4"], 3),
+               speedup_torch_semi_vs_torch_dense=round(ms["torch_dense"] / ms["torch_semi_structured"], 3),
+               ratio_2_4_vs_torch_semi=round(ms["fusegraph_2_4"] / ms["torch_semi_structured"], 3))
+    picked = list(row["choices"].values())
+    row["sparse_steps_chosen"] = f"{picked.count('cusparselt')}/{len(picked)}"
+    return row
+
+
+def main_gpu(products: str, batches: str) -> dict:
+    if not torch.cuda.is_available():
+        raise SystemExit("--device gpu needs an NVIDIA GPU (CUDA)")
+    rows = []
+    for spec in filter(None, products.split(",")):
+        m, k, n = (int(v) for v in spec.split("x"))
+        rows.append(product_row(m, k, n))
+        r = rows[-1]
+        print(f"{spec:>16}: cublas {r['ms']['cublas']:.4f} ms  2:4 {r['ms']['fusegraph_2_4']:.4f} ms  "
+              f"({r['speedup_2_4_vs_cublas']}x); with bias {r['speedup_2_4_bias_vs_cublas_bias']}x; "
+              f"torch semi {r['ms']['torch_semi_structured_bias']:.4f} ms", flush=True)
+    models = []
+    for b in filter(None, batches.split(",")):
+        models.append(bert_row(int(b)))
+        r = models[-1]
+        print(f"bert-base batch {b}: {r['ms']}  2:4 vs dense {r['speedup_2_4_vs_dense']}x  "
+              f"sparse steps {r['sparse_steps_chosen']}", flush=True)
+    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "products": rows, "models": models}
