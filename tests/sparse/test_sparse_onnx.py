@@ -30,7 +30,7 @@ def model_with_sparse(nodes, x, outputs, sparse, dense=None, domains=None):
     inits = [numpy_helper.from_array(v, k) for k, v in (dense or {}).items()]
     g = helper.make_graph(nodes, "g", inputs, outs, initializer=inits, sparse_initializer=sparse)
     opsets = [helper.make_opsetid("", 17)] + [helper.make_opsetid(d, 1) for d in (domains or ())]
-    return helper.make_model(g, opset_imports=opsets)
+    return helper.make_model(g, opset_imports=opsets, ir_version=8)  # (ORT builds that read IR <= 8 too)
 
 
 def ops_of(p):

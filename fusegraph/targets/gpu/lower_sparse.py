@@ -33,20 +33,12 @@ def compress(w_t: Any) -> Any:
     return torch()._cslt_compress(w_t)
 
 
-def sparse_mm(packed: Any, x_t: Any, bias: Any, alg_id: int) -> Any:
-    """(W^T x^T)^T = x W as a new row-major [M, N] tensor, + bias [N] when given."""
-    return torch()._cslt_sparse_mm(packed, x_t, bias=bias, transpose_result=True, alg_id=alg_id)
-
-
-def search_alg(packed: Any, x_t: Any, bias: Any) -> int:
-    """cuSPARSELt's fastest algorithm for this problem (0, its default, where torch cannot search)."""
-    search = getattr(torch(), "_cslt_sparse_mm_search", None)
-    if search is None:
-        return 0
-    try:
-        return int(search(packed, x_t, bias=bias, transpose_result=True))
-    except RuntimeError:  # a build whose search is unsupported or deprecated away: the default is valid
-        return 0
+def sparse_mm(packed: Any, x_t: Any, bias: Any) -> Any:
+    """(W^T x^T)^T = x W as a new row-major [M, N] tensor, + bias [N] when given. cuSPARSELt's
+    default algorithm: its algorithm search (`_cslt_sparse_mm_search`, `_C._cusparselt.mm_search`)
+    fails with an internal error on the H200 with torch 2.11 + CUDA 13, and leaves the CUDA context
+    unusable for every later call, so it is never called."""
+    return torch()._cslt_sparse_mm(packed, x_t, bias=bias, transpose_result=True)
 
 
 class SparseWeight:
@@ -55,7 +47,6 @@ class SparseWeight:
 
     def __init__(self):
         self.packed: Any = None
-        self.alg_id = 0
 
     def __call__(self, x: Any, w: Any, bias: Any = None) -> Any:
         t = torch()
@@ -68,8 +59,7 @@ class SparseWeight:
         b = None if bias is None else bias.reshape(n)
         if self.packed is None:
             self.packed = compress(w.t().contiguous())
-            self.alg_id = search_alg(self.packed, x2.t(), b)
-        y = sparse_mm(self.packed, x2.t(), b, self.alg_id)
+        y = sparse_mm(self.packed, x2.t(), b)
         return y[:m] if pad else y
 
 
