@@ -2,13 +2,15 @@
 reference, what every target ran before), the cpu target's compiled C kernel, and on a machine with
 CUDA the gpu target's device kernel.
 
-    python benchmarks/nms_vs_ort.py [--reps 15] [--threads 1] [--sides reference,cpu,gpu]
+    python benchmarks/nms_vs_ort.py [--reps 15] [--runs 5] [--threads 1] [--sides reference,cpu,gpu]
 
 A YOLOv8 head's NMS: 8400 boxes (centre format, up to 60 px on a 640 image), 80 classes, at most 100
 boxes per class, IoU 0.45, score threshold 0.25. Rows differ in how many (class, box) pairs pass the
 threshold: "detector" (scores ~ u^2000: ~500 pairs, a few a class, as a trained detector on a busy
 image), "sparse" (u^200: 0.7% of pairs, ~60 a class), "medium" (u^40: 3.4%) and "dense" (u^8: 16%),
-where every class fills its 100 boxes. Every side gets the same arrays, alternating, after warm-up;
+where every class fills its 100 boxes. Every side gets the same arrays, in alternating rounds of
+`--runs` runs each (a side's caches and the GPU's clocks are those of a detector running it), after
+warm-up;
 their selections are checked equal to ORT's first. The cpu side is a compiled one-node program run
 with `--threads` threads (ORT runs on one); the gpu side takes and returns device tensors (the boxes
 and scores a detector's backbone left there) and is timed to the end of its work. Medians in ms.
@@ -81,6 +83,7 @@ def gpu_side(model, feeds):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--runs", type=int, default=5, help="runs of one side in a row, per round")
     ap.add_argument("--threads", type=int, default=1, help="the cpu target's threads (ORT runs on one)")
     ap.add_argument("--sides", default="reference,cpu,gpu", help="which of fusegraph's sides to time "
                     "(gpu only where CUDA is)")
@@ -126,10 +129,11 @@ def main() -> None:
         times: dict[str, list[float]] = {side: [] for side in sides}
         for _ in range(a.reps + 2):
             for side, run in sides.items():
-                t0 = time.perf_counter()
-                run()
-                times[side].append(time.perf_counter() - t0)
-        ms = {side: statistics.median(t[2:]) * 1e3 for side, t in times.items()}  # two warm-up runs
+                for _ in range(a.runs):
+                    t0 = time.perf_counter()
+                    run()
+                    times[side].append(time.perf_counter() - t0)
+        ms = {side: statistics.median(t[2 * a.runs:]) * 1e3 for side, t in times.items()}  # two warm-up rounds
         row = {"load": load, "pairs_above_threshold": int((scores > 0.25).sum()), "selected": len(theirs),
                "ms": ms, "speedup_vs_ort": {s: ms["onnxruntime"] / ms[s] for s in sides if s != "onnxruntime"}}
         if "reference" in ms and "gpu" in ms:
@@ -141,7 +145,8 @@ def main() -> None:
         print(f"{load:<8} {row['pairs_above_threshold']:>7} {len(theirs):>9} "
               + " ".join(f"{ms[s]:>14.3f}" for s in order) + " "
               + " ".join(f"{row['speedup_vs_ort'][s]:>14.2f}" for s in order[:-1]))
-    print("wrote", write_results("nms_vs_ort", {"reps": a.reps, "threads": a.threads, "rows": rows}))
+    print("wrote", write_results("nms_vs_ort", {"reps": a.reps, "runs_per_round": a.runs, "threads": a.threads,
+                                                "rows": rows}))
 
 
 if __name__ == "__main__":
