@@ -132,4 +132,28 @@ class Int8Dot(_Int8, Dot):
         return self._finish(y, args[3] if self.has_bias else None, y.ndim - 1)
 
 
-INT8_OPS: tuple[type[Op], ...] = (Int8Conv, Int8Dot)
+@register_op
+class Int8Lookup(Op):
+    """y = table[x - min(x's type)]: a pointwise function of one 8-bit tensor, tabulated over its 256
+    values (passes/tabulate_int8.py). `table` is a constant of 256 entries of the result's type."""
+
+    name = "int8_lookup"
+    kind = OpKind.OPAQUE  # not pointwise: no pass may fuse it back into (or plan it as) an expression
+
+    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
+        x, table = inputs
+        if x.dtype not in ACT_TYPES or table.lens != (256,):
+            raise ShapeError(f"{self}: x must be uint8/int8 and table [256]; got {x}, {table}")
+        return Shape(table.dtype, x.dims)
+
+    def compute(self, args):
+        x, table = args
+        return table[table_index(x)]
+
+
+def table_index(x: np.ndarray) -> np.ndarray:
+    """The table position of each 8-bit value: uint8 as itself, int8 + 128 (its bits with the sign flipped)."""
+    return x.view(np.uint8) ^ np.uint8(0x80) if x.dtype == np.int8 else x
+
+
+INT8_OPS: tuple[type[Op], ...] = (Int8Conv, Int8Dot, Int8Lookup)
