@@ -9,7 +9,9 @@ at most, where the float reference's own rounding decides an edge).
 
 Inputs: x (uint8 or int8), w (int8, constant), w_scale (float32, one per output channel), then the
 bias (float32, one per output channel) if `has_bias`. x's scale and zero point and the output's are
-attributes; `out_type` float32 means the dequantized result (a float consumer follows).
+attributes; `out_type` float32 means the dequantized result (a float consumer follows); int32 means
+the exact integer sum of (x - x_zero_point) * w (ConvInteger, QLinearConv before their requantization:
+scales 1, no bias or activations), as the frontend's int32 convolution computes it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ...ops.quantize import INT_RANGES
 from .ops import Activation, _check_chain, _first, _last, apply_chain, to_channels_first, to_channels_last
 
 ACT_TYPES = (DType.uint8, DType.int8)
-OUT_TYPES = (DType.uint8, DType.int8, DType.float32)
+OUT_TYPES = (DType.uint8, DType.int8, DType.float32, DType.int32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +100,10 @@ class Int8Conv(_Int8, Convolution):
         nd = x.ndim
         if self.channels_last:
             x = x.transpose(to_channels_first(nd))
+        if self.out_type == DType.int32:  # the integer sum, exactly (the reference accumulates in int64)
+            xi = x.astype(np.int32) - np.int32(self.x_zero_point)
+            y = Convolution.compute(self, [xi, w.astype(np.int32)]).astype(np.int32)
+            return np.ascontiguousarray(y.transpose(to_channels_last(nd))) if self.channels_last else y
         wf = w.astype(np.float32) * ws.reshape((-1,) + (1,) * (w.ndim - 1))
         y = Convolution.compute(self, [self._dequantize_x(x), wf])
         y = self._finish(y, args[3] if self.has_bias else None, 1)
