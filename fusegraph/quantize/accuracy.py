@@ -7,7 +7,10 @@ shape (or the task named):
   program's detections (score >= 0.25, per-class NMS at IoU 0.45) that a quantized detection of the
   same class matches at IoU >= 0.5, and the largest class score each program gives;
 - ctc ([N, T, V] per-step class probabilities): greedy CTC decoding (argmax, repeats merged, blank 0
-  dropped); the fraction of lines decoded identically.
+  dropped); the fraction of lines decoded identically;
+- map ([N, 1, H, W] probabilities: a DB text detector's, a segmenter's): the IoU of the regions
+  above MAP_THRESHOLD (PP-OCR's binarization threshold) in the two programs, and each one's largest
+  probability (a map that dies under quantization keeps a tiny maximum and an IoU near 0).
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ import numpy as np
 
 from ..errors import ArgumentError
 
-TASKS = ("auto", "classify", "detect", "ctc", "none")
+TASKS = ("auto", "classify", "detect", "ctc", "map", "none")
 SCORE_THRESHOLD, NMS_IOU, MATCH_IOU = 0.25, 0.45, 0.5
+MAP_THRESHOLD = 0.3
 
 
 @dataclasses.dataclass
@@ -44,6 +48,8 @@ def guess_task(out: np.ndarray) -> str:
             return "ctc"
         if 5 <= out.shape[1] < out.shape[2]:
             return "detect"
+    if out.ndim == 4 and out.shape[1] == 1 and out.size and 0 <= out.min() and out.max() <= 1:
+        return "map"
     return "none"
 
 
@@ -155,5 +161,13 @@ def _edit(a: Sequence[int], b: Sequence[int]) -> int:
     return prev[-1]
 
 
-_METRICS = {"classify": _classify, "detect": _detect, "ctc": _ctc}
-_NDIM = {"classify": 2, "detect": 3, "ctc": 3}
+def _map(q: list[np.ndarray], f: list[np.ndarray]) -> dict[str, float]:
+    qa, fa = np.concatenate(q) > MAP_THRESHOLD, np.concatenate(f) > MAP_THRESHOLD
+    union = int(np.sum(qa | fa))
+    return {"region_iou": float(np.sum(qa & fa)) / union if union else float("nan"),
+            "max_prob": float(max(a.max() for a in q)), "reference_max_prob": float(max(a.max() for a in f)),
+            "reference_region_fraction": float(fa.mean())}
+
+
+_METRICS = {"classify": _classify, "detect": _detect, "ctc": _ctc, "map": _map}
+_NDIM = {"classify": 2, "detect": 3, "ctc": 3, "map": 4}

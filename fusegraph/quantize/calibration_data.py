@@ -136,29 +136,63 @@ def image_samples(name: str, shape: tuple[int, ...], count: int, seed: int = 0,
     return out
 
 
-def text_samples(name: str, shape: tuple[int, ...], count: int, seed: int = 0,
-                 normalization: str = "symmetric") -> list[dict[str, np.ndarray]]:
-    """`count` input dicts of text lines rendered with PIL's font (dark on light, random words,
-    size, offset, contrast and slight blur), for OCR recognizers."""
-    from PIL import Image, ImageDraw, ImageFilter, ImageFont
+def _words(rng: np.random.Generator) -> str:
+    return "".join(rng.choice(list(_TEXT), int(rng.integers(4, 16)))).strip() or "text"
+
+
+def _rendered(name: str, shape: tuple[int, ...], count: int, normalization: str, rng: np.random.Generator,
+              draw) -> list[dict[str, np.ndarray]]:
+    """`count` input dicts of images `draw(rng, h, w)` renders with PIL, each slightly blurred."""
+    from PIL import ImageFilter
 
     h, w = _spatial(shape)
-    rng = np.random.default_rng([seed, 3061])
     out = []
     for _ in range(count):
         batch = []
         for _ in range(shape[0]):
-            words = "".join(rng.choice(list(_TEXT), int(rng.integers(4, 16)))).strip() or "text"
-            size = int(h * rng.uniform(0.55, 0.8))
-            font = ImageFont.load_default(size=size)
-            bg = tuple(int(c) for c in rng.integers(170, 256, 3))
-            fg = tuple(int(c) for c in rng.integers(0, 90, 3))
-            im = Image.new("RGB", (w, h), bg)
-            ImageDraw.Draw(im).text((int(rng.integers(0, 12)), int((h - size) / 2 - size * 0.1)), words, fill=fg, font=font)
-            im = im.filter(ImageFilter.GaussianBlur(float(rng.uniform(0, 0.8))))
+            im = draw(rng, h, w).filter(ImageFilter.GaussianBlur(float(rng.uniform(0, 0.8))))
             batch.append(_layout(np.asarray(im, np.float32) / 255.0, shape, normalization))
         out.append({name: np.stack(batch)})
     return out
+
+
+def text_samples(name: str, shape: tuple[int, ...], count: int, seed: int = 0,
+                 normalization: str = "symmetric") -> list[dict[str, np.ndarray]]:
+    """`count` input dicts of text lines rendered with PIL's font (dark on light, random words,
+    size, offset, contrast and slight blur), for OCR recognizers."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    def line(rng, h, w):
+        words = _words(rng)
+        size = int(h * rng.uniform(0.55, 0.8))
+        font = ImageFont.load_default(size=size)
+        bg = tuple(int(c) for c in rng.integers(170, 256, 3))
+        fg = tuple(int(c) for c in rng.integers(0, 90, 3))
+        im = Image.new("RGB", (w, h), bg)
+        ImageDraw.Draw(im).text((int(rng.integers(0, 12)), int((h - size) / 2 - size * 0.1)), words, fill=fg, font=font)
+        return im
+
+    return _rendered(name, shape, count, normalization, np.random.default_rng([seed, 3061]), line)
+
+
+def page_samples(name: str, shape: tuple[int, ...], count: int, seed: int = 0,
+                 normalization: str = "symmetric") -> list[dict[str, np.ndarray]]:
+    """`count` input dicts of pages: a few text lines (as `text_samples` draws them: random words,
+    sizes, contrast) at random places over a light background, for OCR detectors, whose map must
+    see text to be checked at all (on noise an fp32 detector's map is ~0 everywhere)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    def page(rng, h, w):
+        im = Image.new("RGB", (w, h), tuple(int(c) for c in rng.integers(170, 256, 3)))
+        draw = ImageDraw.Draw(im)
+        for _ in range(int(rng.integers(3, 8))):
+            words = _words(rng)
+            size = int(rng.integers(max(h // 24, 10), max(h // 8, 12)))
+            at = (int(rng.integers(0, max(w // 2, 1))), int(rng.integers(0, max(h - size, 1))))
+            draw.text(at, words, fill=tuple(int(c) for c in rng.integers(0, 90, 3)), font=ImageFont.load_default(size=size))
+        return im
+
+    return _rendered(name, shape, count, normalization, np.random.default_rng([seed, 5113]), page)
 
 
 def write_folder(samples: list[dict[str, np.ndarray]], folder: Path) -> Path:

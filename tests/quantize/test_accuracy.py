@@ -58,3 +58,17 @@ def test_ctc_text_agreement():
     assert 0.5 < results[0].metrics["char_agreement"] < 1.0
     with pytest.raises(ArgumentError):
         compare(["p"], q, f, task="segment")
+
+
+def test_map_region_iou_and_a_dead_map():
+    f = np.zeros((1, 1, 20, 20))
+    f[0, 0, 2:6, 2:12] = 0.9  # a text region of 40 pixels
+    q = f.copy()
+    q[0, 0, 2:6, 10:12] = 0.1  # 8 of them lost
+    (r,) = compare(["maps"], [[q]], [[f]])
+    assert r.task == "map" and guess_task(f) == "map"
+    assert r.metrics["region_iou"] == pytest.approx(32 / 40)
+    assert r.metrics["max_prob"] == pytest.approx(0.9)
+    dead = np.full_like(f, 0.11)  # ORT's noise-calibrated PP-OCR det: the sigmoid's range ends there
+    (d,) = compare(["maps"], [[dead]], [[f]])
+    assert d.metrics["region_iou"] == 0 and d.metrics["max_prob"] == pytest.approx(0.11)

@@ -9,7 +9,9 @@ at most, where the float reference's own rounding decides an edge).
 
 Inputs: x (uint8 or int8), w (int8, constant), w_scale (float32, one per output channel), then the
 bias (float32, one per output channel) if `has_bias`. x's scale and zero point and the output's are
-attributes; `out_type` float32 means the dequantized result (a float consumer follows).
+attributes; `out_type` float32 means the dequantized result (a float consumer follows); int32 means
+the exact integer sum of (x - x_zero_point) * w (ConvInteger, QLinearConv before their requantization:
+scales 1, no bias or activations), as the frontend's int32 convolution computes it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ...ops.quantize import INT_RANGES
 from .ops import Activation, _check_chain, _first, _last, apply_chain, to_channels_first, to_channels_last
 
 ACT_TYPES = (DType.uint8, DType.int8)
-OUT_TYPES = (DType.uint8, DType.int8, DType.float32)
+OUT_TYPES = (DType.uint8, DType.int8, DType.float32, DType.int32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +100,10 @@ class Int8Conv(_Int8, Convolution):
         nd = x.ndim
         if self.channels_last:
             x = x.transpose(to_channels_first(nd))
+        if self.out_type == DType.int32:  # the integer sum, exactly (the reference accumulates in int64)
+            xi = x.astype(np.int32) - np.int32(self.x_zero_point)
+            y = Convolution.compute(self, [xi, w.astype(np.int32)]).astype(np.int32)
+            return np.ascontiguousarray(y.transpose(to_channels_last(nd))) if self.channels_last else y
         wf = w.astype(np.float32) * ws.reshape((-1,) + (1,) * (w.ndim - 1))
         y = Convolution.compute(self, [self._dequantize_x(x), wf])
         y = self._finish(y, args[3] if self.has_bias else None, 1)
@@ -132,4 +138,28 @@ class Int8Dot(_Int8, Dot):
         return self._finish(y, args[3] if self.has_bias else None, y.ndim - 1)
 
 
-INT8_OPS: tuple[type[Op], ...] = (Int8Conv, Int8Dot)
+@register_op
+class Int8Lookup(Op):
+    """y = table[x - min(x's type)]: a pointwise function of one 8-bit tensor, tabulated over its 256
+    values (passes/tabulate_int8.py). `table` is a constant of 256 entries of the result's type."""
+
+    name = "int8_lookup"
+    kind = OpKind.OPAQUE  # not pointwise: no pass may fuse it back into (or plan it as) an expression
+
+    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
+        x, table = inputs
+        if x.dtype not in ACT_TYPES or table.lens != (256,):
+            raise ShapeError(f"{self}: x must be uint8/int8 and table [256]; got {x}, {table}")
+        return Shape(table.dtype, x.dims)
+
+    def compute(self, args):
+        x, table = args
+        return table[table_index(x)]
+
+
+def table_index(x: np.ndarray) -> np.ndarray:
+    """The table position of each 8-bit value: uint8 as itself, int8 + 128 (its bits with the sign flipped)."""
+    return x.view(np.uint8) ^ np.uint8(0x80) if x.dtype == np.int8 else x
+
+
+INT8_OPS: tuple[type[Op], ...] = (Int8Conv, Int8Dot, Int8Lookup)

@@ -22,6 +22,7 @@ from .passes import (
     merge_parallel_dots,
     plan_memory,
     split_sliced_conv,
+    tabulate_int8,
 )
 from .precision import warn_half_precision
 
@@ -37,7 +38,7 @@ class CpuTarget(Target):
         # which buffers exist (and it is the cpu's: epilogues write over their dying residuals)
         # int8 regions first: the generic passes fold dequantize(int8 weights) into float weights
         return [fuse_int8] + generic[:-1] + [fuse_conv_epilogue, fuse_dot_epilogue, merge_parallel_dots, split_sliced_conv,
-                               choose_layout, eliminate_dead_code, plan_memory]
+                               choose_layout, tabulate_int8, eliminate_dead_code, plan_memory]
 
     def lower(self, program: Program, options: CompileOptions) -> Executable:
         main = program.main

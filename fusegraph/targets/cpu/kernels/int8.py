@@ -19,7 +19,7 @@ from ....ir.module import Instruction
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
 from .dense import Operand
 
-DNNL = {DType.uint8: "u8", DType.int8: "s8", DType.float32: "f32"}
+DNNL = {DType.uint8: "u8", DType.int8: "s8", DType.float32: "f32", DType.int32: "s32"}
 
 
 def _numbers(ins: Instruction, ctx: LowerContext):
@@ -68,6 +68,8 @@ def int8_conv(ins: Instruction, ctx: LowerContext) -> Kernel:
     try:
         prim = onednn.Convolution(src.desc(quant.src), wq, bias, dst_layout=dst.desc(quant.dst), quant=quant, **kw)
     except CompileError:  # no int8 kernel but the reference one (few channels per group): in float
+        if op.out_type == DType.int32:  # an integer sum has no float formulation that stays exact
+            return reference_kernel(ins, ctx)
         wf = wq.astype(np.float32) * quant.weight_scales.reshape((-1,) + (1,) * (wq.ndim - 1))
         f32 = DType.float32
         fsrc = Operand(ins.inputs[0].shape.with_dtype(f32), op.channels_last, standard=True)

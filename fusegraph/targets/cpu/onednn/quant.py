@@ -32,7 +32,7 @@ from . import _lib
 from .memory import MemDesc, aligned_empty
 
 INT8 = ("u8", "s8")
-DST_TYPES = ("u8", "s8", "f32")
+DST_TYPES = ("u8", "s8", "f32", "s32")  # s32: the integer sum itself (scales 1)
 INT16_MAX = 32767
 
 
@@ -62,7 +62,8 @@ def exact_here(weights: np.ndarray) -> bool:
 @dataclasses.dataclass(frozen=True, eq=False)
 class Quant:
     """One int8 primitive's numbers. `weight_scales`: one float32 per output channel, or one value.
-    `dst`: "u8"/"s8" (requantized with dst_scale/dst_zero_point) or "f32" (the dequantized result)."""
+    `dst`: "u8"/"s8" (requantized with dst_scale/dst_zero_point), "f32" (the dequantized result) or
+    "s32" (the integer sum: exact while it stays below 2**24, as oneDNN converts it through float32)."""
 
     src: str
     src_scale: float
@@ -98,7 +99,7 @@ class Quant:
         scales(_lib.ARG_SRC, [self.src_scale], 0)
         scales(_lib.ARG_WEIGHTS, self.weight_scales, weights_channel_mask if self.per_channel else 0)
         zero_point(_lib.ARG_SRC, self.src_zero_point)
-        if self.dst != "f32":
+        if self.dst in INT8:
             scales(_lib.ARG_DST, [self.dst_scale], 0)
             zero_point(_lib.ARG_DST, self.dst_zero_point)
         return consts

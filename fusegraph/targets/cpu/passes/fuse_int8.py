@@ -5,6 +5,15 @@ oneDNN runs as u8 x s8 convolutions and matmuls with requantization fused.
     dot([reshape](dequantize(xq)), [movement](dequantize(wq))) [-> reshape] [+ bias] [-> relu] [-> quantize]
                                                                                ->  int8_dot(xq, wq, ...)
 
+The integer convolutions (ConvInteger; QLinearConv before its requantization, which stays the
+frontend's pointwise math, bit for bit ORT's) become the same primitive with an int32 result:
+
+    convolution(convert(xq) - x_zp, w - w_zp) -> int8_conv(xq, w - w_zp, ones, out_type=int32)
+
+where x_zp is one value and the centred weights w - w_zp (any zero points) fit int8; taken only
+where the sum stays exact: oneDNN's int8 sums are (exact_here), and their float32 store cannot round
+(window * max|x - x_zp| * max|w - w_zp| < 2**24); else the int32 convolution (exact, numpy) runs.
+
 Runs first in the cpu pipeline: the generic passes fold dequantize(int8 weights) into float weights.
 First, int8 activations that only dequantizers read become uint8 with the zero point + 128 (the same
 values: oneDNN's u8 x s8 path is the exact one, see onednn/quant.py); then a quantize -> dequantize
@@ -207,6 +216,42 @@ def _to_uint8(module: Module, ins: Instruction, memo, zero_points: dict[int, Ins
     return True
 
 
+FLOAT_EXACT = 2**24  # integers float32 holds exactly: oneDNN's s32 result passes through float32
+
+
+def _integer_source(x: Instruction, memo) -> tuple[Instruction, int] | None:
+    """(the 8-bit tensor, its zero point) of convert(xq, int32) [- one constant value]."""
+    zp = 0
+    if x.op.name == "sub":
+        z = _uniform(constant_value(x.inputs[1], memo))
+        if z is None or z != int(z):
+            return None
+        x, zp = x.inputs[0], int(z)
+    if x.op.name != "convert" or x.inputs[0].shape.dtype not in ACT_TYPES:
+        return None
+    return x.inputs[0], zp
+
+
+def _fuse_integer_conv(module: Module, ins: Instruction, memo) -> bool:
+    if ins.shape.ndim not in (3, 4, 5) or any(i.shape.dtype != DType.int32 for i in ins.inputs[:2]):
+        return False
+    src, w = _integer_source(ins.inputs[0], memo), constant_value(ins.inputs[1], memo)
+    if src is None or w is None or w.shape != ins.inputs[1].shape.lens or w.min() < -128 or w.max() > 127:
+        return False
+    from ..onednn.quant import exact_here
+
+    xq, zp = src
+    lo, hi = (0, 255) if xq.shape.dtype == DType.uint8 else (-128, 127)
+    w8 = np.ascontiguousarray(w, np.int8)
+    bound = (w8.size // w8.shape[0]) * max(zp - lo, hi - zp) * int(np.abs(w8.astype(np.int32)).max(initial=0))
+    if bound >= FLOAT_EXACT or not exact_here(w8):
+        return False
+    op = Int8Conv(**ins.op.attributes(), x_zero_point=zp, out_type=DType.int32)
+    ones = module.add_literal(np.ones(w8.shape[0], np.float32))
+    module.replace(ins, module.insert(ins, op, xq, module.add_literal(w8), ones))
+    return True
+
+
 def fuse_int8(module: Module) -> bool:
     memo: dict[int, np.ndarray | None] = {}
     changed = False
@@ -216,4 +261,6 @@ def fuse_int8(module: Module) -> bool:
     for ins in list(module):
         if ins.users:
             changed |= _fuse(module, ins, memo)
+            if ins.op.name == "convolution" and not ins.shape.is_dynamic:
+                changed |= _fuse_integer_conv(module, ins, memo)
     return changed
