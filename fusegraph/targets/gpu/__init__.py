@@ -54,8 +54,10 @@ class GpuTarget(Target):
 
     def passes(self, options: CompileOptions) -> list:
         from ...passes import generic_pipeline
+        from .rewrite_quantized import rewrite_quantized
 
-        return generic_pipeline()  # (Target.compile puts quantize_fp16 first when options.fp16)
+        # (Target.compile puts quantize_fp16 first when options.fp16)
+        return [rewrite_quantized, *generic_pipeline()]
 
     def lower(self, program: Program, options: CompileOptions) -> Executable:
         return self._lower(program, options, {})

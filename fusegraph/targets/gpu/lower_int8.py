@@ -1,0 +1,164 @@
+"""Lowerings of the int8 products (rewrite_quantized.py, patterns_int8.py): int8 x int8 summed
+exactly in int32 by cuBLASLt (torch._int_mm) or by the Triton GEMM template's int8 dot, with the
+dequantizing epilogue (per-channel zero-point correction and scale, bias, activation, the next
+quantize) fused: the template runs it on its tile, the library path runs it as one pointwise
+kernel over the int32 product. Autotuned between the two as the float GEMM epilogues are.
+
+Layouts, fixed at the first (warm-up) call, before graph capture:
+- weights packed once into the column-major [K, N] matrix cuBLASLt's int8 GEMM takes (its "TN"
+  form; a convolution's as [kh, kw, C] x M, the order of its patches);
+- a convolution's rows: the channels-last input itself for a 1x1, stride-1, unpadded one; else its
+  patches [N, Ho, Wo, kh*kw*C], padded with the zero point (a fresh tensor each run: allocations
+  in a captured graph come from its pool).
+Shapes torch._int_mm does not take (16 rows or fewer, K or N not a multiple of 8) sum in float64,
+exactly (|sums| < 2**53).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...ops.conv import window_attrs
+from .device import torch
+from .lower_nn import EpilogueGemm, nhwc
+from .lowering import lowering
+from .patterns_int8 import int8_product
+
+
+def int_mm_fits(m: int, k: int, n: int) -> bool:
+    """torch._int_mm's shape rule (cuBLASLt's): more than 16 rows, K and N multiples of 8."""
+    return m > 16 and k % 8 == 0 and n % 8 == 0
+
+
+def int8_matmul(a: Any, b: Any, out: Any) -> None:
+    """out (int32 [M, N], contiguous) = a (int8 [M, K]) @ b (int8 [K, N]), exactly."""
+    t = torch()
+    m, k = a.shape
+    if int_mm_fits(m, k, b.shape[1]):
+        t._int_mm(a.contiguous(), b, out=out)
+    else:
+        out.copy_(t.mm(a.to(t.float64), b.to(t.float64)))
+
+
+def packed_weights(w: Any, conv: bool) -> Any:
+    """The weights as the GEMM's [K, N] operand, column-major: a dot's [K, N]; a convolution's
+    [M, C, kh, kw] as [kh * kw * C, M]."""
+    rows = w.permute(0, 2, 3, 1).reshape(w.shape[0], -1) if conv else w.t()
+    return rows.contiguous().t()
+
+
+def conv_rows(x: Any, op: Any, kernel: tuple[int, ...], out_sp: tuple[int, ...]) -> Any:
+    """The GEMM's left operand of convolution `op` (window `kernel`) over int8 x (N, C, H, W):
+    [N, Ho, Wo, kh * kw * C], a view of x for a pointwise convolution."""
+    t = torch()
+    pb, pe, strides, dils = window_attrs(op, 2)
+    kh, kw = kernel
+    xh = nhwc(x)
+    if (kh, kw) == (1, 1) and strides == (1, 1) and not any(pb) and not any(pe):
+        return xh
+    if any(pb) or any(pe):  # padded taps read the zero point: they dequantize to 0
+        xh = t.nn.functional.pad(xh, (0, 0, pb[1], pe[1], pb[0], pe[0]), value=op.pad_value)
+    xh = xh.contiguous()
+    n, _, _, c = xh.shape
+    sn, sh, sw, sc = xh.stride()
+    ho, wo = out_sp
+    taps = xh.as_strided((n, ho, wo, kh, kw, c), (sn, sh * strides[0], sw * strides[1], sh * dils[0], sw * dils[1], sc))
+    return taps.reshape(n, ho, wo, kh * kw * c)
+
+
+class Int8EpilogueGemm(EpilogueGemm):
+    """EpilogueGemm over int8 operands: the rows and packed weights above, the library path
+    through torch._int_mm into an int32 scratch matrix."""
+
+    def __init__(self, ctx, step):
+        super().__init__(ctx, step)
+        self.conv = step.kind == "int8_conv_epilogue"
+        mm = step.members[-1]
+        self.op, self.kernel, self.out_sp = mm.op, tuple(mm.inputs[1].shape.lens[2:]), tuple(mm.shape.lens[2:])
+        self.packed: tuple[int, Any] | None = None
+
+    def weights(self, w: Any) -> Any:
+        if self.packed is None or self.packed[0] != w.data_ptr():
+            self.packed = (w.data_ptr(), packed_weights(w, self.conv))
+        return self.packed[1]
+
+    def rows(self, out, a, w, ops):
+        if self.conv:
+            return nhwc(out), conv_rows(a, self.op, self.kernel, self.out_sp), self.weights(w), [nhwc(x) for x in ops]
+        ro, ra, _, rops = super().rows(out, a, w, ops)
+        return ro, ra, self.weights(w), rops
+
+    def _library(self, launchers):
+        """torch._int_mm into a scratch matrix, then the epilogue's pointwise kernel."""
+        from .autotune import LIBRARY
+        from .launch import PointwiseLauncher
+
+        t = torch()
+        pw = PointwiseLauncher(self.body, self.var_types, self.out_type)
+        launchers[LIBRARY] = pw
+
+        def run(out, a, w, *ops):
+            ro, ra, rb, _ = self.rows(out, a, w, ())
+            a2 = ra.reshape(-1, ra.shape[-1])
+            acc = self.ctx.scratch((a2.shape[0], rb.shape[1]), t.int32)
+            int8_matmul(a2, rb, acc)
+            y = acc.view(ro.shape)
+            y = y.permute(0, 3, 1, 2) if self.conv else y
+            it = iter(ops)
+            pw(out, *[y if r == "acc" else next(it) for r in self.roles])
+        return run
+
+
+@lowering("int8_gemm_epilogue", "int8_conv_epilogue", mode="into",
+          note="int8 GEMM (cuBLASLt _int_mm or the Triton template's int8 dot) with the dequantizing epilogue: autotuned")
+def int8_gemm_epilogue(ctx, step):
+    if ctx.tuner is None:
+        from .autotune import Tuner
+
+        ctx.tuner = Tuner.for_device(ctx.device)
+    runner = Int8EpilogueGemm(ctx, step)
+    ctx.kernels.append(runner)
+    return runner
+
+
+@lowering("quant_convolution", mode="into", note="int8 GEMM over channels-last patches (cuBLASLt _int_mm)")
+def quant_convolution(ctx, step):
+    t = torch()
+    op, out_sp = step.ins.op, tuple(step.ins.shape.lens[2:])
+    kernel = tuple(step.inputs[1].shape.lens[2:])
+    if not int8_product(step.ins):
+        return _wide_convolution(op)
+    packed: list[Any] = []
+
+    def run(out, x, w):
+        if not packed:
+            packed.append(packed_weights(w, True))
+        rows = conv_rows(x, op, kernel, out_sp)
+        a2 = rows.reshape(-1, rows.shape[-1])
+        acc = ctx.scratch((a2.shape[0], out.shape[1]), t.int32)
+        int8_matmul(a2, packed[0], acc)
+        nhwc(out).copy_(acc.view(*rows.shape[:-1], out.shape[1]))
+    return run
+
+
+def _wide_convolution(op):
+    """Other integer types (or grouped): exact in float64 through cuDNN, then rounded."""
+    t = torch()
+    pb, pe, strides, dils = window_attrs(op, 2)
+
+    def run(out, x, w):
+        xp = t.nn.functional.pad(x.to(t.float64), (pb[1], pe[1], pb[0], pe[0]), value=float(op.pad_value))
+        y = t.nn.functional.conv2d(xp, w.to(t.float64), None, strides, 0, dils, op.group)
+        out.copy_(y.round())
+    return run
+
+
+def int8_dot(ctx, step):
+    """A quant_dot of int8 x constant int8 (2-D) with no fused reader: torch._int_mm."""
+    packed: list[Any] = []
+
+    def run(out, a, b):
+        if not packed:
+            packed.append(packed_weights(b, False))
+        int8_matmul(a, packed[0], out)
+    return run
