@@ -52,12 +52,12 @@ def attention(ctx, step):
 
 @lowering("quant_dot", mode="into", note="int8 x int8 weights: torch._int_mm; else exact in float64")
 def quant_dot(ctx, step):
-    from .patterns_int8 import int8_product
+    from .patterns_quant import quant_product
 
-    if int8_product(step.ins):  # int8 x constant int8 weights: cuBLASLt's int8 GEMM
-        from .lower_int8 import int8_dot
+    if quant_product(step.ins):  # int8 x constant int8 weights: cuBLASLt's int8 GEMM
+        from .lower_quant import packed_dot
 
-        return int8_dot(ctx, step)
+        return packed_dot(ctx, step)
     t = torch()
 
     def run(out, a, b, *zero_points):

@@ -87,6 +87,6 @@ def load_tables() -> None:
     """Import the lower_* modules, which fill LOWERINGS."""
     global _loaded
     if not _loaded:
-        from . import lower_custom, lower_int8, lower_math, lower_movement, lower_nms, lower_nn, lower_tensor  # noqa: F401  (register entries)
+        from . import lower_custom, lower_math, lower_movement, lower_nms, lower_nn, lower_quant, lower_tensor  # noqa: F401  (register entries)
 
         _loaded = True

@@ -13,8 +13,8 @@
   lens that neither of the above takes (SiLU, GELU, residual adds...) absorbs that reader: one
   autotuned step, a Triton GEMM template with the reader's body as its epilogue or the library
   matmul followed by the pointwise kernel (lower_nn.py, autotune.py);
-* int8_gemm_epilogue / int8_conv_epilogue: the same for the int8 products rewrite_quantized.py
-  makes (patterns_int8.py, lower_int8.py): int8 x int8 -> int32, then the dequantizing epilogue.
+* quant_gemm_epilogue / quant_conv_epilogue: the same for the int8 products rewrite_quantized.py
+  makes (patterns_quant.py, lower_quant.py): int8 x int8 -> int32, then the dequantizing epilogue.
 
 Each match is a `Group` keyed by the uid of the instruction whose value it produces; its members are
 the instructions it replaces, its inputs the values it reads.
@@ -30,10 +30,10 @@ from ...ir.module import Instruction, Module
 from ...ir.shape import Shape
 from ...ops.conv import window_attrs
 from ...ops.scalar import Call, Const, Expr, Var, variables
-from .patterns_int8 import int8_epilogue_source
+from .patterns_quant import quant_epilogue_source
 
 FLOATS = ("float16", "bfloat16", "float32")
-DOT_EPILOGUES = ("gemm_epilogue", "int8_gemm_epilogue")  # the rest take a convolution's N, C, H, W
+DOT_EPILOGUES = ("gemm_epilogue", "quant_gemm_epilogue")  # the rest take a convolution's N, C, H, W
 VIEW_CHAIN = ("broadcast", "reshape", "squeeze", "unsqueeze", "flatten", "contiguous")
 
 
@@ -312,7 +312,7 @@ def match_gemm_epilogue(mm: Instruction) -> Group | None:
     instruction of the same lens, with an expression body Triton can render."""
     from .triton_expr import expr_types, triton_types_ok
 
-    kind = _epilogue_source(mm) or int8_epilogue_source(mm)
+    kind = _epilogue_source(mm) or quant_epilogue_source(mm)
     if kind is None or len(mm.users) != 1 or _is_output(mm):
         return None
     y, members, split = mm, [mm], False

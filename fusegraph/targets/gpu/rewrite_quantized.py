@@ -9,11 +9,13 @@ with a float epilogue, which the generic passes then fuse and the lowering runs 
 The integer sum is exact (int32), so the result is the float program's up to one rounding of the
 scale; the bias, activation and the next quantize stay pointwise after it and fuse_pointwise makes
 them one epilogue with the scale. uint8 activations are read as int8 (xq - 128, zero point - 128:
-the same values), the type cuBLASLt's and Triton's int8 products take.
+the same values), the type cuBLASLt's and Triton's int8 products take. float8 (quantize_fp8's
+e4m3fn, or e5m2) the same way, without zero points: float8_dot / quant_convolution sum the exact
+float8 products in float32.
 
 Legality, on the constants (anything else keeps its float path, which is right):
-- x: int8/uint8, one scale and zero point (per tensor);
-- w: an int8 constant with one scale per output channel (or one) and zero points 0;
+- x: int8/uint8 (one scale and zero point, per tensor) or float8 (one scale, zero point 0);
+- w: an int8 (float8 of x's type) constant with one scale per output channel (or one), zero points 0;
 - dot: w 2-D and x 2-D (the frontend's flattened MatMul / Gemm); convolution: 2-D, ungrouped.
 """
 
@@ -26,7 +28,7 @@ from ...ir.module import Instruction, Module
 from ...ir.op import registered_ops
 from ...ops.movement import Broadcast, Reshape
 from ...quantize.qdq_match import dequantized_activation, dequantized_weights
-from .ops_quant import QuantConvolution
+from .ops_quant import FLOAT8, QuantConvolution
 
 ACTIVATIONS = (DType.int8, DType.uint8)
 
@@ -44,8 +46,8 @@ def _channels(module: Module, before: Instruction, values: np.ndarray, like: Ins
 
 
 def _as_int8(module: Module, xq: Instruction, zx: int, before: Instruction) -> tuple[Instruction, int]:
-    """`xq` as int8 with its zero point: uint8 values shifted by -128."""
-    if xq.shape.dtype == DType.int8:
+    """`xq` as int8 with its zero point: uint8 values shifted by -128 (int8 and float8 stay)."""
+    if xq.shape.dtype != DType.uint8:
         return xq, zx
     wide = module.insert(before, _op("convert", to=DType.int32), xq)
     shift = module.insert(before, Broadcast(out_lens=xq.shape.lens), module.add_literal(np.array(128, np.int32)))
@@ -60,27 +62,28 @@ def _rewrite(module: Module, ins: Instruction, memo) -> bool:
     x, reshape = ins.inputs[0], None
     if not conv and isinstance(x.op, Reshape):  # a 3-D MatMul flattened by the frontend
         reshape, x = x, x.inputs[0]
-    act = dequantized_activation(x, memo, ACTIVATIONS)
-    if act is None:
+    act = dequantized_activation(x, memo, (*ACTIVATIONS, *FLOAT8))
+    if act is None or (act[0].shape.dtype in FLOAT8 and act[2] != 0):
         return False
+    wtype = act[0].shape.dtype if act[0].shape.dtype in FLOAT8 else DType.int8
     if conv and (ins.shape.ndim != 4 or ins.op.group != 1):
         return False
     if not conv and (ins.shape.ndim != 2 or ins.inputs[1].shape.ndim != 2):
         return False
-    w = dequantized_weights(ins.inputs[1], 0 if conv else 1, memo, DType.int8)
+    w = dequantized_weights(ins.inputs[1], 0 if conv else 1, memo, wtype)
     if w is None:
         return False
     wq, sw = w
     xq, zx = _as_int8(module, *act[::2], ins)
     if reshape is not None:
         xq = module.insert(ins, Reshape(dims=reshape.op.dims), xq)
-    w_lit = module.add_literal(np.ascontiguousarray(wq, np.int8))
+    w_lit = module.add_literal(np.ascontiguousarray(wq))
     if conv:
         acc = module.insert(ins, QuantConvolution(**ins.op.attributes(), pad_value=zx), xq, w_lit)
-        sums = wq.astype(np.int64).reshape(wq.shape[0], -1).sum(axis=1)
+        sums = wq.astype(np.int64).reshape(wq.shape[0], -1).sum(axis=1) if zx else None
     else:
-        acc = module.insert(ins, _op("quant_dot"), xq, w_lit)
-        sums = wq.astype(np.int64).sum(axis=0)
+        acc = module.insert(ins, _op("float8_dot" if wtype in FLOAT8 else "quant_dot"), xq, w_lit)
+        sums = wq.astype(np.int64).sum(axis=0) if zx else None
     axis = 1  # the output channel: M of N, M, H, W and N of the [rows, N] product
     if zx:
         acc = module.insert(ins, _op("sub"), acc, _channels(module, ins, (zx * sums).astype(np.int32), acc, axis))

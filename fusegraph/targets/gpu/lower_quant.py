@@ -1,6 +1,7 @@
-"""Lowerings of the int8 products (rewrite_quantized.py, patterns_int8.py): int8 x int8 summed
-exactly in int32 by cuBLASLt (torch._int_mm) or by the Triton GEMM template's int8 dot, with the
-dequantizing epilogue (per-channel zero-point correction and scale, bias, activation, the next
+"""Lowerings of the quantized products (rewrite_quantized.py, patterns_quant.py): int8 x int8 summed
+exactly in int32 by cuBLASLt (torch._int_mm) or by the Triton GEMM template's int8 dot, float8
+e4m3fn x e4m3fn in float32 by cuBLASLt's fp8 GEMM (torch._scaled_mm, unit scales) or Triton's fp8
+dot; with the dequantizing epilogue (per-channel zero-point correction and scale, bias, activation, the next
 quantize) fused: the template runs it on its tile, the library path runs it as one pointwise
 kernel over the int32 product. Autotuned between the two as the float GEMM epilogues are.
 
@@ -11,7 +12,8 @@ Layouts, fixed at the first (warm-up) call, before graph capture:
   patches [N, Ho, Wo, kh*kw*C], padded with the zero point (a fresh tensor each run: allocations
   in a captured graph come from its pool).
 Shapes torch._int_mm does not take (16 rows or fewer, K or N not a multiple of 8) sum in float64,
-exactly (|sums| < 2**53).
+exactly (|sums| < 2**53); float8 ones _scaled_mm does not take (K or N not a multiple of 16) in
+float32.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from ...ops.conv import window_attrs
 from .device import torch
 from .lower_nn import EpilogueGemm, nhwc
 from .lowering import lowering
-from .patterns_int8 import int8_product
+from .patterns_quant import quant_product
 
 
 def int_mm_fits(m: int, k: int, n: int) -> bool:
@@ -30,14 +32,36 @@ def int_mm_fits(m: int, k: int, n: int) -> bool:
     return m > 16 and k % 8 == 0 and n % 8 == 0
 
 
-def int8_matmul(a: Any, b: Any, out: Any) -> None:
-    """out (int32 [M, N], contiguous) = a (int8 [M, K]) @ b (int8 [K, N]), exactly."""
+def scaled_mm_fits(m: int, k: int, n: int) -> bool:
+    """torch._scaled_mm's shape rule: K and N multiples of 16."""
+    return k % 16 == 0 and n % 16 == 0
+
+
+def quant_matmul(a: Any, b: Any, out: Any) -> None:
+    """out (contiguous [M, N]) = a [M, K] @ b [K, N] (b column-major): int8 operands into int32,
+    exactly; float8 e4m3fn into float32 (the products exact, summed in float32)."""
     t = torch()
-    m, k = a.shape
-    if int_mm_fits(m, k, b.shape[1]):
-        t._int_mm(a.contiguous(), b, out=out)
-    else:
-        out.copy_(t.mm(a.to(t.float64), b.to(t.float64)))
+    (m, k), n = a.shape, b.shape[1]
+    if a.dtype == t.int8:
+        if int_mm_fits(m, k, n):
+            t._int_mm(a.contiguous(), b, out=out)
+        else:
+            out.copy_(t.mm(a.to(t.float64), b.to(t.float64)))
+    elif a.dtype == t.float8_e4m3fn and scaled_mm_fits(m, k, n):
+        one = _unit_scale(a.device)  # tensor-wise scales of 1: the epilogue applies the real ones
+        t._scaled_mm(a.contiguous(), b, one, one, out_dtype=t.float32, out=out)
+    else:  # float32 products of float8 values are exact; matmuls run without TF32 by default
+        t.mm(a.to(t.float32), b.to(t.float32), out=out)
+
+
+_units: dict[Any, Any] = {}
+
+
+def _unit_scale(device: Any) -> Any:
+    """A float32 1 on `device`, made once (before graph capture: the warm-up runs first)."""
+    if device not in _units:
+        _units[device] = torch().ones((), dtype=torch().float32, device=device)
+    return _units[device]
 
 
 def packed_weights(w: Any, conv: bool) -> Any:
@@ -48,7 +72,7 @@ def packed_weights(w: Any, conv: bool) -> Any:
 
 
 def conv_rows(x: Any, op: Any, kernel: tuple[int, ...], out_sp: tuple[int, ...]) -> Any:
-    """The GEMM's left operand of convolution `op` (window `kernel`) over int8 x (N, C, H, W):
+    """The GEMM's left operand of convolution `op` (window `kernel`) over x (N, C, H, W):
     [N, Ho, Wo, kh * kw * C], a view of x for a pointwise convolution."""
     t = torch()
     pb, pe, strides, dils = window_attrs(op, 2)
@@ -56,6 +80,8 @@ def conv_rows(x: Any, op: Any, kernel: tuple[int, ...], out_sp: tuple[int, ...])
     xh = nhwc(x)
     if (kh, kw) == (1, 1) and strides == (1, 1) and not any(pb) and not any(pe):
         return xh
+    if x.dtype.is_floating_point:  # float8 gathered as its bytes (pad_value 0 is the bits 0), a copy all dtypes take
+        return conv_rows(x.view(t.uint8), op, kernel, out_sp).view(x.dtype)
     if any(pb) or any(pe):  # padded taps read the zero point: they dequantize to 0
         xh = t.nn.functional.pad(xh, (0, 0, pb[1], pe[1], pb[0], pe[0]), value=op.pad_value)
     xh = xh.contiguous()
@@ -66,13 +92,13 @@ def conv_rows(x: Any, op: Any, kernel: tuple[int, ...], out_sp: tuple[int, ...])
     return taps.reshape(n, ho, wo, kh * kw * c)
 
 
-class Int8EpilogueGemm(EpilogueGemm):
-    """EpilogueGemm over int8 operands: the rows and packed weights above, the library path
-    through torch._int_mm into an int32 scratch matrix."""
+class QuantEpilogueGemm(EpilogueGemm):
+    """EpilogueGemm over int8 / float8 operands: the rows and packed weights above, the library
+    path through quant_matmul into an int32 (float32) scratch matrix."""
 
     def __init__(self, ctx, step):
         super().__init__(ctx, step)
-        self.conv = step.kind == "int8_conv_epilogue"
+        self.conv = step.kind == "quant_conv_epilogue"
         mm = step.members[-1]
         self.op, self.kernel, self.out_sp = mm.op, tuple(mm.inputs[1].shape.lens[2:]), tuple(mm.shape.lens[2:])
         self.packed: tuple[int, Any] | None = None
@@ -89,19 +115,20 @@ class Int8EpilogueGemm(EpilogueGemm):
         return ro, ra, self.weights(w), rops
 
     def _library(self, launchers):
-        """torch._int_mm into a scratch matrix, then the epilogue's pointwise kernel."""
+        """quant_matmul into a scratch matrix, then the epilogue's pointwise kernel."""
         from .autotune import LIBRARY
+        from .device import torch_dtype
         from .launch import PointwiseLauncher
 
-        t = torch()
         pw = PointwiseLauncher(self.body, self.var_types, self.out_type)
+        acc_type = torch_dtype(self.var_types[self.acc[0]])  # int32, float32 for float8
         launchers[LIBRARY] = pw
 
         def run(out, a, w, *ops):
             ro, ra, rb, _ = self.rows(out, a, w, ())
             a2 = ra.reshape(-1, ra.shape[-1])
-            acc = self.ctx.scratch((a2.shape[0], rb.shape[1]), t.int32)
-            int8_matmul(a2, rb, acc)
+            acc = self.ctx.scratch((a2.shape[0], rb.shape[1]), acc_type)
+            quant_matmul(a2, rb, acc)
             y = acc.view(ro.shape)
             y = y.permute(0, 3, 1, 2) if self.conv else y
             it = iter(ops)
@@ -109,24 +136,24 @@ class Int8EpilogueGemm(EpilogueGemm):
         return run
 
 
-@lowering("int8_gemm_epilogue", "int8_conv_epilogue", mode="into",
-          note="int8 GEMM (cuBLASLt _int_mm or the Triton template's int8 dot) with the dequantizing epilogue: autotuned")
-def int8_gemm_epilogue(ctx, step):
+@lowering("quant_gemm_epilogue", "quant_conv_epilogue", mode="into",
+          note="int8 / fp8 GEMM (cuBLASLt _int_mm / _scaled_mm or the Triton template's int8 / fp8 dot) "
+               "with the dequantizing epilogue: autotuned")
+def quant_gemm_epilogue(ctx, step):
     if ctx.tuner is None:
         from .autotune import Tuner
 
         ctx.tuner = Tuner.for_device(ctx.device)
-    runner = Int8EpilogueGemm(ctx, step)
+    runner = QuantEpilogueGemm(ctx, step)
     ctx.kernels.append(runner)
     return runner
 
 
-@lowering("quant_convolution", mode="into", note="int8 GEMM over channels-last patches (cuBLASLt _int_mm)")
+@lowering("quant_convolution", mode="into", note="int8 / fp8 GEMM over channels-last patches (cuBLASLt)")
 def quant_convolution(ctx, step):
-    t = torch()
     op, out_sp = step.ins.op, tuple(step.ins.shape.lens[2:])
     kernel = tuple(step.inputs[1].shape.lens[2:])
-    if not int8_product(step.ins):
+    if not quant_product(step.ins):
         return _wide_convolution(op)
     packed: list[Any] = []
 
@@ -135,30 +162,41 @@ def quant_convolution(ctx, step):
             packed.append(packed_weights(w, True))
         rows = conv_rows(x, op, kernel, out_sp)
         a2 = rows.reshape(-1, rows.shape[-1])
-        acc = ctx.scratch((a2.shape[0], out.shape[1]), t.int32)
-        int8_matmul(a2, packed[0], acc)
+        acc = ctx.scratch((a2.shape[0], out.shape[1]), out.dtype)
+        quant_matmul(a2, packed[0], acc)
         nhwc(out).copy_(acc.view(*rows.shape[:-1], out.shape[1]))
     return run
 
 
 def _wide_convolution(op):
-    """Other integer types (or grouped): exact in float64 through cuDNN, then rounded."""
+    """Other operand types (grouped too): in float64 through cuDNN (exact for integers: rounded)."""
     t = torch()
     pb, pe, strides, dils = window_attrs(op, 2)
 
     def run(out, x, w):
         xp = t.nn.functional.pad(x.to(t.float64), (pb[1], pe[1], pb[0], pe[0]), value=float(op.pad_value))
         y = t.nn.functional.conv2d(xp, w.to(t.float64), None, strides, 0, dils, op.group)
-        out.copy_(y.round())
+        out.copy_(y if out.dtype.is_floating_point else y.round())
     return run
 
 
-def int8_dot(ctx, step):
-    """A quant_dot of int8 x constant int8 (2-D) with no fused reader: torch._int_mm."""
+def packed_dot(ctx, step):
+    """A quant_dot / float8_dot of a GEMM's operands (2-D, constant weights) with no fused reader."""
     packed: list[Any] = []
 
     def run(out, a, b):
         if not packed:
             packed.append(packed_weights(b, False))
-        int8_matmul(a, packed[0], out)
+        quant_matmul(a, packed[0], out)
+    return run
+
+
+@lowering("float8_dot", mode="into", note="cuBLASLt fp8 GEMM (torch._scaled_mm), else float32")
+def float8_dot(ctx, step):
+    if quant_product(step.ins):
+        return packed_dot(ctx, step)  # the same packing and call, by the operands' type
+    t = torch()
+
+    def run(out, a, b):
+        t.matmul(a.to(t.float32), b.to(t.float32), out=out)
     return run
