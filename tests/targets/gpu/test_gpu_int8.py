@@ -1,0 +1,143 @@
+"""QDQ int8 / fp8 products on the gpu target as int8 / fp8 GEMMs (rewrite_quantized.py,
+lower_quant.py): the rewrite keeps the program's meaning on ref; the gpu runs against ONNX Runtime
+and ref, through cuBLASLt (gemm="library": torch._int_mm / _scaled_mm, or their exact fallbacks on
+shapes they do not take) and through the Triton template's int8 / fp8 dot (gemm="triton").
+Without CUDA the same runs on Triton's interpreter (the `gpu_target` fixture)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusegraph
+from fusegraph.passes import run_pipeline
+from fusegraph.targets.base import CompileOptions
+from fusegraph.targets.gpu import GpuTarget
+from fusegraph.targets.gpu.plan import list_steps
+from fusegraph.targets.gpu.rewrite_quantized import rewrite_quantized
+from tests.corpus.compare import run_ort
+from tests.quantize.test_int8 import _conv_net, _data
+from tests.targets.cpu.int8_models import conv_model, matmul_model
+
+Y_SCALE = {"conv": 0.08, "matmul": 0.1}  # the output scales int8_models writes
+QUANT_STEPS = {"quant_gemm_epilogue", "quant_conv_epilogue", "quant_dot", "quant_convolution", "float8_dot"}
+
+CASES = {  # name: (model, its options)
+    "conv 3x3 u8 (patches)": (conv_model, {}),
+    "conv 3x3 s8 + relu": (conv_model, {"act": "s8", "relu": True}),
+    "conv 1x1 (rows of the input)": (conv_model, {"k": 1}),
+    "conv float result": (conv_model, {"out": "f"}),
+    "matmul 10 rows (fallback: m <= 16)": (matmul_model, {}),
+    "matmul 32 rows (torch._int_mm)": (matmul_model, {"batch": (4, 8)}),
+    "matmul n=20 (fallback: n % 8)": (matmul_model, {"batch": (4, 8), "n": 20}),
+    "gemm transB s8, float result": (matmul_model, {"gemm": True, "trans_b": True, "act": "s8", "out": "f",
+                                                    "batch": (40,)}),
+}
+TRITON_CASES = ("conv 3x3 u8 (patches)", "conv 1x1 (rows of the input)", "matmul 32 rows (torch._int_mm)",
+                "matmul n=20 (fallback: n % 8)")
+
+
+def _target(gpu_target, gemm: str):
+    return GpuTarget(device=gpu_target.device, gemm=gemm)
+
+
+def _compiled(model, target):
+    p = fusegraph.parse_onnx(model)
+    p.compile(target)
+    return p
+
+
+def _kinds(p) -> set[str]:
+    return {s.kind for s in p.executable.plan.steps}
+
+
+def _steps(got: np.ndarray, want: np.ndarray, scale: float) -> float:
+    """The largest difference in quantization steps of the output."""
+    return float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))) / scale)
+
+
+def _check_against_ort(case: str, target) -> None:
+    build, kw = CASES[case]
+    model, feeds = build(np.random.default_rng(5), **kw)
+    want = run_ort(model, feeds, optimize=False)[0]
+    p = _compiled(model, target)
+    assert _kinds(p) & {"quant_gemm_epilogue", "quant_conv_epilogue"}, "the QDQ product is not an int8 GEMM step"
+    got = np.asarray(p.run(feeds)[0])
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if kw.get("out") == "f":  # the exact integer sum, scaled once, vs ORT's float32 sum
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    else:  # at most one step where ORT's float sum lands on the other side of a rounding edge
+        assert _steps(got, want, Y_SCALE[build.__name__.split("_")[0]]) <= 1.0
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_qdq_int8_matches_ort_through_cublaslt(gpu_target, case):
+    _check_against_ort(case, _target(gpu_target, "library"))
+
+
+@pytest.mark.parametrize("case", TRITON_CASES)
+def test_qdq_int8_matches_ort_through_triton_int8_dot(gpu_target, case):
+    _check_against_ort(case, _target(gpu_target, "triton"))
+
+
+@pytest.mark.parametrize("quantize, kw", [("quantize_int8", {}), ("quantize_int8", {"activation_type": "uint8"}),
+                                          ("quantize_int8", {"symmetric": True}), ("quantize_fp8", {})])
+def test_rewrite_keeps_the_program_on_ref(quantize, kw):
+    """The integer products with their float epilogue compute what the QDQ program computes."""
+    data, held = _data(3, 0), _data(1, 1)[0]
+    want = getattr(fusegraph, quantize)(fusegraph.parse_onnx(_conv_net()), data, keep_heads=False, **kw)
+    p = getattr(fusegraph, quantize)(fusegraph.parse_onnx(_conv_net()), data, keep_heads=False, **kw)
+    assert rewrite_quantized(p.main)
+    live = {i.op.name for i in p.main.instructions if i.users or i in p.main.outputs}
+    assert {"quant_convolution", "float8_dot" if quantize == "quantize_fp8" else "quant_dot"} <= live
+    expected = want.compile("ref").run(held)[0]
+    got = p.compile("ref").run(held)[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+def test_rewrite_leaves_grouped_convolutions_float():
+    model, _ = conv_model(np.random.default_rng(1), groups=4)
+    p = fusegraph.parse_onnx(model)
+    assert not rewrite_quantized(p.main)
+
+
+@pytest.mark.parametrize("quantize", ["quantize_int8", "quantize_fp8"])
+@pytest.mark.parametrize("gemm", ["library", "triton"])
+def test_quantized_program_matches_ref(gpu_target, quantize, gemm):
+    """quantize_int8 / quantize_fp8 programs (requantize fused into the first convolution's
+    epilogue for int8) against ref: one quantization step apart at most inside, so close outside."""
+    data, held = _data(3, 0), _data(2, 1)
+    ref = getattr(fusegraph, quantize)(fusegraph.parse_onnx(_conv_net()), data, keep_heads=False).compile("ref")
+    p = getattr(fusegraph, quantize)(fusegraph.parse_onnx(_conv_net()), data, keep_heads=False)
+    p.compile(_target(gpu_target, gemm))
+    assert _kinds(p) & {"quant_gemm_epilogue", "quant_conv_epilogue"}
+    for feeds in held:
+        got, want = np.asarray(p.run(feeds)[0]), ref.run(feeds)[0]
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
+
+
+def test_int8_epilogue_writes_the_next_layers_integers():
+    """conv -> relu -> quantize: the quantize is the first product's epilogue (it writes int8)."""
+    data = _data(3, 0)
+    p = fusegraph.quantize_int8(fusegraph.parse_onnx(_conv_net()), data, keep_heads=False)
+    options = CompileOptions()
+    run_pipeline(p, GpuTarget(device="cpu").passes(options), options)
+    first = next(s for s in list_steps(p.main) if s.kind == "quant_conv_epilogue")
+    assert first.ins.shape.dtype.name == "int8"
+
+
+@pytest.mark.parametrize("rows, k, n", [(32, 64, 48), (5, 20, 12)])  # torch._int_mm's shapes, and not
+def test_matmul_integer_is_exact(gpu_target, rows, k, n):
+    """MatMulInteger of int8 x int8 constant weights: torch._int_mm (or float64), bit-exact."""
+    from onnx import helper
+
+    from tests.util import make_model
+
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, size=(rows, k)).astype(np.int8)
+    b = rng.integers(-128, 128, size=(k, n)).astype(np.int8)
+    model = make_model([helper.make_node("MatMulInteger", ["a", "b"], ["y"])], {"a": a}, ["y"], {"b": b})
+    p = _compiled(model, _target(gpu_target, "library"))
+    assert "quant_dot" in _kinds(p)
+    want = np.matmul(a.astype(np.int64), b.astype(np.int64)).astype(np.int32)
+    np.testing.assert_array_equal(np.asarray(p.run({"a": a})[0]), want)
