@@ -25,13 +25,16 @@ _CONST_KINDS = (OpKind.POINTWISE, OpKind.MOVEMENT)
 
 def constant_value(ins: Instruction, memo: dict[int, np.ndarray | None]) -> np.ndarray | None:
     """The value of `ins` when it is computed from literals by pointwise and movement ops alone
-    (the scale and zero point broadcasts, a transposed weight), else None. Kept small: of `ins`'s
+    (the scale and zero point broadcasts, broadcast_like's too, a transposed weight), else None. Kept small: of `ins`'s
     rank, broadcasting to its lens (a broadcast scale stays one value)."""
     if ins.uid in memo:
         return memo[ins.uid]
     value = None
     if ins.is_literal:
         value = ins.literal
+    elif ins.op.name == "broadcast_like" and isinstance(ins.shape, Shape):  # a dynamic program's scale
+        v = constant_value(ins.inputs[0], memo)
+        value = None if v is None or v.ndim > ins.shape.ndim else ranked(v, ins.shape.ndim)
     elif ins.op.kind in _CONST_KINDS and ins.inputs and not ins.module_args and isinstance(ins.shape, Shape):
         args = [constant_value(i, memo) for i in ins.inputs]
         if all(a is not None for a in args):

@@ -16,7 +16,8 @@ float8 products in float32.
 Legality, on the constants (anything else keeps its float path, which is right):
 - x: int8/uint8 (one scale and zero point, per tensor) or float8 (one scale, zero point 0);
 - w: an int8 (float8 of x's type) constant with one scale per output channel (or one), zero points 0;
-- dot: w 2-D and x 2-D (the frontend's flattened MatMul / Gemm); convolution: 2-D, ungrouped.
+- dot: w one [K, N] matrix (broadcast along a batched product's batch dims: the rows of every
+  batch become one matrix, [B * S, K] x [K, N]); convolution: 2-D, ungrouped.
 """
 
 from __future__ import annotations
@@ -68,12 +69,16 @@ def _rewrite(module: Module, ins: Instruction, memo) -> bool:
     wtype = act[0].shape.dtype if act[0].shape.dtype in FLOAT8 else DType.int8
     if conv and (ins.shape.ndim != 4 or ins.op.group != 1):
         return False
-    if not conv and (ins.shape.ndim != 2 or ins.inputs[1].shape.ndim != 2):
-        return False
-    w = dequantized_weights(ins.inputs[1], 0 if conv else 1, memo, wtype)
+    nd = ins.shape.ndim
+    w = dequantized_weights(ins.inputs[1], 0 if conv else nd - 1, memo, wtype)
     if w is None:
         return False
     wq, sw = w
+    if not conv:  # a batched product over weights broadcast along the batch: one [K, N] matrix
+        if wq.ndim < 2 or any(d != 1 for d in wq.shape[:-2]):
+            return False
+        wq = wq.reshape(wq.shape[-2:])
+    first = module.index(ins)  # what is inserted before `ins` lands from here on
     xq, zx = _as_int8(module, *act[::2], ins)
     if reshape is not None:
         xq = module.insert(ins, Reshape(dims=reshape.op.dims), xq)
@@ -81,16 +86,21 @@ def _rewrite(module: Module, ins: Instruction, memo) -> bool:
     if conv:
         acc = module.insert(ins, QuantConvolution(**ins.op.attributes(), pad_value=zx), xq, w_lit)
         sums = wq.astype(np.int64).reshape(wq.shape[0], -1).sum(axis=1) if zx else None
+        axis = 1  # the output channel of N, M, H, W
     else:
+        if nd > 2:  # the rows of every batch as one matrix, split again right after the product
+            xq = module.insert(ins, Reshape(dims=(int(np.prod(ins.shape.lens[:-1])), wq.shape[0])), xq)
         acc = module.insert(ins, _op("float8_dot" if wtype in FLOAT8 else "quant_dot"), xq, w_lit)
+        if nd > 2:
+            acc = module.insert(ins, Reshape(dims=ins.shape.lens), acc)
         sums = wq.astype(np.int64).sum(axis=0) if zx else None
-    axis = 1  # the output channel: M of N, M, H, W and N of the [rows, N] product
+        axis = nd - 1  # the output column
     if zx:
         acc = module.insert(ins, _op("sub"), acc, _channels(module, ins, (zx * sums).astype(np.int32), acc, axis))
     y = module.insert(ins, _op("convert", to=DType.float32), acc)
     scale = (np.float32(act[1]) * sw).astype(np.float32)
     y = module.insert(ins, _op("mul"), y, _channels(module, ins, scale, y, axis))
-    for made in module.instructions[module.index(xq) + 1:module.index(ins)]:
+    for made in module.instructions[first:module.index(ins)]:
         if not made.is_literal and not made.origin:
             made.origin = ins.origin
     module.replace(ins, y)

@@ -141,3 +141,36 @@ def test_matmul_integer_is_exact(gpu_target, rows, k, n):
     assert "quant_dot" in _kinds(p)
     want = np.matmul(a.astype(np.int64), b.astype(np.int64)).astype(np.int32)
     np.testing.assert_array_equal(np.asarray(p.run({"a": a})[0]), want)
+
+
+def test_specialized_dynamic_batch_keeps_quantized_weights():
+    """A dynamic-batch quantized program specialized to a batch (what the gpu compiles per shape)
+    keeps its weights' dequantize, so the integer products are still found (specialize used to
+    fold them into float weights first)."""
+    from fusegraph.ir import Dim
+    from fusegraph.passes.specialize_shapes import specialize
+
+    data = _data(2, 0)
+    p = fusegraph.parse_onnx(_conv_net(), map_dyn_input_dims={"x": [Dim(1, 4), 3, 16, 16]})
+    fusegraph.quantize_int8(p, data, keep_heads=False)
+    s = specialize(p, {"x": (4, 3, 16, 16)})
+    convs = [i for i in s.main.instructions if i.op.name == "convolution"]
+    assert convs and all(c.inputs[1].op.name == "dequantize_linear" for c in convs)
+    assert rewrite_quantized(s.main)
+    feeds = {"x": np.concatenate([_data(1, k)[0]["x"] for k in range(4)])}
+    want = p.compile("ref").run(feeds)[0]
+    np.testing.assert_allclose(s.compile("ref").run(feeds)[0], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_specialized_batched_matmul_is_one_gemm():
+    """A dynamic-batch 3-D MatMul, specialized: one [B * S, K] x [K, N] integer product."""
+    from fusegraph.ir import Dim
+    from fusegraph.passes.specialize_shapes import specialize
+
+    model, feeds = matmul_model(np.random.default_rng(2), batch=(3, 8), act="s8", out="f")
+    p = fusegraph.parse_onnx(model, map_dyn_input_dims={"x": [Dim(1, 4), 8, 32]})
+    s = specialize(p, {"x": (3, 8, 32)})
+    assert rewrite_quantized(s.main)
+    assert "quant_dot" in {i.op.name for i in s.main.instructions if i.users}
+    want = run_ort(model, feeds, optimize=False)[0]
+    np.testing.assert_allclose(s.compile("ref").run(feeds)[0], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
