@@ -12,7 +12,7 @@ Layouts, fixed at the first (warm-up) call, before graph capture:
   patches [N, Ho, Wo, kh*kw*C], padded with the zero point (a fresh tensor each run: allocations
   in a captured graph come from its pool).
 Shapes torch._int_mm does not take (16 rows or fewer, K or N not a multiple of 8) sum in float64,
-exactly (|sums| < 2**53); float8 ones _scaled_mm does not take (K or N not a multiple of 16) in
+exactly (|sums| < 2**53); float8 ones _scaled_mm does not take (M, K or N not a multiple of 16) in
 float32.
 """
 
@@ -33,8 +33,8 @@ def int_mm_fits(m: int, k: int, n: int) -> bool:
 
 
 def scaled_mm_fits(m: int, k: int, n: int) -> bool:
-    """torch._scaled_mm's shape rule: K and N multiples of 16."""
-    return k % 16 == 0 and n % 16 == 0
+    """torch._scaled_mm's shape rule (K and N multiples of 16), rows too: cuBLASLt's fp8 tiles."""
+    return m % 16 == 0 and k % 16 == 0 and n % 16 == 0
 
 
 def quant_matmul(a: Any, b: Any, out: Any) -> None:

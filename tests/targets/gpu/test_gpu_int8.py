@@ -174,3 +174,34 @@ def test_specialized_batched_matmul_is_one_gemm():
     assert "quant_dot" in {i.op.name for i in s.main.instructions if i.users}
     want = run_ort(model, feeds, optimize=False)[0]
     np.testing.assert_allclose(s.compile("ref").run(feeds)[0], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def _mlp(rows: int, k: int, n: int):
+    """x [rows, k] -> MatMul -> Add -> Relu -> MatMul [n, 32]: float, for quantize_int8 / quantize_fp8."""
+    from onnx import helper
+
+    from tests.util import make_model
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    inits = {"w1": (rng.standard_normal((k, n)) * 0.2).astype(np.float32), "b1": rng.standard_normal(n).astype(np.float32),
+             "w2": (rng.standard_normal((n, 32)) * 0.2).astype(np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"]), helper.make_node("Add", ["m1", "b1"], ["a1"]),
+             helper.make_node("Relu", ["a1"], ["r1"]), helper.make_node("MatMul", ["r1", "w2"], ["y"])]
+    return make_model(nodes, {"x": x}, ["y"], inits), x
+
+
+@pytest.mark.parametrize("quantize", ["quantize_int8", "quantize_fp8"])
+@pytest.mark.parametrize("gemm", ["library", "triton"])
+@pytest.mark.parametrize("rows, k, n", [(32, 64, 48), (48, 96, 64), (5, 24, 40)])  # cuBLASLt's shapes, and not
+def test_quantized_matmuls_match_ref(gpu_target, quantize, gemm, rows, k, n):
+    """Two quantized MatMuls (the first's bias, ReLU and the second's quantize in its epilogue) at
+    shapes torch._int_mm / _scaled_mm take (32, 64, 48; 48, 96, 64) and do not (5, 24, 40)."""
+    model, x = _mlp(rows, k, n)
+    calib = [{"x": x * s} for s in (0.5, 1.0)]
+    ref = getattr(fusegraph, quantize)(fusegraph.parse_onnx(model), calib, keep_heads=False).compile("ref")
+    p = getattr(fusegraph, quantize)(fusegraph.parse_onnx(model), calib, keep_heads=False)
+    p.compile(_target(gpu_target, gemm))
+    assert "quant_gemm_epilogue" in _kinds(p)
+    got, want = np.asarray(p.run({"x": x})[0]), ref.run({"x": x})[0]
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
