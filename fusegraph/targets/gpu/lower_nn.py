@@ -259,11 +259,16 @@ def _torch_pooling(ctx, op, x_shape):
 @lowering("gemm_epilogue", "conv_gemm_epilogue", mode="into",
           note="Triton GEMM template with the fused epilogue, or cuBLAS then the pointwise kernel: autotuned")
 def gemm_epilogue(ctx, step):
+    return epilogue_runner(ctx, step, EpilogueGemm)
+
+
+def epilogue_runner(ctx, step, cls):
+    """The autotuned runner `cls` (an EpilogueGemm) of `step`, its sources kept with the program."""
     if ctx.tuner is None:
         from .autotune import Tuner
 
         ctx.tuner = Tuner.for_device(ctx.device)
-    runner = EpilogueGemm(ctx, step)
+    runner = cls(ctx, step)
     ctx.kernels.append(runner)
     return runner
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ...ops.conv import window_attrs
 from .device import torch
-from .lower_nn import EpilogueGemm, nhwc
+from .lower_nn import EpilogueGemm, epilogue_runner, nhwc
 from .lowering import lowering
 from .patterns_quant import quant_product
 
@@ -140,13 +140,7 @@ class QuantEpilogueGemm(EpilogueGemm):
           note="int8 / fp8 GEMM (cuBLASLt _int_mm / _scaled_mm or the Triton template's int8 / fp8 dot) "
                "with the dequantizing epilogue: autotuned")
 def quant_gemm_epilogue(ctx, step):
-    if ctx.tuner is None:
-        from .autotune import Tuner
-
-        ctx.tuner = Tuner.for_device(ctx.device)
-    runner = QuantEpilogueGemm(ctx, step)
-    ctx.kernels.append(runner)
-    return runner
+    return epilogue_runner(ctx, step, QuantEpilogueGemm)
 
 
 @lowering("quant_convolution", mode="into", note="int8 / fp8 GEMM over channels-last patches (cuBLASLt)")
