@@ -36,6 +36,7 @@ from collections.abc import Mapping
 
 from ...ir.program import Program
 from ..base import CompileOptions, Executable, Target
+from . import ops_quant  # noqa: F401  (registers the quantized product ops a compiled file's IR may hold)
 
 
 class GpuTarget(Target):

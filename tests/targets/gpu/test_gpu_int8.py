@@ -205,3 +205,34 @@ def test_quantized_matmuls_match_ref(gpu_target, quantize, gemm, rows, k, n):
     assert "quant_gemm_epilogue" in _kinds(p)
     got, want = np.asarray(p.run({"x": x})[0]), ref.run({"x": x})[0]
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
+
+
+def test_the_gpu_target_registers_its_quantized_ops():
+    """Loading a compiled file parses its IR once the target is known, before any pass runs: the
+    target's own ops must be registered by then (a fresh process: nothing imported them yet)."""
+    import subprocess
+    import sys
+
+    code = ("import fusegraph\nfrom fusegraph.ir.op import registered_ops\nfusegraph.get_target('gpu')\n"
+            "assert {'quant_convolution', 'float8_dot'} <= set(registered_ops())\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.gpu
+def test_int8_program_saves_and_loads(tmp_path):
+    """A compiled int8 program's IR holds the gpu's quantized product ops: a fresh process loads it."""
+    import subprocess
+    import sys
+
+    data, held = _data(3, 0), _data(1, 1)[0]
+    p = fusegraph.quantize_int8(fusegraph.parse_onnx(_conv_net()), data, keep_heads=False)
+    p.compile(GpuTarget(gemm="library"))
+    fusegraph.save(p, tmp_path / "q.fgx")
+    np.save(tmp_path / "x.npy", held["x"])
+    np.save(tmp_path / "want.npy", np.asarray(p.run(held)[0]))
+    code = ("import numpy as np, fusegraph\n"
+            f"q = fusegraph.load({str(tmp_path / 'q.fgx')!r})\n"
+            "assert 'quant_convolution' in {i.op.name for i in q.executable.program.main.instructions}\n"
+            f"got = np.asarray(q.run({{'x': np.load({str(tmp_path / 'x.npy')!r})}})[0])\n"
+            f"np.testing.assert_array_equal(got, np.load({str(tmp_path / 'want.npy')!r}))\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
