@@ -7,7 +7,8 @@ kernel over the int32 product. Autotuned between the two as the float GEMM epilo
 
 Layouts, fixed at the first (warm-up) call, before graph capture:
 - weights packed once into the column-major [K, N] matrix cuBLASLt's int8 GEMM takes (its "TN"
-  form; a convolution's as [kh, kw, C] x M, the order of its patches);
+  form; a convolution's as [kh, kw, C] x M, the order of its patches, K zero-padded to a multiple
+  of 8 (fp8: 16), as its patches are: ResNet's 7x7 stem has K = 147);
 - a convolution's rows: the channels-last input itself for a 1x1, stride-1, unpadded one; else its
   patches [N, Ho, Wo, kh*kw*C], padded with the zero point (a fresh tensor each run: allocations
   in a captured graph come from its pool).
@@ -64,24 +65,49 @@ def _unit_scale(device: Any) -> Any:
     return _units[device]
 
 
+def padded_k(k: int, dtype: Any) -> int:
+    """A convolution's K rounded up to what cuBLASLt's int8 (8) / fp8 (16) GEMM takes: its patches
+    and weights are zero-padded to it (a zero weight row adds nothing), not summed in float64."""
+    step = 8 if dtype == torch().int8 else 16
+    return -(-k // step) * step
+
+
 def packed_weights(w: Any, conv: bool) -> Any:
     """The weights as the GEMM's [K, N] operand, column-major: a dot's [K, N]; a convolution's
-    [M, C, kh, kw] as [kh * kw * C, M]."""
-    rows = w.permute(0, 2, 3, 1).reshape(w.shape[0], -1) if conv else w.t()
+    [M, C, kh, kw] as [kh * kw * C, M], K zero-padded to padded_k."""
+    if not conv:
+        return w.t().contiguous().t()
+    rows = w.permute(0, 2, 3, 1).reshape(w.shape[0], -1)
+    k = rows.shape[1]
+    if padded_k(k, w.dtype) != k:  # float8 padded as its bytes: the bits 0 are 0.0
+        raw = rows.view(torch().uint8) if w.dtype.is_floating_point else rows
+        rows = torch().nn.functional.pad(raw, (0, padded_k(k, w.dtype) - k)).view(w.dtype)
     return rows.contiguous().t()
 
 
 def conv_rows(x: Any, op: Any, kernel: tuple[int, ...], out_sp: tuple[int, ...]) -> Any:
     """The GEMM's left operand of convolution `op` (window `kernel`) over x (N, C, H, W):
-    [N, Ho, Wo, kh * kw * C], a view of x for a pointwise convolution."""
+    [N, Ho, Wo, K] with K = kh * kw * C zero-padded to padded_k; a view of x for a pointwise
+    convolution whose K needs no padding."""
     t = torch()
     pb, pe, strides, dils = window_attrs(op, 2)
     kh, kw = kernel
     xh = nhwc(x)
-    if (kh, kw) == (1, 1) and strides == (1, 1) and not any(pb) and not any(pe):
+    k = kh * kw * x.shape[1]
+    kp = padded_k(k, x.dtype)
+    if (kh, kw) == (1, 1) and strides == (1, 1) and not any(pb) and not any(pe) and kp == k:
         return xh
     if x.dtype.is_floating_point:  # float8 gathered as its bytes (pad_value 0 is the bits 0), a copy all dtypes take
-        return conv_rows(x.view(t.uint8), op, kernel, out_sp).view(x.dtype)
+        return _patches(x.view(t.uint8), op, kernel, out_sp, kp).view(x.dtype)
+    return _patches(x, op, kernel, out_sp, kp)
+
+
+def _patches(x: Any, op: Any, kernel: tuple[int, ...], out_sp: tuple[int, ...], kp: int) -> Any:
+    """x's patches [N, Ho, Wo, kh * kw * C], padded with the zero point, zero columns up to kp."""
+    t = torch()
+    pb, pe, strides, dils = window_attrs(op, 2)
+    kh, kw = kernel
+    xh = nhwc(x)
     if any(pb) or any(pe):  # padded taps read the zero point: they dequantize to 0
         xh = t.nn.functional.pad(xh, (0, 0, pb[1], pe[1], pb[0], pe[0]), value=op.pad_value)
     xh = xh.contiguous()
@@ -89,7 +115,8 @@ def conv_rows(x: Any, op: Any, kernel: tuple[int, ...], out_sp: tuple[int, ...])
     sn, sh, sw, sc = xh.stride()
     ho, wo = out_sp
     taps = xh.as_strided((n, ho, wo, kh, kw, c), (sn, sh * strides[0], sw * strides[1], sh * dils[0], sw * dils[1], sc))
-    return taps.reshape(n, ho, wo, kh * kw * c)
+    rows = taps.reshape(n, ho, wo, kh * kw * c)
+    return t.nn.functional.pad(rows, (0, kp - kh * kw * c)) if kp != kh * kw * c else rows
 
 
 class QuantEpilogueGemm(EpilogueGemm):
