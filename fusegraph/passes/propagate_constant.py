@@ -36,10 +36,11 @@ def _fold_pointwise(module: Module, ins: Instruction) -> Instruction | None:
     return materialize(module, ins, result, ins.shape)
 
 
-def propagate_constant(module: Module) -> bool:
+def propagate_constant(module: Module, keep: frozenset[str] = frozenset()) -> bool:
+    """Fold what is constant; instructions of the ops named in `keep` stay as they are."""
     changed = False
     for ins in module:
-        if not _foldable(ins):
+        if not _foldable(ins) or ins.op.name in keep:
             continue
         if ins.op.kind is OpKind.POINTWISE:
             new = _fold_pointwise(module, ins)

@@ -27,6 +27,8 @@ from .constants import small_constant
 from .eliminate_dead_code import eliminate_dead_code
 from .propagate_constant import propagate_constant
 
+QUANTIZED_FORMS = frozenset({"dequantize_linear"})  # what specialize leaves unfolded
+
 
 def specialize(program: Program, lens: Mapping[str, Sequence[int]]) -> Program:
     """A static copy of `program` for inputs of these `lens` (by parameter name; each must fit the
@@ -42,7 +44,9 @@ def specialize(program: Program, lens: Mapping[str, Sequence[int]]) -> Program:
         shapes[name] = Shape.of(p.shape.dtype, lens[name])
     _copy_module(program.main, out, None, copies, shapes)
     main = out.main
-    while _resolve(main) | propagate_constant(main):  # each round makes constants the next can use
+    # each round makes constants the next can use; quantized weights stay quantized (their
+    # dequantize unfolded), as the target's integer lowerings read them: its pipeline folds the rest
+    while _resolve(main) | propagate_constant(main, keep=QUANTIZED_FORMS):
         pass
     eliminate_dead_code(main)
     return out
@@ -91,7 +95,7 @@ SMALL = 1024  # shape arithmetic: values this small are folded as the copy goes;
 def _fold_small(m: Module, ins: Instruction) -> Instruction | None:
     op, s = ins.op, ins.shape
     if (op.kind in (OpKind.BUILTIN, OpKind.CONTROL) or ins.module_args or not op.deterministic or not ins.inputs
-            or not all(i.is_literal for i in ins.inputs) or not _static(ins) or s.elements > SMALL):
+            or op.name in QUANTIZED_FORMS or not all(i.is_literal for i in ins.inputs) or not _static(ins) or s.elements > SMALL):
         return None
     value = np.asarray(op.compute([i.literal for i in ins.inputs]), dtype=s.dtype.np)
     if value.shape != s.lens:

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 
 from ...ir.program import Program
 from ..base import CompileOptions, Executable, Target
+from . import ops_quant  # noqa: F401  (registers the quantized product ops a compiled file's IR may hold)
 
 
 class GpuTarget(Target):
@@ -54,8 +55,10 @@ class GpuTarget(Target):
 
     def passes(self, options: CompileOptions) -> list:
         from ...passes import generic_pipeline
+        from .rewrite_quantized import rewrite_quantized
 
-        return generic_pipeline()  # (Target.compile puts quantize_fp16 first when options.fp16)
+        # (Target.compile puts quantize_fp16 first when options.fp16)
+        return [rewrite_quantized, *generic_pipeline()]
 
     def lower(self, program: Program, options: CompileOptions) -> Executable:
         return self._lower(program, options, {})

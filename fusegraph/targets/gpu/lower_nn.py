@@ -50,8 +50,14 @@ def attention(ctx, step):
     return run
 
 
-@lowering("quant_dot", mode="into", note="exact in float64")
+@lowering("quant_dot", mode="into", note="int8 x int8 weights: torch._int_mm; else exact in float64")
 def quant_dot(ctx, step):
+    from .patterns_quant import quant_product
+
+    if quant_product(step.ins):  # int8 x constant int8 weights: cuBLASLt's int8 GEMM
+        from .lower_quant import packed_dot
+
+        return packed_dot(ctx, step)
     t = torch()
 
     def run(out, a, b, *zero_points):
@@ -253,11 +259,16 @@ def _torch_pooling(ctx, op, x_shape):
 @lowering("gemm_epilogue", "conv_gemm_epilogue", mode="into",
           note="Triton GEMM template with the fused epilogue, or cuBLAS then the pointwise kernel: autotuned")
 def gemm_epilogue(ctx, step):
+    return epilogue_runner(ctx, step, EpilogueGemm)
+
+
+def epilogue_runner(ctx, step, cls):
+    """The autotuned runner `cls` (an EpilogueGemm) of `step`, its sources kept with the program."""
     if ctx.tuner is None:
         from .autotune import Tuner
 
         ctx.tuner = Tuner.for_device(ctx.device)
-    runner = EpilogueGemm(ctx, step)
+    runner = cls(ctx, step)
     ctx.kernels.append(runner)
     return runner
 

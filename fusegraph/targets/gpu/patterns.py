@@ -15,6 +15,8 @@
   matmul followed by the pointwise kernel (lower_nn.py, autotune.py);
 * sparse_dot / sparse_gemm_bias / sparse_gemm_epilogue: the same, for a dot whose weight is a 2:4
   constant (sparse_patterns.py; cuSPARSELt or the dense kernel, timed: lower_sparse.py).
+* quant_gemm_epilogue / quant_conv_epilogue: the same for the int8 products rewrite_quantized.py
+  makes (patterns_quant.py, lower_quant.py): int8 x int8 -> int32, then the dequantizing epilogue.
 
 Each match is a `Group` keyed by the uid of the instruction whose value it produces; its members are
 the instructions it replaces, its inputs the values it reads.
@@ -30,8 +32,10 @@ from ...ir.module import Instruction, Module
 from ...ir.shape import Shape
 from ...ops.conv import window_attrs
 from ...ops.scalar import Call, Const, Expr, Var, variables
+from .patterns_quant import quant_epilogue_source
 
 FLOATS = ("float16", "bfloat16", "float32")
+DOT_EPILOGUES = ("gemm_epilogue", "quant_gemm_epilogue")  # the rest take a convolution's N, C, H, W
 VIEW_CHAIN = ("broadcast", "reshape", "squeeze", "unsqueeze", "flatten", "contiguous")
 
 
@@ -313,12 +317,12 @@ def match_gemm_epilogue(mm: Instruction) -> Group | None:
     instruction of the same lens, with an expression body Triton can render."""
     from .triton_expr import expr_types, triton_types_ok
 
-    kind = _epilogue_source(mm)
+    kind = _epilogue_source(mm) or quant_epilogue_source(mm)
     if kind is None or len(mm.users) != 1 or _is_output(mm):
         return None
     y, members, split = mm, [mm], False
     user = mm.users[0]
-    if kind == "gemm_epilogue" and user.op.name == "reshape" and mm.shape.ndim == 2 and only_user(mm, user):
+    if kind in DOT_EPILOGUES and user.op.name == "reshape" and mm.shape.ndim == 2 and only_user(mm, user):
         if user.shape.ndim < 2 or user.shape.lens[-1] != mm.shape.lens[-1] or len(user.users) != 1 \
                 or _is_output(user):
             return None
@@ -356,6 +360,6 @@ def _last_axis_vector(x: Instruction, kind: str) -> bool:
     """Whether `x` broadcasts one vector along the output's columns (channels, for a convolution)."""
     if x.op.name != "broadcast":
         return False
-    if kind == "conv_gemm_epilogue":
+    if kind not in DOT_EPILOGUES:
         return _channel_vector(x, x.shape.lens[1]) is not None
     return _row_vector(x, x.shape.lens[-1]) is not None

@@ -23,7 +23,7 @@ from .patterns import match_groups
 
 ARENA, TRANSIENT, VIEW, PARAM, LITERAL, OUTPUT = "arena", "transient", "view", "param", "literal", "output"
 SLICE = "slice"  # written by its step straight into its slice of a concat's buffer
-CONV_KINDS = frozenset({"convolution", "deconvolution", "pooling"})
+CONV_KINDS = frozenset({"convolution", "deconvolution", "pooling", "quant_convolution", "quant_conv_epilogue"})
 
 
 @dataclasses.dataclass

@@ -91,20 +91,27 @@ def gemm_source(spec: GemmSpec, name: str) -> str:
         "rbn = rn % N",
         f"a_ptrs = a_ptr + ({_row('ram', 's_ab', 's_ar', spec.split_rows)})[:, None] + rk[None, :] * s_ak",
         "b_ptrs = b_ptr + rk[:, None] * s_bk + rbn[None, :] * s_bn",
-        "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+        f"acc = tl.zeros((BLOCK_M, BLOCK_N), dtype={_acc_type(spec.in_type)})",
         "for k in range(0, K, BLOCK_K):",
     )]
     body = ind * 2
     if spec.even_k:
         lines += [f"{body}a = tl.load(a_ptrs)", f"{body}b = tl.load(b_ptrs)"]
     else:
-        lines += [f"{body}a = tl.load(a_ptrs, mask=rk[None, :] < K - k, other=0.0)",
-                  f"{body}b = tl.load(b_ptrs, mask=rk[:, None] < K - k, other=0.0)"]
+        zero = "0" if spec.in_type.is_int else "0.0"
+        lines += [f"{body}a = tl.load(a_ptrs, mask=rk[None, :] < K - k, other={zero})",
+                  f"{body}b = tl.load(b_ptrs, mask=rk[:, None] < K - k, other={zero})"]
     precision = ', input_precision="ieee"' if spec.in_type == DType.float32 else ""
+    if spec.in_type.is_int:  # int8 x int8 sums exactly in int32 (Triton wants the type named)
+        precision = ", out_dtype=tl.int32"
     lines += [f"{body}acc = tl.dot(a, b, acc{precision})",
               f"{body}a_ptrs += BLOCK_K * s_ak", f"{body}b_ptrs += BLOCK_K * s_bk"]
     lines += _epilogue(spec, ind)
     return "\n".join(lines) + "\n"
+
+
+def _acc_type(in_type: DType) -> str:
+    return "tl.int32" if in_type.is_int else "tl.float32"
 
 
 def _row(index: str, s_b: str, s_r: str, split: bool) -> str:

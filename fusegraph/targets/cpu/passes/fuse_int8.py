@@ -35,89 +35,27 @@ import numpy as np
 
 from ....ir.dtypes import DType
 from ....ir.module import Instruction, Module
-from ....ir.op import OpKind
-from ....ir.shape import Shape
 from ....ops.movement import Broadcast, Reshape
 from ....ops.quantize import DequantizeLinear, QuantizeLinear
+from ....quantize.qdq_match import constant_value, dequantized_activation, dequantized_weights, per_axis
+from ....quantize.qdq_match import uniform as _uniform
 from ..ops_int8 import ACT_TYPES, Int8Conv, Int8Dot
-
-_CONST_KINDS = (OpKind.POINTWISE, OpKind.MOVEMENT)
-
-
-def constant_value(ins: Instruction, memo: dict[int, np.ndarray | None]) -> np.ndarray | None:
-    """The value of `ins` when it is computed from literals by pointwise and movement ops alone
-    (the scale and zero point broadcasts, a transposed weight), else None. Kept small: of `ins`'s
-    rank, broadcasting to its lens (a broadcast scale stays one value)."""
-    if ins.uid in memo:
-        return memo[ins.uid]
-    value = None
-    if ins.is_literal:
-        value = ins.literal
-    elif ins.op.kind in _CONST_KINDS and ins.inputs and not ins.module_args and isinstance(ins.shape, Shape):
-        args = [constant_value(i, memo) for i in ins.inputs]
-        if all(a is not None for a in args):
-            if isinstance(ins.op, Broadcast):
-                value = _ranked(args[0], ins.shape.ndim)
-            elif ins.op.kind is OpKind.POINTWISE:
-                value = np.asarray(ins.op.compute([_ranked(a, ins.shape.ndim) for a in args]))
-            else:  # other movement: over the full values (weight-sized at most)
-                value = np.asarray(ins.op.compute([np.broadcast_to(a, i.shape.lens) for a, i in zip(args, ins.inputs)]))
-    memo[ins.uid] = value
-    return value
-
-
-def _ranked(v: np.ndarray, ndim: int) -> np.ndarray:
-    return v.reshape((1,) * (ndim - v.ndim) + v.shape)
-
-
-def _uniform(v: np.ndarray | None) -> float | None:
-    if v is None or v.size == 0 or not np.all(v == v.flat[0]):
-        return None
-    return v.flat[0].item()
-
-
-def _per_axis(v: np.ndarray, axis: int, lens: tuple[int, ...]) -> np.ndarray | None:
-    """The values along `axis` (broadcast to lens[axis]) when `v`, which broadcasts to `lens`, is
-    constant along every other axis."""
-    v = _ranked(np.asarray(v), len(lens))
-    m = np.moveaxis(v, axis, 0).reshape(v.shape[axis], -1)
-    if not np.all(m == m[:, :1]):
-        return None
-    return np.broadcast_to(m[:, 0], (lens[axis],)).copy()
 
 
 def _activation(ins: Instruction, memo) -> tuple[Instruction, float, int] | None:
     """(the integer tensor, scale, zero point) of a per-tensor dequantize."""
-    if not isinstance(ins.op, DequantizeLinear) or ins.op.to != DType.float32:
-        return None
-    xq = ins.inputs[0]
-    s, z = _uniform(constant_value(ins.inputs[1], memo)), _uniform(constant_value(ins.inputs[2], memo))
-    if xq.shape.dtype not in ACT_TYPES or s is None or z is None or s <= 0:
-        return None
-    return xq, float(s), int(z)
+    return dequantized_activation(ins, memo, ACT_TYPES)
 
 
 def _weights(ins: Instruction, axis: int, memo) -> tuple[np.ndarray, np.ndarray] | None:
-    """(int8 values, float32 scale per output channel) of constant weights dequantized symmetrically,
-    read through the movement ops between the dequantize and `ins` (Gemm's transB)."""
-    path = []
-    while ins.op.kind is OpKind.MOVEMENT and len(ins.inputs) == 1:
-        path.append(ins)
-        ins = ins.inputs[0]
-    if not isinstance(ins.op, DequantizeLinear) or ins.inputs[0].shape.dtype != DType.int8:
+    """(int8 values, float32 scale per output channel) of constant weights dequantized symmetrically
+    (oneDNN takes one zero point per tensor), when oneDNN's integer sums are exact for them here."""
+    w = dequantized_weights(ins, axis, memo)
+    if w is None:
         return None
-    q, s, z = (constant_value(i, memo) for i in ins.inputs)
-    if q is None or s is None or z is None:
-        return None
-    s, z = np.broadcast_to(s, q.shape), np.broadcast_to(z, q.shape)
-    for mv in reversed(path):  # the same movement over values, scales and zero points
-        q, s, z = (np.asarray(mv.op.compute([a])) for a in (q, s, z))
-    scales = _per_axis(np.asarray(s, np.float32), axis, q.shape)
-    if scales is None or np.any(z != 0) or np.any(scales <= 0):
-        return None  # blocked scales, or asymmetric weights: oneDNN takes one zero point per tensor
     from ..onednn.quant import exact_here
 
-    return (np.ascontiguousarray(q, np.int8), scales) if exact_here(q) else None
+    return (np.ascontiguousarray(w[0], np.int8), w[1]) if exact_here(w[0]) else None
 
 
 def _sole_user(ins: Instruction, module: Module) -> Instruction | None:
@@ -142,7 +80,7 @@ def _epilogue(module: Module, prod: Instruction, channel_axis: int, memo):
         c = constant_value(other[0], memo) if len(other) == 1 else None
         channels = last.shape.lens[channel_axis]
         if c is not None and c.dtype == np.float32 and c.ndim <= last.shape.ndim:
-            per = _per_axis(c, channel_axis % last.shape.ndim, last.shape.lens)
+            per = per_axis(c, channel_axis % last.shape.ndim, last.shape.lens)
             if per is not None and per.size == channels:
                 last, bias, nxt = nxt, per, _sole_user(nxt, module)
     if nxt is not None and nxt.op.name == "relu":
