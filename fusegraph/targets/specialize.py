@@ -56,6 +56,7 @@ class SpecializingExecutable(Executable):
         self.specializations: list[Specialization] = []  # every compile, in order (evicted ones too)
         self._cache: OrderedDict[Key, Executable] = OrderedDict()
         self._lock = threading.Lock()
+        self._scope = target.specialization_scope(program)  # what the specializations share
 
     # -- the cache -------------------------------------------------------------------------------------
     @property
@@ -92,7 +93,8 @@ class SpecializingExecutable(Executable):
         except ShapeError as e:  # e.g. two inputs that share a dim given different sizes
             shapes = ", ".join(f"{n}[{','.join(map(str, v))}]" for n, v in named.items())
             raise InputError(f"inputs of shapes {shapes} do not fit together: {e}") from e
-        return self.target.compile(static, self.options)
+        with self._scope():
+            return self.target.compile(static, self.options)
 
     # -- running ---------------------------------------------------------------------------------------
     def run(self, inputs: Mapping[str, Any], *, deadline: float | None = None) -> list[Any]:
