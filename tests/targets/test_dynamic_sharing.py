@@ -90,3 +90,22 @@ def test_shared_names_only_live_constants():
     del a
     gc.collect()
     assert not spans._at and not spans._starts  # the dead array's span went with it
+
+
+def test_merged_parallel_products_are_merged_once_for_every_shape():
+    """Three products of one input (Q, K, V): merge_parallel_dots concatenates their weights; the
+    specializations share that one concatenation (and its packing)."""
+    ws = {f"w{k}": RNG.standard_normal((16, 24)).astype(np.float32) for k in range(3)}
+    nodes = [helper.make_node("MatMul", ["x", f"w{k}"], [f"y{k}"]) for k in range(3)]
+    nodes.append(helper.make_node("Sum", ["y0", "y1", "y2"], ["y"]))
+    model = make_model(nodes, {"x": np.zeros((2, 16), np.float32)}, ["y"], initializers=ws)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "rows"
+    p = fusegraph.parse_onnx(model, map_dyn_input_dims={"x": [Dim(1, 64), 16]}).compile("cpu")
+    merged = []
+    for rows in (3, 17, 64):
+        x = {"x": RNG.standard_normal((rows, 16)).astype(np.float32)}
+        assert_close(p.run(x), run_ort(model, x), rtol=1e-4, atol=1e-4)
+        exe = p.executable.executable_for({"x": (rows, 16)})
+        merged.append([i.literal for i in exe.program.main.instructions if i.is_literal and i.literal.shape == (16, 72)])
+    assert all(len(m) == 1 for m in merged)
+    assert merged[1][0] is merged[0][0] and merged[2][0] is merged[0][0]

@@ -5,7 +5,8 @@ Most constants do not depend on the input shape: the parsed weights (every speci
 same arrays already) and what the passes compute from them (BERT's merged QKV weights, YOLOv8n's
 sliced convolutions), which each compile computes again, equal byte for byte. Before a
 specialization is lowered, `intern` replaces each of its literals that equals (dtype, lens, bytes) a
-constant an earlier one holds by that constant. oneDNN's packed weights are then named by the
+constant an earlier one holds by that constant (a pass that derives a constant from weights asks
+`computed` for it, which computes it once for all of them). oneDNN's packed weights are then named by the
 constant array they view (a token per array, never reused, and the view's offset, lens and byte
 strides), so a packing done for one shape serves the next wherever the kernel chose the same layout
 (`MemDesc.layout_key`: for a convolution or product with fixed K and N, it usually does): a packed
@@ -23,7 +24,7 @@ import contextlib
 import hashlib
 import itertools
 import weakref
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextvars import ContextVar
 
 import numpy as np
@@ -85,6 +86,7 @@ class SharedConstants:
 
         self._spans = _Spans()
         self._by_content: dict[tuple, weakref.ref] = {}
+        self._computed: dict[tuple, weakref.ref] = {}
         for m in program.modules_in_order():  # the parsed weights: shared by every specialization already
             for ins in m.instructions:
                 if ins.is_literal and ins.literal.size:
@@ -119,6 +121,21 @@ class SharedConstants:
                 self._spans.add(a)
         self._by_content = {k: r for k, r in self._by_content.items() if r() is not None}
 
+    def computed(self, what: str, inputs: Sequence[np.ndarray], compute: Callable[[], np.ndarray]) -> np.ndarray:
+        """`compute()` of constants `inputs`, or the array an earlier specialization got for the same
+        `what` of the same constants (held ones only; any other input: computed, not kept)."""
+        names = [self._spans.find(a) for a in inputs]
+        if any(n is None for n in names):
+            return compute()
+        key = (what, *((*n, a.shape, a.strides, a.dtype.str) for n, a in zip(names, inputs)))
+        ref = self._computed.get(key)
+        held = ref() if ref is not None else None
+        if held is None:
+            held = compute()
+            self._computed[key] = weakref.ref(held)
+            self._spans.add(held)
+        return held
+
     @contextlib.contextmanager
     def scope(self) -> Iterator[SharedConstants]:
         """The block in which one specialization is compiled with what the others share."""
@@ -132,3 +149,11 @@ _ACTIVE: ContextVar[SharedConstants | None] = ContextVar("cpu_shared_constants",
 def active() -> SharedConstants | None:
     """The dynamic program's shared constants while one of its specializations compiles, else None."""
     return _ACTIVE.get()
+
+
+def computed(what: str, inputs: Sequence[np.ndarray], compute: Callable[[], np.ndarray]) -> np.ndarray:
+    """`compute()`, a pure function named by `what` of the constant arrays `inputs`: a pass that
+    derives a constant from weights calls this, so that a dynamic program's specializations compute
+    it once (and hold it once) where their weights are the same."""
+    shared = _ACTIVE.get()
+    return compute() if shared is None else shared.computed(what, inputs, compute)
