@@ -23,6 +23,7 @@ import bisect
 import contextlib
 import hashlib
 import itertools
+import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextvars import ContextVar
@@ -38,41 +39,48 @@ INTERN_BYTES = 512
 
 
 class _Spans:
-    """The byte spans of registered arrays by start address, each with its token; held weakly."""
+    """The byte spans of registered arrays by start address, each with its token; held weakly. A span
+    may go at any moment (an evicted specialization freed in another thread, or by the collector in
+    this one): the lock orders the changes, and `find` answers None rather than misname a view."""
 
     def __init__(self) -> None:
         self._at: dict[int, list[tuple[int, int, weakref.ref]]] = {}
         self._starts: list[int] = []
         self._tokens = itertools.count()
+        self._lock = threading.RLock()  # reentrant: the collector may drop a span inside `add`
 
     def add(self, a: np.ndarray) -> None:
         lo, hi = a.ctypes.data, a.ctypes.data + a.nbytes
         token = next(self._tokens)
         ref = weakref.ref(a, lambda r, lo=lo, token=token: self._drop(lo, token))
-        if lo not in self._at:
-            bisect.insort(self._starts, lo)
-        self._at.setdefault(lo, []).append((hi, token, ref))
+        with self._lock:
+            if lo not in self._at:
+                bisect.insort(self._starts, lo)
+            self._at[lo] = [*self._at.get(lo, ()), (hi, token, ref)]  # a new list: readers hold the old
 
     def _drop(self, lo: int, token: int) -> None:
-        entries = [e for e in self._at.get(lo, ()) if e[1] != token]
-        if entries:
-            self._at[lo] = entries
-        elif lo in self._at:
-            del self._at[lo]
-            self._starts.pop(bisect.bisect_left(self._starts, lo))
+        with self._lock:
+            entries = [e for e in self._at.get(lo, ()) if e[1] != token]
+            if entries:
+                self._at[lo] = entries
+            elif lo in self._at:
+                del self._at[lo]
+                i = bisect.bisect_left(self._starts, lo)
+                if i < len(self._starts) and self._starts[i] == lo:
+                    del self._starts[i]
 
     def find(self, a: np.ndarray) -> tuple[int, int] | None:
-        """(token, offset) of a registered array holding every byte `a` reads, or None."""
+        """(token, offset) of a live registered array holding every byte `a` reads, or None."""
         if not a.size:
             return None
         lo = hi = a.ctypes.data
         for n, s in zip(a.shape, a.strides):
             lo, hi = (lo + (n - 1) * s, hi) if s < 0 else (lo, hi + (n - 1) * s)
-        i = bisect.bisect_right(self._starts, lo) - 1
-        if i < 0:
-            return None
-        start = self._starts[i]
-        for end, token, ref in self._at[start]:
+        with self._lock:
+            i = bisect.bisect_right(self._starts, lo) - 1
+            start = self._starts[i] if 0 <= i < len(self._starts) else None
+            entries = self._at.get(start, ()) if start is not None else ()
+        for end, token, ref in entries:
             if hi + a.itemsize <= end and ref() is not None:
                 return token, a.ctypes.data - start
         return None
