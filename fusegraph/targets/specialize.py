@@ -8,7 +8,9 @@ first run at those shapes specializes the program to them (passes/specialize_sha
 re-derived from the inputs, run-time shape values folded) and compiles that static program with the
 target's normal pipeline, so all its fusions, kernels, memory planning and, on gpu, one CUDA graph
 per shape apply. The executables are kept in a bounded LRU cache (`CompileOptions.dynamic_cache_size`
-entries); `specializations` records what each cost. `dynamic_cache_size=0` leaves a dynamic program
+entries); `specializations` records what each cost. Each compile runs in the target's
+`specialization_scope(program)`, where the target shares what the compiles have in common (cpu: one
+copy of each constant and packed weight, targets/cpu/shared.py). `dynamic_cache_size=0` leaves a dynamic program
 to the target's own dynamic mode (the gpu target's runs any shape without recompiling).
 """
 
