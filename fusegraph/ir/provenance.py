@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
+from .op import OpKind
+
 if TYPE_CHECKING:
     from .module import Instruction
 
@@ -30,8 +32,6 @@ def merged(*origins: tuple[OnnxNode, ...]) -> tuple[OnnxNode, ...]:
 
 
 def _computes(ins: Instruction) -> bool:
-    from .op import OpKind
-
     return ins.op.kind is not OpKind.BUILTIN
 
 
@@ -50,14 +50,16 @@ def dead_cone(old: Instruction, keep: set[int]) -> list[Instruction]:
     return list(cone.values())
 
 
-def inherit(old: Instruction, new: Instruction) -> None:
-    """Give `new`, which replaces `old`, `old`'s tensor and the origin of what the rewrite absorbs."""
+def inherit(old: Instruction, new: Instruction, absorbs: bool = True) -> None:
+    """Give `new`, which replaces `old`, `old`'s tensor and the origin of what the rewrite absorbs.
+    `absorbs=False`: only `old` dies (a module still being built, whose producers may have users
+    yet to come: they are not dead because no user reads them so far)."""
     if new.tensor is None:
         new.tensor = old.tensor
     if new.uid < old.uid:  # an instruction there already (CSE, x*1 -> x, a transpose pair cancelled)
         new.origin = new.origin or old.origin
         return
-    cone = dead_cone(old, {i.uid for i in new.inputs} | {new.uid})
+    cone = dead_cone(old, {i.uid for i in new.inputs} | {new.uid}) if absorbs else [old]
     new.origin = merged(new.origin, *(x.origin for x in reversed(cone)))
     stack = list(new.inputs)
     while stack:  # helpers the rewrite made (a layout's transposes): they work for old's nodes

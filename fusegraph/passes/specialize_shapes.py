@@ -84,7 +84,8 @@ def _settle(m: Module, ins: Instruction) -> Instruction:
     new = rule(m, ins) if rule is not None else _fold_small(m, ins)
     if new is None:
         return ins
-    inherit(ins, new)
+    # only `ins` dies: its producers' users after it are not copied yet (eliminate_dead_code ends the rest)
+    inherit(ins, new, absorbs=False)
     m.remove(ins)
     return new
 

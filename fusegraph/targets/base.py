@@ -203,6 +203,14 @@ class Target:
             return SpecializingExecutable(program, options, self)
         return self.load(program, options, artifacts, trusted=trusted)
 
+    def specialization_scope(self, program: Program) -> Callable[[], Any]:
+        """For a dynamic program this target specializes: a context manager factory; each static
+        compile of it runs in one, where the target shares what the compiles have in common (the cpu
+        target: constants and packed weights). By default they share nothing."""
+        import contextlib
+
+        return contextlib.nullcontext
+
     def _specializes(self, program: Program, options: CompileOptions) -> bool:
         from .specialize import has_dynamic_inputs
 

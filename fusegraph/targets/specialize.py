@@ -8,7 +8,9 @@ first run at those shapes specializes the program to them (passes/specialize_sha
 re-derived from the inputs, run-time shape values folded) and compiles that static program with the
 target's normal pipeline, so all its fusions, kernels, memory planning and, on gpu, one CUDA graph
 per shape apply. The executables are kept in a bounded LRU cache (`CompileOptions.dynamic_cache_size`
-entries); `specializations` records what each cost. `dynamic_cache_size=0` leaves a dynamic program
+entries); `specializations` records what each cost. Each compile runs in the target's
+`specialization_scope(program)`, where the target shares what the compiles have in common (cpu: one
+copy of each constant and packed weight, targets/cpu/shared.py). `dynamic_cache_size=0` leaves a dynamic program
 to the target's own dynamic mode (the gpu target's runs any shape without recompiling).
 """
 
@@ -56,6 +58,7 @@ class SpecializingExecutable(Executable):
         self.specializations: list[Specialization] = []  # every compile, in order (evicted ones too)
         self._cache: OrderedDict[Key, Executable] = OrderedDict()
         self._lock = threading.Lock()
+        self._scope = target.specialization_scope(program)  # what the specializations share
 
     # -- the cache -------------------------------------------------------------------------------------
     @property
@@ -92,7 +95,8 @@ class SpecializingExecutable(Executable):
         except ShapeError as e:  # e.g. two inputs that share a dim given different sizes
             shapes = ", ".join(f"{n}[{','.join(map(str, v))}]" for n, v in named.items())
             raise InputError(f"inputs of shapes {shapes} do not fit together: {e}") from e
-        return self.target.compile(static, self.options)
+        with self._scope():
+            return self.target.compile(static, self.options)
 
     # -- running ---------------------------------------------------------------------------------------
     def run(self, inputs: Mapping[str, Any], *, deadline: float | None = None) -> list[Any]:

@@ -57,3 +57,19 @@ def test_matmul_by_a_weight_becomes_one_flat_product():
     s = specialize(p, {"x": (3, 5, 8)})
     (dot,) = [i for i in s.main.instructions if i.op.name == "dot"]
     assert [x.shape.lens for x in dot.inputs] == [(15, 8), (8, 4)]  # as the static parse writes it
+
+
+def test_a_folded_shape_value_takes_only_its_own_nodes():
+    """x is read after Shape(x) too (by Neg): folding Shape(x) while the copy has not reached that
+    reader must not count x's producer (Relu) as absorbed into the literal."""
+    nodes = [helper.make_node("Relu", ["x0"], ["x"], name="relu"), helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Neg", ["x"], ["n"], name="neg")]
+    model = make_model(nodes, {"x0": randn(2, 3)}, ["s", "n"])
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    p = fusegraph.parse_onnx(model, map_dyn_input_dims={"x0": [Dim(1, 8), 3]})
+    s = specialize(p, {"x0": (4, 3)})
+    shape, neg = s.main.outputs
+    assert shape.is_literal and list(shape.literal) == [4, 3]
+    assert [n.name for n in shape.origin] == ["shape"]
+    relu = neg.inputs[0]
+    assert relu.op.name == "relu" and [n.name for n in relu.origin] == ["relu"]

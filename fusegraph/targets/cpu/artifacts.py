@@ -107,10 +107,13 @@ def building(program: Program) -> Iterator[Built]:
     """Record what lowering `program` packs and generates; take what `providing` gives for it."""
     from . import onednn
     from .codegen import KernelCache, kernel_cache
+    from .shared import active
 
     given = _PROVIDED.get()
     given = given if given is not None and given.program is program else None
-    built = Built(onednn.PackingCache(LiteralIndex(program), given.packed if given else None),
+    shared = active()  # a dynamic program's other specializations: their packings serve this one too
+    built = Built(onednn.PackingCache(LiteralIndex(program), given.packed if given else None,
+                                      shared.packing if shared is not None else None),
                   KernelCache(program.modules, given.kernels if given else None))
     with onednn.packing_cache(built.packing), kernel_cache(built.kernels):
         yield built

@@ -25,6 +25,7 @@ from .passes import (
     tabulate_int8,
 )
 from .precision import warn_half_precision
+from .shared import SharedConstants, active
 
 
 class CpuTarget(Target):
@@ -46,6 +47,9 @@ class CpuTarget(Target):
             plan_memory(main)
         threads = options.threads or len(os.sched_getaffinity(0))
         warn_half_precision(main, options.fp16)
+        shared = active()
+        if shared is not None:  # a specialization of a dynamic program: one copy of each constant
+            shared.intern(program)
         with building(program) as built:  # what a compiled file keeps: packed weights, generated kernels
             ctx = LowerContext(options, threads)
             steps = lower_module(main, ctx)
@@ -56,6 +60,10 @@ class CpuTarget(Target):
         exe.built = built
         exe.threads = threads
         return exe
+
+    def specialization_scope(self, program: Program):
+        # the static compiles of one dynamic program share its constants and packed weights
+        return SharedConstants(program).scope
 
     def export_artifacts(self, executable: Executable) -> dict[str, bytes | memoryview]:
         return export(getattr(executable, "built", None))

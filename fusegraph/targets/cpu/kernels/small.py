@@ -80,13 +80,15 @@ def small_conv(x_lens: Sequence[int], w: np.ndarray, bias: np.ndarray | None, op
     pb, _, strides, dils = window_attrs(op, len(sp))
     out_sp = list(out_lens[2:])
     s_in, taps, s_out = math.prod(sp), math.prod(ks), math.prod(out_sp)
-    # idx[tap, o]: the flat input position tap `tap` of output `o` reads, or s_in (a zero) when padding
-    idx = np.full((taps, s_out), s_in, np.intp)
-    for t, offs in enumerate(np.ndindex(*ks)):
-        for o, pos in enumerate(np.ndindex(*out_sp)):
-            src = [p * s - b + k * d for p, s, b, k, d in zip(pos, strides, pb, offs, dils)]
-            if all(0 <= v < e for v, e in zip(src, sp)):
-                idx[t, o] = np.ravel_multi_index(src, sp)
+    # idx[tap, o]: the flat input position tap `tap` of output `o` reads, or s_in (a zero) when padding;
+    # taps and outputs in row-major order (np.ndindex's), all at once (a per-position loop: 0.25 s of a
+    # YOLOv8n compile, for its 8400-anchor head)
+    col = (-1, 1, 1)
+    pos = np.indices(out_sp, np.intp).reshape(len(sp), 1, s_out)
+    offs = np.indices(ks, np.intp).reshape(len(sp), taps, 1)
+    src = pos * np.reshape(strides, col) - np.reshape(pb, col) + offs * np.reshape(dils, col)
+    inside = ((src >= 0) & (src < np.reshape(sp, col))).all(axis=0)
+    idx = np.where(inside, np.ravel_multi_index(tuple(src), sp, mode="clip"), s_in).astype(np.intp)
     wg = np.ascontiguousarray(w.reshape(g, m // g, cg * taps))
     b = None if bias is None else bias.reshape(1, g, m // g, 1).astype(w.dtype)
     chain = numpy_chain(activations)

@@ -225,17 +225,12 @@ def pack(array: np.ndarray, desc: MemDesc, threads: int | None = None) -> np.nda
     """`array` (plain, as laid out) reordered into `desc`; a plain copy when they already agree. Within
     `packing_cache(cache)`, a packing the cache holds is not done again, and what is packed is recorded."""
     cache = _PACKING.get()
-    names = cache.identify(array) if cache is not None else ()
-    layout = desc.layout_key if names else None
-    if layout is not None:
-        packed = cache.lookup(names, layout, desc.nbytes)
-        if packed is not None:
-            return packed
+    return cache.pack(array, desc, threads) if cache is not None else _reorder(array, desc, threads)
+
+
+def _reorder(array: np.ndarray, desc: MemDesc, threads: int | None) -> np.ndarray:
     src = MemDesc.of_array(array)
-    packed = np.array(array, copy=True) if src == desc else Reorder(src, desc, threads)(array)
-    if layout is not None:
-        cache.record(names[0], layout, packed)
-    return packed
+    return np.array(array, copy=True) if src == desc else Reorder(src, desc, threads)(array)
 
 
 class PackingCache:
@@ -249,11 +244,26 @@ class PackingCache:
     """
 
     def __init__(self, identify: Callable[[np.ndarray], Sequence[Hashable]],
-                 provided: Mapping[tuple[Hashable, str], memoryview] | None = None):
+                 provided: Mapping[tuple[Hashable, str], memoryview] | None = None,
+                 shared: PackingCache | None = None):
         self.identify = identify
         self.provided = dict(provided or {})
+        self.shared = shared  # asked for what this one lacks (the packings of a dynamic program's other shapes)
         self._packed: dict[tuple[Hashable, str], weakref.ref] = {}
         self._from_file: set[tuple[Hashable, str]] = set()
+
+    def pack(self, array: np.ndarray, desc: MemDesc, threads: int | None = None) -> np.ndarray:
+        """`pack(array, desc)` through this cache: what it (or `shared`) holds, else packed and recorded."""
+        names = self.identify(array)
+        layout = desc.layout_key if names else None
+        if layout is not None:
+            packed = self.lookup(names, layout, desc.nbytes)
+            if packed is not None:
+                return packed
+        packed = self.shared.pack(array, desc, threads) if self.shared is not None else _reorder(array, desc, threads)
+        if layout is not None:
+            self.record(names[0], layout, packed)
+        return packed
 
     @property
     def hits(self) -> int:

@@ -17,6 +17,7 @@ from ....ir.module import Instruction, Module
 from ....ops.movement import Reshape, Slice
 from ....passes.eliminate_dead_code import eliminate_dead_code
 from ..ops import DotEpilogue
+from ..shared import computed
 
 
 def _key(ins: Instruction) -> tuple | None:
@@ -40,7 +41,8 @@ def _merge(module: Module, group: list[Instruction]) -> None:
     order = {x.uid: k for k, x in enumerate(module.instructions)}
     group.sort(key=lambda i: order[i.uid])
     first, a = group[0], group[0].inputs[0]
-    weights = np.concatenate([i.inputs[1].literal for i in group], axis=1)
+    ws = [i.inputs[1].literal for i in group]
+    weights = computed("concatenate axis 1", ws, lambda: np.concatenate(ws, axis=1))
     has_bias = any(getattr(i.op, "has_bias", False) for i in group)
     extra = [module.add_literal(np.concatenate([_bias(i) for i in group]))] if has_bias else []
     op = DotEpilogue(has_bias=has_bias, activations=_key(first)[1])
