@@ -12,8 +12,9 @@ It links libb64.so.0d (apt-get install libb64-0d) and libcudart.so.12 (pip insta
 
 The peer (a benchmark-only dependency, in its own folder): `pip install --target DIR kserve==0.21.0`; it
 runs `benchmarks/serve_peer_kserve.py` (KServe's Python ModelServer wrapping ONNX Runtime) from DIR.
-perf_analyzer reads each model's config; a server without the ModelConfig endpoint is measured with a
-threaded tritonclient load instead, and the row says which tool measured it.
+perf_analyzer reads each model's config: the peer is given the config fusegraph completes for `plain`
+(KServe has no ModelConfig endpoint of its own; serve_peer_kserve.py adds it). Where perf_analyzer
+fails, the row is measured with a threaded tritonclient load instead, and says which tool measured it.
 
 Each server runs in its own process on loopback; the fusegraph repository holds the model twice: `plain`
 (max_batch_size 8, no batcher) and `batched` (dynamic_batching, preferred 4 and 8). Requests are batch 1.
@@ -126,7 +127,22 @@ def _wait_ready(proc: subprocess.Popen, port: int, what: str) -> None:
         time.sleep(0.5)
 
 
-def _servers(args, model_path: Path, root: Path):
+def _save_config(http_port: int, grpc_port: int, tmp: Path) -> None:
+    """The `plain` entry's config as fusegraph completes it, for the peer to answer perf_analyzer with:
+    Triton's JSON (HTTP) and a serialized ModelConfigResponse (gRPC)."""
+    import json
+
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    (tmp / "config.json").write_text(json.dumps(
+        httpclient.InferenceServerClient(f"127.0.0.1:{http_port}").get_model_config("plain")))
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+    (tmp / "config.pb").write_bytes(client.get_model_config("plain").SerializeToString())
+    client.close()
+
+
+def _servers(args, model_path: Path, root: Path, tmp: Path):
     """(label, command, env, http port, grpc port, entries) of each server measured."""
     base = args.port_base
     yield ("fusegraph", [sys.executable, "-m", "fusegraph", "serve", str(root), "--http-port", str(base),
@@ -135,7 +151,8 @@ def _servers(args, model_path: Path, root: Path):
     if args.peer == "kserve":
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([args.peer_path, str(HERE.parent)]))
         yield ("kserve", [sys.executable, str(HERE / "serve_peer_kserve.py"), str(model_path), "--http-port",
-                          str(base + 10), "--grpc-port", str(base + 11)], env, base + 10, base + 11, ["plain"])
+                          str(base + 10), "--grpc-port", str(base + 11), "--config-json", str(tmp / "config.json"),
+                          "--config-pb", str(tmp / "config.pb")], env, base + 10, base + 11, ["plain"])
 
 
 def main() -> None:
@@ -152,6 +169,8 @@ def main() -> None:
                     help="threads: every server under the threaded tritonclient load (like for like with a peer "
                          "perf_analyzer cannot drive)")
     ap.add_argument("--port-base", type=int, default=18000)
+    ap.add_argument("--rounds", type=int, default=1, help="times each server is measured, alternating")
+    ap.add_argument("--label", default="", help="suffix of the results file (-loaded on a shared machine)")
     args = ap.parse_args()
     from fusegraph.models import get_model  # a subpackage `import fusegraph` leaves out
 
@@ -171,10 +190,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         _repo(model, Path(tmp) / "repo")
         onnx.save(model, Path(tmp) / "model.onnx")
-        for label, cmd, env, http_port, grpc_port, entries in _servers(args, Path(tmp) / "model.onnx", Path(tmp) / "repo"):
+        servers = list(_servers(args, Path(tmp) / "model.onnx", Path(tmp) / "repo", Path(tmp)))
+        # rounds alternate the servers, each in a fresh process: on a loaded machine compare within a round
+        for rnd, (label, cmd, env, http_port, grpc_port, entries) in ((r, s) for r in range(args.rounds)
+                                                                      for s in servers):
             proc = subprocess.Popen(cmd, env=env)
             try:
                 _wait_ready(proc, http_port, label)
+                if label == "fusegraph" and rnd == 0:
+                    _save_config(http_port, grpc_port, Path(tmp))
                 for protocol in args.protocols.split(","):
                     port = grpc_port if protocol == "grpc" else http_port
                     for entry in entries:
@@ -184,12 +208,21 @@ def main() -> None:
                             if "inferences_per_s" not in r:  # --tool threads, or perf_analyzer failed (no ModelConfig)
                                 r = {"tool": "tritonclient-threads", **({"perf_analyzer_error": r["error"]} if r else {}),
                                      **threaded_load(seconds, c, _client(protocol, port, entry, x, input_name))}
-                            rows.append({"server": f"{label}-{entry}", "protocol": protocol, "concurrency": c, **r})
+                            rows.append({"server": f"{label}-{entry}", "protocol": protocol, "concurrency": c,
+                                         "round": rnd, **r})
                             print(rows[-1], flush=True)
             finally:
                 proc.terminate()
                 proc.wait(60)
-    print(write_results("serve", {"model": args.model, "interval_ms": args.interval_ms, "rows": rows}))
+    print(write_results(f"serve{args.label}", {"model": args.model, "interval_ms": args.interval_ms,
+                                               "tool": args.tool, "loadavg": _loadavg(), "rows": rows}))
+
+
+def _loadavg() -> str:
+    try:
+        return Path("/proc/loadavg").read_text().strip()
+    except OSError:
+        return ""
 
 
 if __name__ == "__main__":
