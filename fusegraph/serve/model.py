@@ -58,6 +58,7 @@ class ServedModel:
         self.config.CopyFrom(entry.config)
         self._complete = not entry.explicit_config
         self.target = cfg.target_of(self.config, default_target)
+        self.precision = cfg.precision_options(self.config)
         self.instances = cfg.instance_count(self.config)
         # threads per instance so that instances x threads <= cores
         self.threads = max(1, (cores or usable_cores()) // self.instances)
@@ -129,7 +130,7 @@ class ServedModel:
 
                 dims = {n: ([bucket, *d] if bucket else d) for n, d in self._input_dims().items()}
                 prog = fusegraph.parse_onnx(self.path, map_input_dims=dims)
-                prog.compile(self.target, fusegraph.CompileOptions(threads=self.threads))
+                prog.compile(self.target, fusegraph.CompileOptions(threads=self.threads, **self.precision))
                 self._programs[bucket] = prog
             return self._programs[bucket]
 
