@@ -3,6 +3,8 @@ next to a peer server serving the same ONNX model with ONNX Runtime, and the eng
 
     python benchmarks/serve.py --perf-analyzer PATH [--model resnet50|PATH.onnx]
         [--concurrency 1,2,4,8,16,32,64] [--interval-ms 5000] [--peer kserve --peer-path DIR]
+        [--rounds N] [--label=-loaded] [--out FILE]
+    python benchmarks/serve.py --device gpu ...      # ResNet-50 fp16 on a GPU: see serve_gpu.py
 
 perf_analyzer: the binary in the tritonclient==2.48.0 wheel (PyPI's perf-analyzer 2.60 needs glibc 2.38):
     pip download --no-deps tritonclient==2.48.0 -d /tmp/tc248 && python -m zipfile -e /tmp/tc248/*.whl /tmp/tc248
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import statistics
 import subprocess
@@ -131,8 +134,6 @@ def _wait_ready(proc: subprocess.Popen, port: int, what: str) -> None:
 def _save_config(http_port: int, grpc_port: int, tmp: Path) -> None:
     """The `plain` entry's config as fusegraph completes it, for the peer to answer perf_analyzer with:
     Triton's JSON (HTTP) and a serialized ModelConfigResponse (gRPC)."""
-    import json
-
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
 
@@ -159,7 +160,12 @@ def _servers(args, model_path: Path, root: Path, tmp: Path):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="resnet50")
-    ap.add_argument("--concurrency", default="1,2,4,8,16,32,64")
+    ap.add_argument("--concurrency", help="levels (default 1,2,4,8,16,32,64; with --device gpu, 32)")
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                    help="gpu: ResNet-50 fp16 on a KIND_GPU instance, batched against unbatched (serve_gpu.py)")
+    ap.add_argument("--client-procs", type=int, default=4, help="--device gpu: load processes")
+    ap.add_argument("--client", help=argparse.SUPPRESS)  # serve_gpu.py's load processes
+    ap.add_argument("--out", type=Path, help="write the JSON here (default benchmarks/results/serve<label>-<host>.json)")
     ap.add_argument("--perf-analyzer", default="perf_analyzer", metavar="PATH")
     ap.add_argument("--ld-library-path", default="", help="where perf_analyzer finds libcudart.so.12")
     ap.add_argument("--interval-ms", type=int, default=5000, help="perf_analyzer's measurement window")
@@ -173,6 +179,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="times each server is measured, alternating")
     ap.add_argument("--label", default="", help="suffix of the results file (-loaded on a shared machine)")
     args = ap.parse_args()
+    if args.device == "gpu":
+        from benchmarks import serve_gpu
+
+        if args.client:
+            return serve_gpu.client_main(*json.loads(args.client))
+        args.concurrency = args.concurrency or "32"
+        return _write(args, {"device": "gpu", **serve_gpu.run(args)})
+    args.concurrency = args.concurrency or "1,2,4,8,16,32,64"
     from fusegraph.models import get_model  # a subpackage `import fusegraph` leaves out
 
     model = onnx.load(args.model) if args.model.endswith(".onnx") else get_model(args.model)
@@ -215,8 +229,20 @@ def main() -> None:
             finally:
                 proc.terminate()
                 proc.wait(60)
-    print(write_results(f"serve{args.label}", {"model": args.model, "interval_ms": args.interval_ms,
-                                               "tool": args.tool, "loadavg": _loadavg(), "rows": rows}))
+    _write(args, {"model": args.model, "interval_ms": args.interval_ms, "tool": args.tool, "rows": rows})
+
+
+def _write(args, payload: dict) -> None:
+    payload = {**payload, "loadavg": _loadavg()}
+    if args.out is None:
+        print(write_results(f"serve{args.label}", payload))
+        return
+    from benchmarks._common import machine
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"benchmark": "serve", "machine": machine(),
+                                    "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **payload}, indent=2) + "\n")
+    print(args.out)
 
 
 def _loadavg() -> str:

@@ -1,8 +1,8 @@
 """One loaded version of a model: its completed config, and its programs compiled per batch bucket.
 
 Programs are compiled at fixed shapes, so a batching model (max_batch_size > 0) gets one program per
-bucket (`config.batch_buckets`), compiled when a batch first needs it; a batch is zero-padded to its
-bucket and the outputs cut back. A `.fgx` file holds one compiled shape: its batch is its only bucket.
+bucket (`config.batch_buckets`), all compiled at load (a compile inside a request's wait stalls every
+request queued behind it for seconds); a batch is zero-padded to its bucket and the outputs cut back. A `.fgx` file holds one compiled shape: its batch is its only bucket.
 """
 
 from __future__ import annotations
@@ -96,6 +96,10 @@ class ServedModel:
                 preferred = list(self.config.dynamic_batching.preferred_batch_size)
                 self.buckets = cfg.batch_buckets(self.max_batch_size, preferred)
             program = self.program(self.buckets[0] if self.buckets else 0)
+            self._check_io(program)  # a mismatch with the config fails before the other compiles
+            for b in self.buckets[1:]:
+                self.program(b)
+            return
         self._check_io(program)
 
     def _batchable(self, onnx_outputs) -> bool:

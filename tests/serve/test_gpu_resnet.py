@@ -11,9 +11,9 @@ import threading
 import numpy as np
 import pytest
 
-from tests.serve.util import skip_without_serve_deps
-
-skip_without_serve_deps()
+# the gRPC client only: the H200 machine is given grpcio and tritonclient, not the HTTP client's gevent
+pytest.importorskip("grpc", reason="needs grpcio (pip install 'fusegraph[serve]')")
+pytest.importorskip("tritonclient.grpc", reason="needs tritonclient[grpc]")
 pytestmark = pytest.mark.gpu
 
 CONFIG = """

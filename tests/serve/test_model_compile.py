@@ -1,5 +1,6 @@
-"""The config's `precision` parameter reaches the compiler: fp16 answers within fp16's tolerance of
-ONNX Runtime (and are not the float32 program's), an unknown precision is a config error."""
+"""What a served model compiles, and when: every batch bucket at load; the config's `precision`
+parameter reaches the compiler (fp16 answers within fp16's tolerance of ONNX Runtime, and are not the
+float32 program's); an unknown precision is a config error."""
 
 from __future__ import annotations
 
@@ -23,6 +24,26 @@ def _served(tmp_path, precision: str | None):
     if precision is not None:
         entry.config.parameters["precision"].string_value = precision
     return ServedModel(entry, 1, path, "ref", cores=1)
+
+
+def test_every_batch_bucket_is_compiled_at_load(tmp_path, monkeypatch):
+    import fusegraph
+
+    compiled = []
+    compile_ = fusegraph.Program.compile
+
+    def counting(self, *args, **kwargs):
+        compiled.append([s.lens[0] for s in self.get_parameter_shapes().values()])
+        return compile_(self, *args, **kwargs)
+
+    monkeypatch.setattr(fusegraph.Program, "compile", counting)
+    model = _served(tmp_path, None)
+    assert model.buckets == [1, 2, 4]  # a generated config: max_batch_size 4
+    assert compiled == [[1], [2], [4]]
+    x = np.random.default_rng(2).standard_normal((3, FEATURES)).astype(np.float32)
+    np.testing.assert_allclose(model.execute({"x": x}, 3)["y"], ort_reference(mlp_model(), x)["y"], rtol=1e-5,
+                               atol=1e-5)
+    assert len(compiled) == 3  # a batch of 3 ran on bucket 4, compiled before
 
 
 def test_fp16_precision_compiles_the_program_in_float16(tmp_path):
