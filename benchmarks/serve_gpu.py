@@ -8,7 +8,12 @@ batch-1 requests back to back (one Python process cannot send ResNet-50 requests
 answers them); they start together and print their latencies as JSON. Before measuring, one request of
 each batch bucket compiles that bucket's program, so no compile falls in the measured window.
 Besides torch and triton it needs grpcio, tritonclient, python-rapidjson and prometheus-client (the
-H200 machine lacks them: docs/serving.md says how to carry them there).
+H200 machine lacks them: docs/serving.md says how to carry them there, in .whl/serve/py). There, the
+gpu test and this, the JSON under $OUT:
+
+    export PYTHONPATH=.:.whl/serve/py
+    python -m pytest -q -m gpu tests/serve/test_gpu_resnet.py --junitxml=$OUT/serve-gpu-test.xml
+    python benchmarks/serve.py --device gpu --interval-ms 10000 --out $OUT/serve-gpu-h200.json
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ against the KServe peer, over gRPC or HTTP.
     python benchmarks/serve_overhead.py [--model PATH.onnx] [--requests 2000] [--concurrency 4]
         [--rounds 2] [--protocol grpc] [--peer-path DIR] [--tree LABEL=DIR ...] [--label=-loaded]
 
-CPU time per request is what a loaded machine distorts least (throughput there is mostly waiting for a
+Each round also runs the engine alone (`bare`, in this process) for its CPU per inference: a server's CPU
+per request less that is the server's own cost. CPU time per request is what a loaded machine distorts least (throughput there is mostly waiting for a
 core); each round measures every server once, in turn, all of them up at once (an idle one costs
 nothing). `--tree old=/tmp/base` adds fusegraph from another source tree (a `git archive` of an older
 commit) for before/after. The default model is tests/serve's MLP, whose engine time is ~0.1 ms.
@@ -85,6 +86,16 @@ def _send(protocol: str, port: int, model: str, x: np.ndarray, input_name: str, 
     return time.perf_counter() - t0
 
 
+def _bare(prog, x: np.ndarray, name: str, n: int) -> dict:
+    """The engine alone: `program.run` at batch 1 in this process, `n` times; CPU per inference (all of
+    this process's threads) and inferences/s. A server's CPU per request less this is its own cost."""
+    prog.run({name: x})
+    c0, t0 = time.process_time(), time.perf_counter()
+    for _ in range(n):
+        prog.run({name: x})
+    return {"cpu_us_per_request": 1e6 * (time.process_time() - c0) / n, "requests_per_s": n / (time.perf_counter() - t0)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", help="an ONNX model with one batching FP32 input (default: the test MLP)")
@@ -134,7 +145,12 @@ def main() -> None:
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             _wait_ready(procs["kserve"], port, "kserve")
             servers.append(("kserve", port, ["plain"]))
+        import fusegraph
+
+        prog = fusegraph.parse_onnx(model, map_input_dims={name: list(x.shape)}).compile("cpu")
         for rnd in range(args.rounds):
+            rows.append({"server": "bare", "round": rnd, **_bare(prog, x, name, max(1, args.requests // 4))})
+            print(rows[-1], flush=True)
             for label, port, entries in servers:
                 target = port + 1 if args.protocol == "grpc" else port
                 for entry in entries:
