@@ -154,7 +154,7 @@ def main() -> None:
             for label, port, entries in servers:
                 target = port + 1 if args.protocol == "grpc" else port
                 for entry in entries:
-                    _send(args.protocol, target, entry, x, name, 50, args.concurrency)  # connections, first runs
+                    _send(args.protocol, target, entry, x, name, min(50, args.requests), args.concurrency)  # warm
                     c0 = _cpu_s(procs[label].pid)
                     wall = _send(args.protocol, target, entry, x, name, args.requests, args.concurrency)
                     cpu = _cpu_s(procs[label].pid) - c0
