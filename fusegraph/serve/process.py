@@ -76,10 +76,8 @@ class WorkerProcess:
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
         for var in _THREAD_VARS:
             env[var] = str(self.threads)
-        # OpenMP threads that spin at their barriers take the cores from the server's own threads (and
-        # from each other where the cores are shared): ResNet-50 at 2 threads on a busy 2-core machine ran
-        # 4x slower than 1 thread, passive 3x faster than spinning. The server's environment may override.
-        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        # OMP_WAIT_POLICY and the like come from the server's environment: spinning is faster on cores of
+        # one's own, PASSIVE on shared ones (docs/serving.md has the figures)
         if self.device is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(self.device)
         return env
