@@ -3,6 +3,8 @@ next to a peer server serving the same ONNX model with ONNX Runtime, and the eng
 
     python benchmarks/serve.py --perf-analyzer PATH [--model resnet50|PATH.onnx]
         [--concurrency 1,2,4,8,16,32,64] [--interval-ms 5000] [--peer kserve --peer-path DIR]
+        [--rounds N] [--label=-loaded] [--out FILE]
+    python benchmarks/serve.py --device gpu ...      # ResNet-50 fp16 on a GPU: see serve_gpu.py
 
 perf_analyzer: the binary in the tritonclient==2.48.0 wheel (PyPI's perf-analyzer 2.60 needs glibc 2.38):
     pip download --no-deps tritonclient==2.48.0 -d /tmp/tc248 && python -m zipfile -e /tmp/tc248/*.whl /tmp/tc248
@@ -12,8 +14,9 @@ It links libb64.so.0d (apt-get install libb64-0d) and libcudart.so.12 (pip insta
 
 The peer (a benchmark-only dependency, in its own folder): `pip install --target DIR kserve==0.21.0`; it
 runs `benchmarks/serve_peer_kserve.py` (KServe's Python ModelServer wrapping ONNX Runtime) from DIR.
-perf_analyzer reads each model's config; a server without the ModelConfig endpoint is measured with a
-threaded tritonclient load instead, and the row says which tool measured it.
+perf_analyzer reads each model's config: the peer is given the config fusegraph completes for `plain`
+(KServe has no ModelConfig endpoint of its own; serve_peer_kserve.py adds it). Where perf_analyzer
+fails, the row is measured with a threaded tritonclient load instead, and says which tool measured it.
 
 Each server runs in its own process on loopback; the fusegraph repository holds the model twice: `plain`
 (max_batch_size 8, no batcher) and `batched` (dynamic_batching, preferred 4 and 8). Requests are batch 1.
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import statistics
 import subprocess
@@ -63,7 +67,8 @@ def perf_analyzer(binary: str, env: dict, model: str, protocol: str, port: int, 
     with tempfile.NamedTemporaryFile(suffix=".csv") as out:
         cmd = [binary, "-m", model, "-u", f"127.0.0.1:{port}", "-i", protocol, "--concurrency-range",
                f"{concurrency}:{concurrency}", "--measurement-interval", str(interval_ms),
-               "--stability-percentage", "50", "--max-trials", "5", "-f", out.name]
+               "--stability-percentage", "1000", "--max-trials", "3", "-f", out.name]
+        # on a shared machine no three windows agree within 50%: take three, and compare rounds instead
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60 + 12 * interval_ms / 1e3)
         rows = list(csv.DictReader(open(out.name))) if done.returncode == 0 else []
     if not rows:
@@ -126,7 +131,20 @@ def _wait_ready(proc: subprocess.Popen, port: int, what: str) -> None:
         time.sleep(0.5)
 
 
-def _servers(args, model_path: Path, root: Path):
+def _save_config(http_port: int, grpc_port: int, tmp: Path) -> None:
+    """The `plain` entry's config as fusegraph completes it, for the peer to answer perf_analyzer with:
+    Triton's JSON (HTTP) and a serialized ModelConfigResponse (gRPC)."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    (tmp / "config.json").write_text(json.dumps(
+        httpclient.InferenceServerClient(f"127.0.0.1:{http_port}").get_model_config("plain")))
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+    (tmp / "config.pb").write_bytes(client.get_model_config("plain").SerializeToString())
+    client.close()
+
+
+def _servers(args, model_path: Path, root: Path, tmp: Path):
     """(label, command, env, http port, grpc port, entries) of each server measured."""
     base = args.port_base
     yield ("fusegraph", [sys.executable, "-m", "fusegraph", "serve", str(root), "--http-port", str(base),
@@ -135,13 +153,19 @@ def _servers(args, model_path: Path, root: Path):
     if args.peer == "kserve":
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([args.peer_path, str(HERE.parent)]))
         yield ("kserve", [sys.executable, str(HERE / "serve_peer_kserve.py"), str(model_path), "--http-port",
-                          str(base + 10), "--grpc-port", str(base + 11)], env, base + 10, base + 11, ["plain"])
+                          str(base + 10), "--grpc-port", str(base + 11), "--config-json", str(tmp / "config.json"),
+                          "--config-pb", str(tmp / "config.pb")], env, base + 10, base + 11, ["plain"])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="resnet50")
-    ap.add_argument("--concurrency", default="1,2,4,8,16,32,64")
+    ap.add_argument("--concurrency", help="levels (default 1,2,4,8,16,32,64; with --device gpu, 32)")
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                    help="gpu: ResNet-50 fp16 on a KIND_GPU instance, batched against unbatched (serve_gpu.py)")
+    ap.add_argument("--client-procs", type=int, default=4, help="--device gpu: load processes")
+    ap.add_argument("--client", help=argparse.SUPPRESS)  # serve_gpu.py's load processes
+    ap.add_argument("--out", type=Path, help="write the JSON here (default benchmarks/results/serve<label>-<host>.json)")
     ap.add_argument("--perf-analyzer", default="perf_analyzer", metavar="PATH")
     ap.add_argument("--ld-library-path", default="", help="where perf_analyzer finds libcudart.so.12")
     ap.add_argument("--interval-ms", type=int, default=5000, help="perf_analyzer's measurement window")
@@ -152,7 +176,17 @@ def main() -> None:
                     help="threads: every server under the threaded tritonclient load (like for like with a peer "
                          "perf_analyzer cannot drive)")
     ap.add_argument("--port-base", type=int, default=18000)
+    ap.add_argument("--rounds", type=int, default=1, help="times each server is measured, alternating")
+    ap.add_argument("--label", default="", help="suffix of the results file (-loaded on a shared machine)")
     args = ap.parse_args()
+    if args.device == "gpu":
+        from benchmarks import serve_gpu
+
+        if args.client:
+            return serve_gpu.client_main(*json.loads(args.client))
+        args.concurrency = args.concurrency or "32"
+        return _write(args, {"device": "gpu", **serve_gpu.run(args)})
+    args.concurrency = args.concurrency or "1,2,4,8,16,32,64"
     from fusegraph.models import get_model  # a subpackage `import fusegraph` leaves out
 
     model = onnx.load(args.model) if args.model.endswith(".onnx") else get_model(args.model)
@@ -171,10 +205,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         _repo(model, Path(tmp) / "repo")
         onnx.save(model, Path(tmp) / "model.onnx")
-        for label, cmd, env, http_port, grpc_port, entries in _servers(args, Path(tmp) / "model.onnx", Path(tmp) / "repo"):
+        servers = list(_servers(args, Path(tmp) / "model.onnx", Path(tmp) / "repo", Path(tmp)))
+        # rounds alternate the servers, each in a fresh process: on a loaded machine compare within a round
+        for rnd, (label, cmd, env, http_port, grpc_port, entries) in ((r, s) for r in range(args.rounds)
+                                                                      for s in servers):
             proc = subprocess.Popen(cmd, env=env)
             try:
                 _wait_ready(proc, http_port, label)
+                if label == "fusegraph" and rnd == 0:
+                    _save_config(http_port, grpc_port, Path(tmp))
                 for protocol in args.protocols.split(","):
                     port = grpc_port if protocol == "grpc" else http_port
                     for entry in entries:
@@ -184,12 +223,33 @@ def main() -> None:
                             if "inferences_per_s" not in r:  # --tool threads, or perf_analyzer failed (no ModelConfig)
                                 r = {"tool": "tritonclient-threads", **({"perf_analyzer_error": r["error"]} if r else {}),
                                      **threaded_load(seconds, c, _client(protocol, port, entry, x, input_name))}
-                            rows.append({"server": f"{label}-{entry}", "protocol": protocol, "concurrency": c, **r})
+                            rows.append({"server": f"{label}-{entry}", "protocol": protocol, "concurrency": c,
+                                         "round": rnd, **r})
                             print(rows[-1], flush=True)
             finally:
                 proc.terminate()
                 proc.wait(60)
-    print(write_results("serve", {"model": args.model, "interval_ms": args.interval_ms, "rows": rows}))
+    _write(args, {"model": args.model, "interval_ms": args.interval_ms, "tool": args.tool, "rows": rows})
+
+
+def _write(args, payload: dict) -> None:
+    payload = {**payload, "loadavg": _loadavg()}
+    if args.out is None:
+        print(write_results(f"serve{args.label}", payload))
+        return
+    from benchmarks._common import machine
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"benchmark": "serve", "machine": machine(),
+                                    "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **payload}, indent=2) + "\n")
+    print(args.out)
+
+
+def _loadavg() -> str:
+    try:
+        return Path("/proc/loadavg").read_text().strip()
+    except OSError:
+        return ""
 
 
 if __name__ == "__main__":

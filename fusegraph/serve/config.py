@@ -109,6 +109,19 @@ def target_of(config, default: str) -> str:
     return default
 
 
+# `parameters { key: "precision" }`: the compile options each precision sets (inputs and outputs stay
+# float32 either way: the config's data types are the model's)
+PRECISIONS = {"fp32": {}, "fp16": {"fp16": True}}
+
+
+def precision_options(config) -> dict:
+    """The compile options of the config's `precision` parameter (fp32 where it names none)."""
+    name = config.parameters["precision"].string_value if "precision" in config.parameters else "fp32"
+    if name not in PRECISIONS:
+        raise ModelConfigError(f"model {config.name!r}: precision {name!r}; expected one of {', '.join(PRECISIONS)}")
+    return PRECISIONS[name]
+
+
 def instance_count(config) -> int:
     """Instances of the model; GPU groups count theirs on each listed GPU (an unlisted set counts once here:
     the server that places them knows how many GPUs there are, see `instance_devices`)."""

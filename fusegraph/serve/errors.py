@@ -59,6 +59,27 @@ class RequestCancelledError(ServeError):
     http_status = 499
 
 
+class RegionNotFoundError(InvalidRequestError):
+    """A request or a status query names a shared memory region that is not registered."""
+
+    grpc_code = "NOT_FOUND"
+    http_status = 404
+
+
+class RegionExistsError(InvalidRequestError):
+    """A shared memory region is registered under a name already taken (unregister it first)."""
+
+    grpc_code = "ALREADY_EXISTS"
+    http_status = 409
+
+
+class NotSupportedError(ServeError):
+    """A protocol extension this server does not implement (CUDA shared memory)."""
+
+    grpc_code = "UNIMPLEMENTED"
+    http_status = 501
+
+
 class ModelExecutionError(ServeError):
     """The model raised while running a batch: the requests of that batch fail with this error."""
 

@@ -14,6 +14,7 @@ from . import views
 from .errors import InvalidRequestError, ServeError
 from .infer import check_input, infer
 from .repository import Repository
+from .shared_memory import SharedMemoryRegistry, ShmRef, cuda_unsupported
 from .tensors import from_raw, from_values, to_raw
 
 
@@ -62,25 +63,56 @@ def _limits(request, context) -> tuple[float | None, float | None]:
     return timeout, remaining if remaining is not None and remaining < _NO_DEADLINE_S else None
 
 
-def decode_request(loaded, request):
-    """The inputs of a ModelInferRequest (raw_input_contents, or typed contents) and its requested outputs."""
-    raw = request.raw_input_contents
-    if raw and len(raw) != len(request.inputs):
-        raise InvalidRequestError(f"{len(request.inputs)} inputs but {len(raw)} raw_input_contents")
-    inputs = {}
-    for k, t in enumerate(request.inputs):
+def _shm_ref(params, what: str) -> ShmRef | None:
+    """The shared memory placement in a tensor's parameters (`shared_memory_region`, ..._byte_size,
+    ..._offset, as tritonclient's set_shared_memory sends them), or None."""
+    if "shared_memory_region" not in params:
+        return None
+
+    def value(key: str, kind: str):
+        p = params[key]
+        if p.WhichOneof("parameter_choice") != kind:
+            raise InvalidRequestError(f"{what}: parameter {key!r} must be {kind}")
+        return getattr(p, kind)
+
+    if "shared_memory_byte_size" not in params:
+        raise InvalidRequestError(f"{what}: shared_memory_region without shared_memory_byte_size")
+    offset = value("shared_memory_offset", "int64_param") if "shared_memory_offset" in params else 0
+    return ShmRef(value("shared_memory_region", "string_param"), value("shared_memory_byte_size", "int64_param"),
+                  offset)
+
+
+def decode_request(loaded, request, shm: SharedMemoryRegistry):
+    """The inputs of a ModelInferRequest (from shared memory, raw_input_contents or typed contents), its
+    requested outputs, and those of them asked for in shared memory. raw_input_contents hold the inputs
+    not in shared memory, in order (as tritonclient sends them)."""
+    raw = list(request.raw_input_contents)
+    placed = [_shm_ref(t.parameters, f"input {t.name!r}") for t in request.inputs]
+    if raw and len(raw) != placed.count(None):
+        raise InvalidRequestError(f"{placed.count(None)} inputs outside shared memory but {len(raw)} "
+                                  f"raw_input_contents")
+    inputs, raw_left = {}, iter(raw)
+    for t, ref in zip(request.inputs, placed, strict=True):
         if t.name in inputs:
             raise InvalidRequestError(f"input {t.name!r} given more than once")
         dt = check_input(loaded, t.name, t.datatype, t.shape)
-        if raw:
+        if ref is not None:
+            inputs[t.name] = shm.read(t.name, dt, t.shape, ref)
+        elif raw:
             if t.HasField("contents"):
                 raise InvalidRequestError(f"input {t.name!r} has both contents and raw_input_contents")
-            inputs[t.name] = from_raw(t.name, dt, t.shape, raw[k])
+            inputs[t.name] = from_raw(t.name, dt, t.shape, next(raw_left))
         elif dt.contents is None:
             raise InvalidRequestError(f"input {t.name!r}: {dt.name} data must come as raw_input_contents")
         else:
             inputs[t.name] = from_values(t.name, dt, t.shape, getattr(t.contents, dt.contents))
-    return inputs, [o.name for o in request.outputs]
+    out_refs = {}
+    for o in request.outputs:
+        ref = _shm_ref(o.parameters, f"output {o.name!r}")
+        if ref is not None:
+            shm.check(o.name, ref)
+            out_refs[o.name] = ref
+    return inputs, [o.name for o in request.outputs], out_refs
 
 
 @dataclass(frozen=True)
@@ -91,8 +123,8 @@ class _EndOfStream:
 class InferenceServicer:
     """The servicer methods; `start_grpc_server` mixes them into the generated base class."""
 
-    def __init__(self, repo: Repository, stream_workers: int):
-        self.repo = repo
+    def __init__(self, repo: Repository, stream_workers: int, shm: SharedMemoryRegistry):
+        self.repo, self.shm = repo, shm
         # runs the requests of streams; each waits for its answer, so this bounds their concurrency
         self.stream_pool = futures.ThreadPoolExecutor(stream_workers, thread_name_prefix="fusegraph-grpc-stream")
 
@@ -143,13 +175,29 @@ class InferenceServicer:
             if not context.add_callback(cancel):
                 cancel()  # already over
 
-        outputs = infer(loaded, lambda: decode_request(loaded, request), timeout, arrival,
-                        _uint_param(request, "priority"), deadline, on_cancel)
+        out_refs: dict[str, ShmRef] = {}
+
+        def build():
+            inputs, names, refs = decode_request(loaded, request, self.shm)
+            out_refs.update(refs)
+            return inputs, names
+
+        outputs = infer(loaded, build, timeout, arrival, _uint_param(request, "priority"), deadline, on_cancel)
         resp = _pb()[0].ModelInferResponse(model_name=loaded.name, model_version=loaded.version, id=request.id)
         specs = {s.name: s for s in loaded.model.outputs}
         for name, arr in outputs.items():
-            resp.outputs.add(name=name, datatype=specs[name].datatype.name, shape=arr.shape)
-            resp.raw_output_contents.append(to_raw(arr))
+            out = resp.outputs.add(name=name, datatype=specs[name].datatype.name, shape=arr.shape)
+            ref = out_refs.get(name)
+            if ref is None:
+                resp.raw_output_contents.append(to_raw(arr))
+                continue
+            self.shm.write(name, ref, arr)
+            out.parameters["shared_memory_region"].string_param = ref.region
+            out.parameters["shared_memory_byte_size"].int64_param = arr.nbytes
+            if ref.offset:
+                out.parameters["shared_memory_offset"].int64_param = ref.offset
+            # tritonclient finds an output's bytes by its index among the outputs: keep the places
+            resp.raw_output_contents.append(b"")
         return resp
 
     @_answer
@@ -190,6 +238,36 @@ class InferenceServicer:
                 sent += 1
 
     @_answer
+    def SystemSharedMemoryStatus(self, request, context):
+        resp = _pb()[0].SystemSharedMemoryStatusResponse()
+        for row in self.shm.status(request.name):
+            resp.regions[row["name"]].CopyFrom(
+                _pb()[0].SystemSharedMemoryStatusResponse.RegionStatus(**row))
+        return resp
+
+    @_answer
+    def SystemSharedMemoryRegister(self, request, context):
+        self.shm.register(request.name, request.key, request.offset, request.byte_size)
+        return _pb()[0].SystemSharedMemoryRegisterResponse()
+
+    @_answer
+    def SystemSharedMemoryUnregister(self, request, context):
+        self.shm.unregister(request.name)
+        return _pb()[0].SystemSharedMemoryUnregisterResponse()
+
+    @_answer
+    def CudaSharedMemoryStatus(self, request, context):
+        raise cuda_unsupported()
+
+    @_answer
+    def CudaSharedMemoryRegister(self, request, context):
+        raise cuda_unsupported()
+
+    @_answer
+    def CudaSharedMemoryUnregister(self, request, context):
+        raise cuda_unsupported()
+
+    @_answer
     def RepositoryIndex(self, request, context):
         service_pb2 = _pb()[0]
         resp = service_pb2.RepositoryIndexResponse()
@@ -208,8 +286,10 @@ class InferenceServicer:
         return _pb()[0].RepositoryModelUnloadResponse()
 
 
-def start_grpc_server(repo: Repository, host: str, port: int, max_message_bytes: int, workers: int):
-    """Start serving on (host, port) (port 0 picks one); the grpc.Server and the bound port."""
+def start_grpc_server(repo: Repository, host: str, port: int, max_message_bytes: int, workers: int,
+                      shm: SharedMemoryRegistry | None = None):
+    """Start serving on (host, port) (port 0 picks one); the grpc.Server and the bound port. `shm`: the
+    server's shared memory regions (shared with its HTTP front end)."""
     import grpc
 
     service_pb2_grpc = _pb()[1]
@@ -218,7 +298,8 @@ def start_grpc_server(repo: Repository, host: str, port: int, max_message_bytes:
                          options=[("grpc.max_receive_message_length", max_message_bytes),
                                   ("grpc.max_send_message_length", max_message_bytes),
                                   ("grpc.so_reuseport", 0)])
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer_cls(repo, workers), server)
+    servicer = servicer_cls(repo, workers, shm or SharedMemoryRegistry())
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     try:
         bound = server.add_insecure_port(f"{host}:{port}")
     except RuntimeError as e:  # grpc's way of saying the address is taken or not ours

@@ -22,10 +22,12 @@ from . import views
 from .errors import InvalidRequestError, ServeError
 from .infer import check_input, infer
 from .repository import Repository
+from .shared_memory import SharedMemoryRegistry, ShmRef, cuda_unsupported
 from .tensors import from_raw, from_values, to_raw
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 _MODEL = r"/v2/models/(?P<name>[^/]+)(?:/versions/(?P<version>[^/]+))?"
+_REGION = r"/v2/systemsharedmemory/region/(?P<name>[^/]+)"
 
 
 def _field(obj: dict, key: str, kind: type, what: str, default=None):
@@ -37,8 +39,18 @@ def _field(obj: dict, key: str, kind: type, what: str, default=None):
     return value
 
 
-def decode_infer(loaded, header: dict, binary: memoryview):
-    """The inputs of a JSON infer request (data inline or binary), and its outputs: [(name, binary?)]."""
+def shm_ref(params: dict, what: str) -> ShmRef | None:
+    """The shared memory placement in a tensor's parameters (`shared_memory_region`, ..._byte_size,
+    ..._offset), or None."""
+    if "shared_memory_region" not in params:
+        return None
+    return ShmRef(_field(params, "shared_memory_region", str, what),
+                  _field(params, "shared_memory_byte_size", int, what),
+                  _field(params, "shared_memory_offset", int, what, 0))
+
+
+def decode_infer(loaded, header: dict, binary: memoryview, shm: SharedMemoryRegistry | None = None):
+    """The inputs of a JSON infer request (data inline, binary, or in shared memory: `shm`'s regions)."""
     if not isinstance(header, dict):
         raise InvalidRequestError("an infer request must be a JSON object")
     inputs, offset = {}, 0
@@ -54,7 +66,10 @@ def decode_infer(loaded, header: dict, binary: memoryview):
             raise InvalidRequestError(f"input {name!r} given more than once")
         dt = check_input(loaded, name, _field(t, "datatype", str, what), shape)
         params = _field(t, "parameters", dict, what, {})
-        if "binary_data_size" in params:
+        ref = shm_ref(params, f"input {name!r} parameters")
+        if ref is not None:
+            inputs[name] = (shm or SharedMemoryRegistry()).read(name, dt, shape, ref)
+        elif "binary_data_size" in params:
             size = _field(params, "binary_data_size", int, f"input {name!r} parameters")
             if size < 0 or offset + size > len(binary):
                 raise InvalidRequestError(f"input {name!r}: binary_data_size {size} runs past the "
@@ -70,23 +85,36 @@ def decode_infer(loaded, header: dict, binary: memoryview):
     return inputs
 
 
-def requested_outputs(header: dict) -> list[tuple[str, bool]]:
+def requested_outputs(header: dict, shm: SharedMemoryRegistry) -> tuple[list[tuple[str, bool]], dict[str, ShmRef]]:
+    """The outputs asked for, [(name, binary?)], and those of them to be written to shared memory."""
     default_binary = bool(_field(header, "parameters", dict, "the request", {}).get("binary_data_output", False))
-    out = []
+    out, refs = [], {}
     for k, o in enumerate(_field(header, "outputs", list, "the request", [])):
         if not isinstance(o, dict):
             raise InvalidRequestError(f"outputs[{k}] must be an object")
         params = _field(o, "parameters", dict, f"outputs[{k}]", {})
-        out.append((_field(o, "name", str, f"outputs[{k}]"), bool(params.get("binary_data", default_binary))))
-    return out
+        name = _field(o, "name", str, f"outputs[{k}]")
+        out.append((name, bool(params.get("binary_data", default_binary))))
+        ref = shm_ref(params, f"output {name!r} parameters")
+        if ref is not None:
+            shm.check(name, ref)
+            refs[name] = ref
+    return out, refs
 
 
-def encode_infer(loaded, outputs: dict[str, np.ndarray], binary: dict[str, bool], request_id) -> tuple[bytes, int | None]:
+def encode_infer(loaded, outputs: dict[str, np.ndarray], binary: dict[str, bool], request_id,
+                 shm: SharedMemoryRegistry | None = None, refs: dict[str, ShmRef] | None = None
+                 ) -> tuple[bytes, int | None]:
     specs = {s.name: s for s in loaded.model.outputs}
     tensors, blobs = [], []
     for name, arr in outputs.items():
         t = {"name": name, "datatype": specs[name].datatype.name, "shape": list(arr.shape)}
-        if binary[name]:
+        ref = (refs or {}).get(name)
+        if ref is not None:
+            shm.write(name, ref, arr)
+            t["parameters"] = {"shared_memory_region": ref.region, "shared_memory_byte_size": arr.nbytes,
+                               **({"shared_memory_offset": ref.offset} if ref.offset else {})}
+        elif binary[name]:
             blob = to_raw(arr)
             t["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
@@ -144,6 +172,7 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 120  # seconds an idle keep-alive connection holds its thread
     disable_nagle_algorithm = True  # headers and body are separate writes: Nagle + delayed ACK cost 40 ms
     repo: Repository          # set on the subclass made per server
+    shm: SharedMemoryRegistry
     max_body: int
 
     def log_message(self, format, *args):  # quiet: the metrics and statistics say what happened
@@ -271,10 +300,13 @@ class _Handler(BaseHTTPRequestHandler):
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise InvalidRequestError(f"the request's JSON is malformed: {e}") from None
         wanted: list[tuple[str, bool]] = []
+        refs: dict[str, ShmRef] = {}
 
         def build():
-            inputs = decode_infer(loaded, header, memoryview(body)[hl:])
-            wanted.extend(requested_outputs(header))
+            inputs = decode_infer(loaded, header, memoryview(body)[hl:], self.shm)
+            names, placed = requested_outputs(header, self.shm)
+            wanted.extend(names)
+            refs.update(placed)
             return inputs, [n for n, _ in wanted]
 
         params = header.get("parameters", {}) if isinstance(header, dict) else {}
@@ -286,8 +318,35 @@ class _Handler(BaseHTTPRequestHandler):
         outputs = infer(loaded, build, timeout / 1e6 or None, arrival, priority)
         default_binary = bool(params.get("binary_data_output", False))
         binary = {n: default_binary for n in outputs} | dict(wanted)
-        data, head_len = encode_infer(loaded, outputs, binary, header.get("id"))
+        data, head_len = encode_infer(loaded, outputs, binary, header.get("id"), self.shm, refs)
         self._send(200, data, "application/octet-stream" if head_len is not None else "application/json", head_len)
+
+
+    # -- system shared memory (Triton's extension) ---------------------------------------------------
+    def shm_status(self, name=""):
+        self._json(self.shm.status(name))
+
+    def shm_register(self, name):
+        body = self._body()
+        try:
+            request = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InvalidRequestError(f"the register request's JSON is malformed: {e}") from None
+        if not isinstance(request, dict):
+            raise InvalidRequestError("a register request must be a JSON object")
+        what = f"shared memory region {name!r}"
+        self.shm.register(name, _field(request, "key", str, what), _field(request, "offset", int, what, 0),
+                          _field(request, "byte_size", int, what))
+        self._send(200, b"")
+
+    def shm_unregister(self, name=""):
+        self._body()
+        self.shm.unregister(name)
+        self._send(200, b"")
+
+    def cuda_shm(self, name=""):
+        self._body()
+        raise cuda_unsupported()
 
 
 class _HttpError(Exception):
@@ -309,12 +368,20 @@ ROUTES = [(m, re.compile(p), h) for m, p, h in [
     ("POST", r"/v2/repository/index", _Handler.index),
     ("POST", r"/v2/repository/models/(?P<name>[^/]+)/load", _Handler.load),
     ("POST", r"/v2/repository/models/(?P<name>[^/]+)/unload", _Handler.unload),
+    ("GET", r"/v2/systemsharedmemory/status", _Handler.shm_status),
+    ("GET", _REGION + r"/status", _Handler.shm_status),
+    ("POST", _REGION + r"/register", _Handler.shm_register),
+    ("POST", _REGION + r"/unregister", _Handler.shm_unregister),
+    ("POST", r"/v2/systemsharedmemory/unregister", _Handler.shm_unregister),
+    ("GET", r"/v2/cudasharedmemory(?:/region/(?P<name>[^/]+))?/status", _Handler.cuda_shm),
+    ("POST", r"/v2/cudasharedmemory(?:/region/(?P<name>[^/]+))?/(?:register|unregister)", _Handler.cuda_shm),
 ]]
 
 
-def start_http_server(repo: Repository, host: str, port: int, max_body: int):
-    """Serve on (host, port) (port 0 picks one) from a daemon thread; the server (its server_port is bound)."""
-    handler = type("Handler", (_Handler,), {"repo": repo, "max_body": max_body})
+def start_http_server(repo: Repository, host: str, port: int, max_body: int, shm: SharedMemoryRegistry | None = None):
+    """Serve on (host, port) (port 0 picks one) from a daemon thread; the server (its server_port is bound).
+    `shm`: the server's shared memory regions (shared with its gRPC front end)."""
+    handler = type("Handler", (_Handler,), {"repo": repo, "max_body": max_body, "shm": shm or SharedMemoryRegistry()})
     try:
         server = _HttpServer((host, port), handler)
     except OSError as e:

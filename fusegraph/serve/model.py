@@ -1,8 +1,8 @@
 """One loaded version of a model: its completed config, and its programs compiled per batch bucket.
 
 Programs are compiled at fixed shapes, so a batching model (max_batch_size > 0) gets one program per
-bucket (`config.batch_buckets`), compiled when a batch first needs it; a batch is zero-padded to its
-bucket and the outputs cut back. A `.fgx` file holds one compiled shape: its batch is its only bucket.
+bucket (`config.batch_buckets`), all compiled at load (a compile inside a request's wait stalls every
+request queued behind it for seconds); a batch is zero-padded to its bucket and the outputs cut back. A `.fgx` file holds one compiled shape: its batch is its only bucket.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class ServedModel:
         self.config.CopyFrom(entry.config)
         self._complete = not entry.explicit_config
         self.target = cfg.target_of(self.config, default_target)
+        self.precision = cfg.precision_options(self.config)
         self.instances = cfg.instance_count(self.config)
         # threads per instance so that instances x threads <= cores
         self.threads = max(1, (cores or usable_cores()) // self.instances)
@@ -95,6 +96,10 @@ class ServedModel:
                 preferred = list(self.config.dynamic_batching.preferred_batch_size)
                 self.buckets = cfg.batch_buckets(self.max_batch_size, preferred)
             program = self.program(self.buckets[0] if self.buckets else 0)
+            self._check_io(program)  # a mismatch with the config fails before the other compiles
+            for b in self.buckets[1:]:
+                self.program(b)
+            return
         self._check_io(program)
 
     def _batchable(self, onnx_outputs) -> bool:
@@ -129,7 +134,7 @@ class ServedModel:
 
                 dims = {n: ([bucket, *d] if bucket else d) for n, d in self._input_dims().items()}
                 prog = fusegraph.parse_onnx(self.path, map_input_dims=dims)
-                prog.compile(self.target, fusegraph.CompileOptions(threads=self.threads))
+                prog.compile(self.target, fusegraph.CompileOptions(threads=self.threads, **self.precision))
                 self._programs[bucket] = prog
             return self._programs[bucket]
 

@@ -76,6 +76,8 @@ class WorkerProcess:
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
         for var in _THREAD_VARS:
             env[var] = str(self.threads)
+        # OMP_WAIT_POLICY and the like come from the server's environment: spinning is faster on cores of
+        # one's own, PASSIVE on shared ones (docs/serving.md has the figures)
         if self.device is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(self.device)
         return env

@@ -86,7 +86,10 @@ class Scheduler:
         self.policies = [QueuePolicy.of(db.priority_queue_policy[k + 1]) if k + 1 in db.priority_queue_policy
                          else default for k in range(levels)]
         self._queues: list[deque[Pending]] = [deque() for _ in range(levels)]
-        self._cv = threading.Condition()
+        # the instances wait on _cv, the reaper on _reap_cv, under one lock: a request without a deadline
+        # (the common one) wakes only the instances
+        lock = threading.Lock()
+        self._cv, self._reap_cv = threading.Condition(lock), threading.Condition(lock)
         self._closed = False
         self._threads = [threading.Thread(target=self._worker, args=(ex,), daemon=True,
                                           name=f"fusegraph-serve-{model.name}-{k}") for k, ex in enumerate(self.executors)]
@@ -118,13 +121,15 @@ class Scheduler:
                 raise QueueFullError(f"model {self.model.name!r}: queue{which} full ({policy.max_size} pending "
                                      f"requests, max_queue_size): request rejected")
             queue.append(p)
-            self._cv.notify_all()  # the instances and the reaper wait on the same condition
+            self._cv.notify_all()
+            if p.deadline is not None:  # it may be due before what the reaper waits for
+                self._reap_cv.notify()
         return p.future
 
     def cancelled(self) -> None:
         """A queued request's future was cancelled: wake the reaper to drop it now."""
         with self._cv:
-            self._cv.notify_all()
+            self._reap_cv.notify()
 
     def close(self, drain: bool = True, timeout_s: float = 30.0) -> None:
         """Stop accepting; with `drain`, the instances finish what is queued first, else it fails. Then
@@ -135,6 +140,7 @@ class Scheduler:
                 for p in self._pop_all():
                     self._fail(p, UnavailableError(f"model {self.model.name!r} unloaded"))
             self._cv.notify_all()
+            self._reap_cv.notify()
         end = time.monotonic() + timeout_s
         for t in self._threads:
             t.join(max(0.0, end - time.monotonic()))
@@ -162,7 +168,7 @@ class Scheduler:
         with self._cv:
             while not (self._closed and not self.pending):
                 self._drop_dead()
-                self._wait(None)
+                self._wait(None, cv=self._reap_cv)
 
     def _pop_all(self) -> list[Pending]:
         out = [p for q in self._queues for p in q]
@@ -187,13 +193,13 @@ class Scheduler:
                     keep.append(p)
             self._queues[k] = keep
 
-    def _wait(self, until: float | None, cap_s: float | None = None) -> None:
+    def _wait(self, until: float | None, cap_s: float | None = None, cv: threading.Condition | None = None) -> None:
         deadlines = [p.deadline for q in self._queues for p in q if p.deadline is not None]
         if until is not None:
             deadlines.append(until)
         if cap_s is not None:
             deadlines.append(time.monotonic() + cap_s)
-        self._cv.wait(None if not deadlines else max(0.0, min(deadlines) - time.monotonic()))
+        (cv or self._cv).wait(None if not deadlines else max(0.0, min(deadlines) - time.monotonic()))
 
     def _samples(self) -> int:
         return sum(p.n for q in self._queues for p in q)
@@ -246,6 +252,7 @@ class Scheduler:
             for p in reversed(batch):
                 self._queues[p.level].appendleft(p)
             self._cv.notify_all()
+            self._reap_cv.notify()
 
     def _run(self, executor, batch: list[Pending]) -> None:
         if not batch:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .errors import ModelNotFoundError, ServeError
 from .repository import Repository
+from .shared_memory import SharedMemoryRegistry
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
 
@@ -35,6 +36,7 @@ class Server:
                                self.options.isolation)
         self.http_port = self.grpc_port = self.metrics_port = None
         self._http = self._grpc = self._metrics = None
+        self.shared_memory = SharedMemoryRegistry()  # regions both front ends see, as Triton's
         self._stopped = threading.Event()  # stop() began
         self._done = threading.Event()     # stop() finished
 
@@ -64,11 +66,12 @@ class Server:
             from .grpc_server import start_grpc_server
 
             self._grpc, self.grpc_port = start_grpc_server(self.repo, o.host, o.grpc_port, o.max_message_bytes,
-                                                           o.grpc_workers)
+                                                           o.grpc_workers, self.shared_memory)
         if o.http_port is not None:
             from .http_server import start_http_server
 
-            self._http = start_http_server(self.repo, o.host, o.http_port, o.max_message_bytes)
+            self._http = start_http_server(self.repo, o.host, o.http_port, o.max_message_bytes,
+                                           self.shared_memory)
             self.http_port = self._http.server_port
         if o.metrics_port is not None:
             from .metrics import start_metrics_server

@@ -1,0 +1,66 @@
+"""What a served model compiles, and when: every batch bucket at load; the config's `precision`
+parameter reaches the compiler (fp16 answers within fp16's tolerance of ONNX Runtime, and are not the
+float32 program's); an unknown precision is a config error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.serve.util import FEATURES, mlp_model, ort_reference, skip_without_serve_deps
+
+skip_without_serve_deps()
+
+
+def _served(tmp_path, precision: str | None):
+    import onnx
+
+    from fusegraph.serve import config as cfg
+    from fusegraph.serve.model import ServedModel
+
+    path = tmp_path / f"{precision}.onnx"
+    onnx.save(mlp_model(), path)
+    entry = cfg.single_file_entry(path)
+    if precision is not None:
+        entry.config.parameters["precision"].string_value = precision
+    return ServedModel(entry, 1, path, "ref", cores=1)
+
+
+def test_every_batch_bucket_is_compiled_at_load(tmp_path, monkeypatch):
+    import fusegraph
+
+    compiled = []
+    compile_ = fusegraph.Program.compile
+
+    def counting(self, *args, **kwargs):
+        compiled.append([s.lens[0] for s in self.get_parameter_shapes().values()])
+        return compile_(self, *args, **kwargs)
+
+    monkeypatch.setattr(fusegraph.Program, "compile", counting)
+    model = _served(tmp_path, None)
+    assert model.buckets == [1, 2, 4]  # a generated config: max_batch_size 4
+    assert compiled == [[1], [2], [4]]
+    x = np.random.default_rng(2).standard_normal((3, FEATURES)).astype(np.float32)
+    np.testing.assert_allclose(model.execute({"x": x}, 3)["y"], ort_reference(mlp_model(), x)["y"], rtol=1e-5,
+                               atol=1e-5)
+    assert len(compiled) == 3  # a batch of 3 ran on bucket 4, compiled before
+
+
+def test_fp16_precision_compiles_the_program_in_float16(tmp_path):
+    from tests.corpus.compare import REL_L2_TOL
+
+    x = np.random.default_rng(3).standard_normal((4, FEATURES)).astype(np.float32)
+    want = ort_reference(mlp_model(), x)["y"]
+    fp32 = _served(tmp_path, None).execute({"x": x}, 4)["y"]
+    fp16 = _served(tmp_path, "fp16").execute({"x": x}, 4)["y"]
+    assert fp16.dtype == np.float32  # the config's data types stay the model's
+    assert np.linalg.norm(fp16 - want) / np.linalg.norm(want) < REL_L2_TOL["fp16"]
+    np.testing.assert_allclose(fp32, want, rtol=1e-5, atol=1e-5)
+    assert not np.array_equal(fp16, fp32)  # float16 rounding shows: the option took effect
+
+
+def test_unknown_precision_is_a_config_error(tmp_path):
+    from fusegraph.serve.errors import ModelConfigError
+
+    with pytest.raises(ModelConfigError, match="precision 'fp12'; expected one of fp32, fp16"):
+        _served(tmp_path, "fp12")
