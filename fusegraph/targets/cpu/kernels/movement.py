@@ -35,6 +35,12 @@ def contiguous(ins: Instruction, ctx: LowerContext) -> Kernel:
             return np.ascontiguousarray(a) if out is None else _copy(out, a)  # not the layout planned
         return prim(a, out=np.empty(lens, np_dtype) if out is None else out)
 
+    def native(args, out):
+        from ..native_program import primitive_call
+
+        return [primitive_call(prim, args[0], out=out)] if same_steps(args[0].strides, strides, lens) else None
+
+    run.native = native  # type: ignore[attr-defined]
     return run
 
 
