@@ -13,7 +13,7 @@ from ....ir.module import Instruction
 from ....ir.shape import Shape, same_steps, standard_strides
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
 from ..ops import RESIDUAL, to_channels_first
-from .small import SMALL_CONV, numpy_chain, small_conv
+from .small import SMALL_CONV, c_small_conv, numpy_chain, small_conv
 
 
 def _f32(ins: Instruction) -> bool:
@@ -92,7 +92,7 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
     activations = op.activations if fused else ()
     conv = not op.name.startswith("deconv")
     if conv and not channels_last and ins.shape.elements * w.size / w.shape[0] < SMALL_CONV:
-        return _small(ins, w, bias, activations)
+        return c_small_conv(ins, w, bias, activations, ctx)
 
     def make(standard: bool, post: bool, finite_input: bool = True):
         src = Operand(ins.inputs[0].shape, channels_last, standard=standard)

@@ -9,6 +9,7 @@ compiled once into numpy calls (the same functions the reference evaluates), in 
 
 from __future__ import annotations
 
+import ctypes
 import math
 from collections.abc import Callable, Sequence
 
@@ -77,16 +78,8 @@ def small_conv(x_lens: Sequence[int], w: np.ndarray, bias: np.ndarray | None, op
     n, c, *sp = x_lens
     m, cg, *ks = w.shape
     g = op.group
-    pb, _, strides, dils = window_attrs(op, len(sp))
-    out_sp = list(out_lens[2:])
-    s_in, taps, s_out = math.prod(sp), math.prod(ks), math.prod(out_sp)
-    # idx[tap, o]: the flat input position tap `tap` of output `o` reads, or s_in (a zero) when padding
-    idx = np.full((taps, s_out), s_in, np.intp)
-    for t, offs in enumerate(np.ndindex(*ks)):
-        for o, pos in enumerate(np.ndindex(*out_sp)):
-            src = [p * s - b + k * d for p, s, b, k, d in zip(pos, strides, pb, offs, dils)]
-            if all(0 <= v < e for v, e in zip(src, sp)):
-                idx[t, o] = np.ravel_multi_index(src, sp)
+    idx = tap_table(x_lens, w.shape, op, out_lens)
+    (taps, s_out), s_in = idx.shape, math.prod(sp)
     wg = np.ascontiguousarray(w.reshape(g, m // g, cg * taps))
     b = None if bias is None else bias.reshape(1, g, m // g, 1).astype(w.dtype)
     chain = numpy_chain(activations)
@@ -114,6 +107,60 @@ def small_conv(x_lens: Sequence[int], w: np.ndarray, bias: np.ndarray | None, op
         chain(out, residuals)
         return out
 
+    return run
+
+
+def tap_table(x_lens: Sequence[int], w_lens: Sequence[int], op, out_lens: Sequence[int]) -> np.ndarray:
+    """idx[tap, o]: the flat input position tap `tap` of output `o` reads, or S_IN (the number of
+    input positions: a zero) where it reads padding."""
+    sp, ks, out_sp = list(x_lens[2:]), list(w_lens[2:]), list(out_lens[2:])
+    pb, _, strides, dils = window_attrs(op, len(sp))
+    s_in = math.prod(sp)
+    idx = np.full((math.prod(ks), math.prod(out_sp)), s_in, np.intp)
+    for t, offs in enumerate(np.ndindex(*ks)):
+        for o, pos in enumerate(np.ndindex(*out_sp)):
+            src = [p * s - b + k * d for p, s, b, k, d in zip(pos, strides, pb, offs, dils)]
+            if all(0 <= v < e for v, e in zip(src, sp)):
+                idx[t, o] = np.ravel_multi_index(src, sp)
+    return idx
+
+
+def c_small_conv(ins, w: np.ndarray, bias: np.ndarray | None, activations: Sequence[Activation], ctx) -> Callable:
+    """A step running a tiny float32 convolution as generated C (codegen/small_conv.py), with its
+    C form for native programs."""
+    from ..codegen.small_conv import small_conv_kernel
+    from ..native_program import kernel_call
+
+    x_lens, lens = ins.inputs[0].shape.lens, ins.shape.lens
+    n, c, m, g = x_lens[0], x_lens[1], w.shape[0], ins.op.group
+    idx = np.ascontiguousarray(tap_table(x_lens, w.shape, ins.op, lens), np.int64)
+    taps, s_out = idx.shape
+    src = small_conv_kernel(n, c, math.prod(x_lens[2:]), g, m, taps, s_out, bias is not None, activations)
+    ctx.kernel_sources.append(src)
+    cell: dict = {}
+    ctx.deferred.append(lambda: cell.update(kernel=ctx.library[src.name]))
+    # [G, CG * TAPS, MG]: a tap's weights for every output channel of its group side by side
+    wt = np.ascontiguousarray(w.reshape(g, m // g, -1).transpose(0, 2, 1), np.float32)
+    b = np.ascontiguousarray(bias if bias is not None else np.zeros(1), np.float32)
+    consts = (wt, b, idx)
+    k = 2 + (bias is not None)
+    dims = (ctypes.c_int64 * 1)(0)
+
+    def run(args, out):
+        if out is None:
+            out = np.empty(lens, np.float32)
+        operands = [np.ascontiguousarray(args[0]), *consts, *[np.ascontiguousarray(r) for r in args[k:]]]
+        ptrs = (ctypes.c_void_p * (1 + len(operands)))(out.ctypes.data, *[a.ctypes.data for a in operands])
+        cell["kernel"]._fn(ptrs, dims, 1)
+        return out
+
+    def native(args, out):
+        if not all(a.flags.c_contiguous for a in (args[0], *args[k:])):
+            return None
+        return [kernel_call(cell["kernel"]._fn, out.ctypes.data, [a.ctypes.data for a in (args[0], *consts, *args[k:])],
+                            (), 1)]
+
+    run.native = native  # type: ignore[attr-defined]
     return run
 
 
