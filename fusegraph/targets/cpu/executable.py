@@ -22,7 +22,7 @@ import numpy as np
 
 from ... import debug
 from ...ir import run_limits
-from ...ir.builtin import Param
+from ...ir.builtin import Literal, Param
 from ...ir.module import Module
 from ...ir.op import OpKind
 from ...ir.program import Program
@@ -104,8 +104,16 @@ class ModuleSteps:
         if native:
             from .native_program import native_rows
 
-            rows = native_rows(rows, {**self.constants, **fixed})
+            rows = native_rows(rows, {**self._outer_literals(), **self.constants, **fixed})
         return rows, static
+
+    def _outer_literals(self) -> dict[int, Any]:
+        """The enclosing modules' literals this body reads: their arrays stay where they are."""
+        m, found = self.module.parent, {}
+        while m is not None:
+            found.update((i.uid, i.op.value) for i in m.instructions if isinstance(i.op, Literal) and i.uid in self.outer)
+            m = m.parent
+        return found
 
     def thread_plan(self) -> tuple[list[tuple], dict[int, Any]]:
         """This thread's arena and the steps over it (made once per thread: runs on several threads

@@ -1,0 +1,138 @@
+"""Native programs (targets/cpu/native_program.py): runs of steps with C forms called as one C
+function, against the ref target and against the same executable run step by step."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import fusegraph
+from fusegraph.targets.cpu.native_program import GUARD, KERNEL, PRIMITIVE, Region
+from tests.util import make_model, target_or_skip
+
+rng = np.random.default_rng(11)
+n = helper.make_node
+
+
+def _compile(model, target="cpu"):
+    p = fusegraph.parse_onnx(model)
+    p.compile(target_or_skip("cpu") if target == "cpu" else fusegraph.get_target(target))
+    return p
+
+
+def _regions(rows) -> list[Region]:
+    return [r[0] for r in rows if isinstance(r[0], Region)]
+
+
+def _kinds(region: Region) -> set[int]:
+    return {c.kind for c in region.table}
+
+
+def _mixed_model():
+    """Convolutions big enough for oneDNN (relu: a guarded post-op), a tiny one (generated C), a
+    generated pointwise kernel between them, and a product with constant weights."""
+    x = rng.standard_normal((1, 8, 24, 24)).astype(np.float32)
+    init = {"w1": (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32),
+            "b1": rng.standard_normal(16).astype(np.float32),
+            "w2": (rng.standard_normal((4, 16, 1, 1)) * 0.2).astype(np.float32),
+            "wm": (rng.standard_normal((6, 8)) * 0.2).astype(np.float32),
+            "k": np.array([1.5], np.float32)}
+    nodes = [n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"]),
+             n("Sin", ["r1"], ["s1"]), n("Mul", ["s1", "k"], ["m1"]),
+             n("Conv", ["m1", "w2"], ["c2"], strides=[4, 4]), n("Tanh", ["c2"], ["t2"]),
+             n("MatMul", ["t2", "wm"], ["out"])]
+    return make_model(nodes, {"x": x}, ["out"], init), x
+
+
+def test_mixed_steps_run_as_one_native_call_like_the_steps_do(monkeypatch):
+    model, x = _mixed_model()
+    p = _compile(model)
+    rows, _ = p.executable.main.thread_plan()
+    regions = _regions(rows)
+    assert regions and {KERNEL, PRIMITIVE} <= set().union(*map(_kinds, regions))
+    got = p.run({"x": x})
+    np.testing.assert_allclose(got[0], _compile(model, "ref").run({"x": x})[0], rtol=1e-4, atol=1e-5)
+    # the same kernels on the same buffers: bit for bit the step-by-step run
+    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
+    steps = _compile(model)
+    assert not _regions(steps.executable.main.thread_plan()[0])
+    np.testing.assert_array_equal(got[0], steps.run({"x": x})[0])
+
+
+def test_a_nan_inside_a_region_stops_at_its_guard():
+    # oneDNN's relu is exact on finite inputs only (NaN -> 0): a NaN reaching a guarded convolution
+    # inside the region stops the native call there, and the rest runs as Python steps, which take
+    # the exact path
+    x = rng.standard_normal((1, 8, 24, 24)).astype(np.float32)
+    init = {"w0": (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32),
+            "w1": (rng.standard_normal((16, 16, 3, 3)) * 0.2).astype(np.float32),
+            "w2": (rng.standard_normal((16, 16, 3, 3)) * 0.2).astype(np.float32)}
+    nodes = [n("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]), n("Sin", ["c0"], ["s"]),
+             n("Conv", ["s", "w1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"]),  # guarded
+             n("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             n("ReduceMean", ["c2"], ["out"], axes=[2, 3], keepdims=0)]  # the output: not in the arena
+    model = make_model(nodes, {"x": x}, ["out"], init)
+    p, ref = _compile(model), _compile(model, "ref")
+    regions = _regions(p.executable.main.thread_plan()[0])
+    assert any(GUARD in _kinds(r) for r in regions)
+    bad = x.copy()
+    bad[0, 3, 5, 5] = np.nan
+    for feeds in ({"x": x}, {"x": bad}, {"x": x}, {"x": bad}):  # the table runs on after a stop
+        want = ref.run(feeds)[0]
+        assert np.isnan(want).any() == (feeds["x"] is bad)
+        np.testing.assert_allclose(p.run(feeds)[0], want, rtol=1e-4, atol=1e-5)  # NaN where the reference has NaN
+
+
+def _if_model():
+    w = (rng.standard_normal((8, 4, 3)) * 0.3).astype(np.float32)
+    w2 = (rng.standard_normal((6, 8, 3)) * 0.3).astype(np.float32)
+    w3 = (rng.standard_normal((6, 6, 1)) * 0.3).astype(np.float32)
+    then = helper.make_graph(
+        [n("Conv", ["x", "w"], ["c"], pads=[1, 1]), n("Relu", ["c"], ["r"]), n("Sigmoid", ["r"], ["s"]),
+         n("Conv", ["s", "w2"], ["c2"], strides=[2]), n("Tanh", ["c2"], ["t"]), n("Conv", ["t", "w3"], ["m"]),
+         n("ReduceMean", ["m"], ["y"], axes=[2], keepdims=0)],
+        "then", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    other = helper.make_graph([n("Constant", [], ["y2"], value=helper.make_tensor("c", TensorProto.FLOAT, [1, 6], [0.5] * 6))],
+                              "else", [],
+                              [helper.make_tensor_value_info("y2", TensorProto.FLOAT, None)])
+    nodes = [n("Equal", ["sr", "k"], ["cond"]), n("If", ["cond"], ["out"], then_branch=then, else_branch=other)]
+    x = rng.standard_normal((1, 4, 16)).astype(np.float32)
+    model = make_model(nodes, {"x": x, "sr": np.array(16000, np.int64)}, ["out"],
+                       {"w": w, "w2": w2, "w3": w3, "k": np.array(16000, np.int64)})
+    return model, x
+
+
+def test_if_bodies_run_native_programs():
+    model, x = _if_model()
+    p, ref = _compile(model), _compile(model, "ref")
+    for sr in (16000, 8000, 16000):
+        feeds = {"x": x, "sr": np.array(sr, np.int64)}
+        np.testing.assert_allclose(p.run(feeds)[0], ref.run(feeds)[0], rtol=1e-4, atol=1e-5)
+    (step,) = [s for s in p.executable.steps if s.name == "if"]
+    bodies = [c.cell_contents for c in step.fn.__closure__ if isinstance(c.cell_contents, dict)][0]
+    then = next(b for b in bodies.values() if any(s.name == "conv_epilogue" for s in b.steps))
+    assert _regions(then.thread_plan()[0])
+
+
+def test_native_programs_from_several_threads_at_once():
+    # each thread binds its own table to its own arena (and oneDNN memory objects)
+    model, x = _mixed_model()
+    p = _compile(model)
+    feeds = [{"x": (x * (k + 1)).astype(np.float32)} for k in range(6)]
+    want = [p.run(f)[0] for f in feeds]
+    with ThreadPoolExecutor(3) as pool:
+        for _ in range(4):
+            for g, w in zip(pool.map(lambda f: p.run(f)[0], feeds), want):
+                np.testing.assert_array_equal(g, w)
+
+
+def test_profiles_still_time_every_step():
+    model, x = _mixed_model()
+    p = _compile(model)
+    rows, _ = p.executable.main.step_plan()
+    assert not _regions(rows) and _regions(p.executable.main.thread_plan()[0])
+    prof = p.executable.profile({"x": x}, runs=2, warmup=1)
+    assert [uid for uid, _, _ in prof.runs[0]] == [r[2] for r in rows]
