@@ -136,3 +136,18 @@ def test_profiles_still_time_every_step():
     assert not _regions(rows) and _regions(p.executable.main.thread_plan()[0])
     prof = p.executable.profile({"x": x}, runs=2, warmup=1)
     assert [uid for uid, _, _ in prof.runs[0]] == [r[2] for r in rows]
+
+
+@pytest.mark.parametrize("index", [1, -2, 3])
+def test_gathers_of_constant_indices_are_checked_once(index):
+    # silero-vad's state[0] and state[1]: the range check at compile time; out of range still fails
+    # when the model runs, naming the op
+    x = rng.standard_normal((2, 1, 8)).astype(np.float32)
+    model = make_model([n("Gather", ["x", "i"], ["g"], axis=0), n("Neg", ["g"], ["out"])], {"x": x}, ["out"],
+                       {"i": np.array(index, np.int64)})
+    p = _compile(model)
+    if index == 3:
+        with pytest.raises(fusegraph.errors.ExecutionError, match="gather"):
+            p.run({"x": x})
+    else:
+        np.testing.assert_array_equal(p.run({"x": x})[0], -x[index])
