@@ -13,7 +13,7 @@ with the step's fixed arrays (None: not for these buffers, the step stays a Pyth
   binding calls through ctypes, with the thread's memory objects bound once;
 - `guard`: a float32 buffer must hold no NaN or infinity, else the region stops there and the
   rest of it runs as Python steps (which then take their exact, non-finite-safe paths);
-- `copy`: a memcpy between two dense buffers.
+- `copy`: a memcpy into a dense buffer, from a dense or a row-strided one (a column slice).
 The results are bit for bit the Python steps': the same kernels on the same buffers, in order.
 """
 
@@ -28,7 +28,7 @@ import numpy as np
 
 from ...errors import FusegraphError
 
-KERNEL, PRIMITIVE, GUARD, COPY = 0, 1, 2, 3
+KERNEL, PRIMITIVE, GUARD, COPY, COPY_ROWS = 0, 1, 2, 3, 4
 MIN_STEPS = 2  # a region of one step costs what the step's own Python call does
 
 RUNNER = r"""
@@ -61,6 +61,11 @@ FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status)
         }
         case 2: if (!fg_all_finite((const uint32_t *)c->a, c->n)) { *status = -1; return i; } break;
         case 3: memcpy(c->a, c->b, (size_t)c->n); break;
+        case 4: {  /* n rows of c[0] bytes, c[1] bytes apart in the source, packed in the destination */
+            const int64_t *g = (const int64_t *)c->c;
+            for (int64_t r = 0; r < c->n; r++) memcpy((char *)c->a + r * g[0], (const char *)c->b + r * g[1], (size_t)g[0]);
+            break;
+        }
         }
     }
     return n;
@@ -126,10 +131,24 @@ def guard(*arrays: np.ndarray) -> list[Call] | None:
 
 
 def copy(dst: np.ndarray, src: np.ndarray) -> Call | None:
-    """memcpy of `src` into `dst`, where both are C-contiguous and alike; else None."""
-    if dst.shape != src.shape or dst.dtype != src.dtype or not (dst.flags.c_contiguous and src.flags.c_contiguous):
+    """`src` copied into `dst` (C-contiguous, alike): one memcpy, or one a row where `src` is rows of
+    contiguous elements a fixed stride apart (a column slice of a matrix); else None."""
+    if dst.shape != src.shape or dst.dtype != src.dtype or not dst.flags.c_contiguous or src.size == 0:
         return None
-    return (COPY, 1, 0, dst.ctypes.data, src.ctypes.data, 0, dst.nbytes), (dst, src)
+    if src.flags.c_contiguous:
+        return (COPY, 1, 0, dst.ctypes.data, src.ctypes.data, 0, dst.nbytes), (dst, src)
+    dims = [(n, st) for n, st in zip(src.shape, src.strides) if n != 1]
+    merged: list[list[int]] = []
+    for n, st in reversed(dims):  # innermost first: fold a dim into the one inside it where contiguous
+        if merged and st == merged[-1][0] * merged[-1][1]:
+            merged[-1][0] *= n
+        else:
+            merged.append([n, st])
+    if len(merged) != 2 or merged[0][1] != src.itemsize or merged[1][1] < 0:
+        return None
+    (inner, _), (rows, stride) = merged
+    geometry = (ctypes.c_int64 * 2)(inner * src.itemsize, stride)
+    return (COPY_ROWS, 1, 0, dst.ctypes.data, src.ctypes.data, ctypes.addressof(geometry), rows), (dst, src, geometry)
 
 
 class Region:

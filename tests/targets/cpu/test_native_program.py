@@ -151,3 +151,23 @@ def test_gathers_of_constant_indices_are_checked_once(index):
             p.run({"x": x})
     else:
         np.testing.assert_array_equal(p.run({"x": x})[0], -x[index])
+
+
+@pytest.mark.parametrize("starts, ends, axis, steps", [([0], [6], 1, [1]), ([6], [18], 1, [1]), ([1], [3], 0, [1]),
+                                                       ([0], [18], 1, [2])])
+def test_slices_between_native_steps_copy_in_c(starts, ends, axis, steps):
+    # a merged projection's columns sliced apart (BERT's Q, K, V): rows of a matrix copied from C;
+    # every other step between is native, so the slice must not end the region
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    init = {"w": rng.standard_normal((8, 18)).astype(np.float32), "b": rng.standard_normal(18).astype(np.float32),
+            "starts": np.array(starts, np.int64), "ends": np.array(ends, np.int64),
+            "axes": np.array([axis], np.int64), "steps": np.array(steps, np.int64)}
+    nodes = [n("MatMul", ["x", "w"], ["m"]), n("Add", ["m", "b"], ["a"]), n("Sin", ["a"], ["s"]),
+             n("Slice", ["s", "starts", "ends", "axes", "steps"], ["c"]), n("Cos", ["c"], ["k"]),
+             n("ReduceMean", ["k"], ["out"], axes=[0], keepdims=0)]
+    model = make_model(nodes, {"x": x}, ["out"], init)
+    p = _compile(model)
+    regions = _regions(p.executable.main.thread_plan()[0])
+    sliced = [r for r in regions if any(row[0].__qualname__.startswith("reference_kernel") for row in r.rows)]
+    np.testing.assert_allclose(p.run({"x": x})[0], _compile(model, "ref").run({"x": x})[0], rtol=1e-5, atol=1e-6)
+    assert sliced or steps == [2]  # every other column: no C form, a Python step

@@ -182,6 +182,24 @@ def _in_range(op, index: np.ndarray, n: int) -> bool:
     return True
 
 
+@lowering("slice")
+def slice_copy(ins: Instruction, ctx: LowerContext) -> Kernel:
+    """numpy's slice copied into the planned buffer; in a native program the copy is C's (memcpy per
+    row: the query, key and value columns of BERT's merged projection, between its oneDNN products)."""
+    from ..native_program import copy
+
+    run = reference_kernel(ins, ctx)
+    compute = ins.op.compute
+
+    def native(args, out):
+        view = compute([args[0]])
+        c = copy(out, view) if isinstance(view, np.ndarray) and np.shares_memory(view, args[0]) else None
+        return None if c is None else [c]
+
+    run.native = native  # type: ignore[attr-defined]
+    return run
+
+
 @lowering("reshape", "flatten", "squeeze", "unsqueeze")
 def reshape(ins: Instruction, ctx: LowerContext) -> Kernel:
     """A reshape the plan gave a buffer (its input is laid out otherwise than standard): one copy
