@@ -61,9 +61,9 @@ FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status)
         }
         case 2: if (!fg_all_finite((const uint32_t *)c->a, c->n)) { *status = -1; return i; } break;
         case 3: memcpy(c->a, c->b, (size_t)c->n); break;
-        case 4: {  /* n rows of c[0] bytes, c[1] bytes apart in the source, packed in the destination */
+        case 4: {  /* n rows of c[0] bytes, c[1] bytes apart in the source, c[2] in the destination */
             const int64_t *g = (const int64_t *)c->c;
-            for (int64_t r = 0; r < c->n; r++) memcpy((char *)c->a + r * g[0], (const char *)c->b + r * g[1], (size_t)g[0]);
+            for (int64_t r = 0; r < c->n; r++) memcpy((char *)c->a + r * g[2], (const char *)c->b + r * g[1], (size_t)g[0]);
             break;
         }
         }
@@ -131,24 +131,25 @@ def guard(*arrays: np.ndarray) -> list[Call] | None:
 
 
 def copy(dst: np.ndarray, src: np.ndarray) -> Call | None:
-    """`src` copied into `dst` (C-contiguous, alike): one memcpy, or one a row where `src` is rows of
-    contiguous elements a fixed stride apart (a column slice of a matrix); else None."""
-    if dst.shape != src.shape or dst.dtype != src.dtype or not dst.flags.c_contiguous or src.size == 0:
+    """`src` copied into `dst` (alike): one memcpy where both are dense, or one a row where each is
+    rows of contiguous elements a fixed stride apart (a column slice, a concat's part); else None."""
+    if dst.shape != src.shape or dst.dtype != src.dtype or not dst.flags.writeable or src.size == 0:
         return None
-    if src.flags.c_contiguous:
-        return (COPY, 1, 0, dst.ctypes.data, src.ctypes.data, 0, dst.nbytes), (dst, src)
-    dims = [(n, st) for n, st in zip(src.shape, src.strides) if n != 1]
-    merged: list[list[int]] = []
-    for n, st in reversed(dims):  # innermost first: fold a dim into the one inside it where contiguous
-        if merged and st == merged[-1][0] * merged[-1][1]:
-            merged[-1][0] *= n
+    merged: list[list[int]] = []  # [n, source stride, destination stride], innermost first
+    for n, ss, ds in reversed([d for d in zip(src.shape, src.strides, dst.strides) if d[0] != 1]):
+        if merged and ss == merged[-1][0] * merged[-1][1] and ds == merged[-1][0] * merged[-1][2]:
+            merged[-1][0] *= n  # contiguous with the dim inside it, in both
         else:
-            merged.append([n, st])
-    if len(merged) != 2 or merged[0][1] != src.itemsize or merged[1][1] < 0:
+            merged.append([n, ss, ds])
+    (inner, s_in, d_in), *outer = merged or [[1, src.itemsize, dst.itemsize]]
+    if s_in != src.itemsize or d_in != dst.itemsize or len(outer) > 1 or any(x < 0 for o in outer for x in o):
         return None
-    (inner, _), (rows, stride) = merged
-    geometry = (ctypes.c_int64 * 2)(inner * src.itemsize, stride)
-    return (COPY_ROWS, 1, 0, dst.ctypes.data, src.ctypes.data, ctypes.addressof(geometry), rows), (dst, src, geometry)
+    if not outer:
+        return (COPY, 1, 0, dst.ctypes.data, src.ctypes.data, 0, inner * src.itemsize), (dst, src)
+    ((rows, s_row, d_row),) = outer
+    geometry = (ctypes.c_int64 * 3)(inner * src.itemsize, s_row, d_row)
+    return ((COPY_ROWS, 1, 0, dst.ctypes.data, src.ctypes.data, ctypes.addressof(geometry), rows),
+            (dst, src, geometry))
 
 
 class Region:

@@ -171,3 +171,18 @@ def test_slices_between_native_steps_copy_in_c(starts, ends, axis, steps):
     sliced = [r for r in regions if any(row[0].__qualname__.startswith("reference_kernel") for row in r.rows)]
     np.testing.assert_allclose(p.run({"x": x})[0], _compile(model, "ref").run({"x": x})[0], rtol=1e-5, atol=1e-6)
     assert sliced or steps == [2]  # every other column: no C form, a Python step
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_concats_between_native_steps_copy_in_c(axis):
+    # YOLO's concats between convolutions: each part copied into its slice of the output from C
+    x = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    init = {"k": rng.standard_normal((1, 3, 5)).astype(np.float32)}
+    nodes = [n("Mul", ["x", "k"], ["m"]), n("Cos", ["m"], ["a"]), n("Tanh", ["m"], ["b"]), n("Sin", ["m"], ["c"]),
+             n("Concat", ["a", "b", "c"], ["cat"], axis=axis), n("Exp", ["cat"], ["e"]),
+             n("ReduceMean", ["e"], ["out"], axes=[axis], keepdims=0)]
+    model = make_model(nodes, {"x": x}, ["out"], init)
+    p = _compile(model)
+    regions = _regions(p.executable.main.thread_plan()[0])
+    assert any(row[0].__qualname__.startswith("concat") for r in regions for row in r.rows)
+    np.testing.assert_allclose(p.run({"x": x})[0], _compile(model, "ref").run({"x": x})[0], rtol=1e-5, atol=1e-6)
