@@ -3,6 +3,7 @@ function, against the ref target and against the same executable run step by ste
 
 from __future__ import annotations
 
+import ctypes
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -186,3 +187,37 @@ def test_concats_between_native_steps_copy_in_c(axis):
     regions = _regions(p.executable.main.thread_plan()[0])
     assert any(row[0].__qualname__.startswith("concat") for r in regions for row in r.rows)
     np.testing.assert_allclose(p.run({"x": x})[0], _compile(model, "ref").run({"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("make, native", [
+    (lambda a: a, True),                              # dense
+    (lambda a: a[:, 2:5], True),                      # column slice: rows
+    (lambda a: a[1:3], True),                         # row slice: dense
+    (lambda a: a[:, ::2], False),                     # every other column: not rows of contiguous elements
+    (lambda a: a[::-1], False),                       # backwards
+    (lambda a: a.reshape(2, 3, 8)[:, 1:, 2:6], False),  # two strided levels
+])
+def test_copy_calls_copy_what_numpy_copies(make, native):
+    from fusegraph.targets.cpu.native_program import FgCall, copy, runner
+
+    target_or_skip("cpu")  # the runner compiles with the target's compiler
+    src = make(np.arange(48, dtype=np.float32).reshape(6, 8))
+    dst = np.zeros(src.shape, np.float32)
+    status = np.zeros(1, np.int32)
+
+    def run(call):
+        table = (FgCall * 1)(FgCall(*call[0]))
+        assert runner()(ctypes.addressof(table), 1, status.ctypes.data) == 1
+
+    call = copy(dst, src)
+    assert (call is not None) == native
+    if call is not None:
+        run(call)
+        np.testing.assert_array_equal(dst, src)
+    # into a strided destination (a concat's part) the same way
+    dense = np.ascontiguousarray(src).reshape(src.shape[0], -1)
+    out = np.zeros((dense.shape[0], dense.shape[1] + 3), np.float32)
+    part = out[:, 1:1 + dense.shape[1]]
+    run(copy(part, dense))
+    np.testing.assert_array_equal(part, dense)
+    assert not out[:, 0].any() and not out[:, 1 + dense.shape[1]:].any()
