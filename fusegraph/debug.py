@@ -43,3 +43,9 @@ def sign_key() -> str | None:
 
 def gpu_gemm() -> str | None:
     return os.environ.get("FUSEGRAPH_GPU_GEMM") or None
+
+
+def native_programs() -> bool:
+    """cpu target: run straight-line native steps as one C call (targets/cpu/native_program.py);
+    FUSEGRAPH_NATIVE_PROGRAMS=0 turns it off, to compare or to bisect."""
+    return os.environ.get("FUSEGRAPH_NATIVE_PROGRAMS", "1") != "0"

@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from ... import debug
 from ...ir import run_limits
-from ...ir.builtin import Param
+from ...ir.builtin import Literal, Param
 from ...ir.module import Module
 from ...ir.op import OpKind
 from ...ir.program import Program
@@ -85,9 +86,10 @@ class ModuleSteps:
         self.steps = kept
         self._set_rows()
 
-    def with_arena(self, arena: np.ndarray) -> tuple[list[tuple], dict[int, Any]]:
+    def with_arena(self, arena: np.ndarray, native: bool = False) -> tuple[list[tuple], dict[int, Any]]:
         """The steps over `arena` (64-byte aligned): each row with its output view, and the views of
-        arena buffers, made here once, whose steps are left out."""
+        arena buffers, made here once, whose steps are left out; with `native`, runs of steps with C
+        forms as native programs (one C call each: native_program.py)."""
         rows, fixed, static = [], {}, {}
         for s, (fn, args, uid, frees, needs_env, _) in zip(self.steps, self._rows):
             if s.buffer is not None:
@@ -99,7 +101,19 @@ class ModuleSteps:
                 fixed[uid] = static[uid] = _as_described(fn([fixed[args[0]]], None), s.view)
             else:
                 rows.append((fn, args, uid, frees, needs_env, None))
+        if native:
+            from .native_program import native_rows
+
+            rows = native_rows(rows, {**self._outer_literals(), **self.constants, **fixed})
         return rows, static
+
+    def _outer_literals(self) -> dict[int, Any]:
+        """The enclosing modules' literals this body reads: their arrays stay where they are."""
+        m, found = self.module.parent, {}
+        while m is not None:
+            found.update((i.uid, i.op.value) for i in m.instructions if isinstance(i.op, Literal) and i.uid in self.outer)
+            m = m.parent
+        return found
 
     def thread_plan(self) -> tuple[list[tuple], dict[int, Any]]:
         """This thread's arena and the steps over it (made once per thread: runs on several threads
@@ -108,9 +122,15 @@ class ModuleSteps:
         if plan is None:
             raw = np.empty(self.arena_bytes + 64, np.uint8)
             base = (-raw.ctypes.data) % 64  # 64-byte aligned, as the plan assumes
-            plan = self._local.plan = self.with_arena(raw[base:])
+            plan = self._local.plan = self.with_arena(raw[base:], native=debug.native_programs())
+            self._local.step_plan = self.with_arena(raw[base:]) if debug.native_programs() else plan
             self._local.arena = raw
         return plan
+
+    def step_plan(self) -> tuple[list[tuple], dict[int, Any]]:
+        """`thread_plan` with every step a row of its own (no native programs): what profiles time."""
+        self.thread_plan()
+        return self._local.step_plan
 
     def run(self, env: dict[int, Any], rows: Sequence[tuple]) -> list[Any]:
         deadline = run_limits.current().deadline_at
@@ -202,7 +222,7 @@ class CpuExecutable(Executable):
         return self._results(self.main.run(self._env(inputs, static), rows))
 
     def execute_observed(self, inputs: dict[str, Any], observer: Any) -> list[np.ndarray]:
-        rows, static = self.main.thread_plan()
+        rows, static = self.main.step_plan()
         return self._results(self.main.run_observed(self._env(inputs, static), rows, observer))
 
     def _env(self, inputs: dict[str, Any], static: dict[int, Any]) -> dict[int, Any]:

@@ -13,7 +13,7 @@ from ....ir.module import Instruction
 from ....ir.shape import Shape, same_steps, standard_strides
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
 from ..ops import RESIDUAL, to_channels_first
-from .small import SMALL_CONV, numpy_chain, small_conv
+from .small import SMALL_CONV, c_small_conv, numpy_chain, small_conv
 
 
 def _f32(ins: Instruction) -> bool:
@@ -59,6 +59,11 @@ class Operand:
         np.copyto(fixed, v)
         return fixed
 
+    def exact(self, a: np.ndarray) -> np.ndarray | None:
+        """`a` as described where it is laid out so (no copy), else None."""
+        v = a.transpose(self.perm) if self.perm is not None else a
+        return v if same_steps(v.strides, self.byte_strides, self.lens) else None
+
 
 @lowering("convolution", "conv_epilogue", "deconvolution", "deconv_epilogue")
 def window(ins: Instruction, ctx: LowerContext) -> Kernel:
@@ -87,7 +92,7 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
     activations = op.activations if fused else ()
     conv = not op.name.startswith("deconv")
     if conv and not channels_last and ins.shape.elements * w.size / w.shape[0] < SMALL_CONV:
-        return _small(ins, w, bias, activations)
+        return c_small_conv(ins, w, bias, activations, ctx)
 
     def make(standard: bool, post: bool, finite_input: bool = True):
         src = Operand(ins.inputs[0].shape, channels_last, standard=standard)
@@ -121,7 +126,32 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
         chain.finish(out, residuals)
         return out
 
+    run.native = lambda args, out: _native(pick, src.exact(args[0]), dst.exact(out), args, out, n_res)  # type: ignore[attr-defined]
     return run
+
+
+def _native(pick, a: np.ndarray | None, o: np.ndarray | None, args, out: np.ndarray, n_res: int):
+    """The C calls of a oneDNN kernel step with an epilogue chain (native_program.py): the guard
+    `pick` runs per call in Python (finite inputs: all post-ops), then the primitive; None where a
+    part of the step is numpy's (the chain's tail) or an operand would need a copy."""
+    from ..native_program import copy, guard, primitive_call
+
+    chain, prim, guarded = pick.native
+    if a is None or o is None or chain.after is not None:
+        return None
+    calls = []
+    if guarded:
+        calls = guard(args[0], *args[len(args) - n_res:])
+        if calls is None:
+            return None
+    if chain.residual_first:
+        res = args[-1]
+        if res.ctypes.data != out.ctypes.data or res.strides != out.strides:
+            c = copy(out, res)
+            if c is None:
+                return None
+            calls.append(c)
+    return [*calls, primitive_call(prim, a, out=o)]
 
 
 def _guarded(activations, post: bool, prim, make_exact, constants, n_res: int):
@@ -130,11 +160,17 @@ def _guarded(activations, post: bool, prim, make_exact, constants, n_res: int):
     steps oneDNN would get wrong to numpy (compiled once, in place)."""
     fast, exact = Chain(activations, post, finite_input=True), Chain(activations, post)
     if len(fast.post_ops) == len(exact.post_ops):
-        return lambda args: (fast, prim)
+        return _pick(lambda args: (fast, prim), (fast, prim, False))
     slow = (exact, make_exact())
     if not finite(*(c for c in constants if c is not None)):  # NaN weights: every run is the exact one
-        return lambda args: slow
-    return lambda args: (fast, prim) if finite(args[0], *args[len(args) - n_res:]) else slow
+        return _pick(lambda args: slow, (*slow, False))
+    return _pick(lambda args: (fast, prim) if finite(args[0], *args[len(args) - n_res:]) else slow, (fast, prim, True))
+
+
+def _pick(pick, native: tuple):
+    """`pick` knowing its C form: (chain, primitive, whether the inputs' finiteness is checked first)."""
+    pick.native = native
+    return pick
 
 
 def _small(ins: Instruction, w: np.ndarray, bias: np.ndarray | None, activations) -> Kernel:
@@ -256,6 +292,16 @@ def pooling(ins: Instruction, ctx: LowerContext) -> Kernel:
         prim(src.view(args[0]), out=dst.view(out))
         return out
 
+    def native(args, out):
+        from ..native_program import guard, primitive_call
+
+        a, o = src.exact(args[0]), dst.exact(out)
+        checks = guard(args[0]) if exact is not None else []
+        if a is None or o is None or checks is None:
+            return None
+        return [*checks, primitive_call(prim, a, out=o)]
+
+    run.native = native  # type: ignore[attr-defined]
     return run
 
 
@@ -295,12 +341,19 @@ def dot(ins: Instruction, ctx: LowerContext) -> Kernel:
         def dense(args, out):
             return prim(av.view(args[0]), out=out)
 
+        dense.native = lambda args, out: _native_product(prim, [av.exact(args[0])], out)  # type: ignore[attr-defined]
+
         from .sparse import sparse_dot  # mostly-zero weights: a sparse product where it times faster
 
         return sparse_dot(ins, ctx, w, dense) or dense
     if _f32(ins) and a.shape.ndim == b.shape.ndim >= 2:
         prim, av, bv = _matmul(ins, ctx, b.shape)
-        return lambda args, out: prim(av.view(args[0]), bv.view(args[1]), out=out)
+
+        def product(args, out):
+            return prim(av.view(args[0]), bv.view(args[1]), out=out)
+
+        product.native = lambda args, out: _native_product(prim, [av.exact(args[0]), bv.exact(args[1])], out)  # type: ignore[attr-defined]
+        return product
 
     def run(args, out):
         return np.matmul(args[0], args[1], out=out) if out is not None else np.matmul(args[0], args[1])
@@ -342,4 +395,16 @@ def dot_epilogue(ins: Instruction, ctx: LowerContext) -> Kernel:
 
     from .sparse import sparse_dot_epilogue  # mostly-zero weights: a sparse product where it times faster
 
-    return sparse_dot_epilogue(ins, ctx, w, bias, run) or run
+    sparse = sparse_dot_epilogue(ins, ctx, w, bias, run)
+    if sparse is not None:  # (no C form: a native program ends before it)
+        return sparse
+    if hasattr(pick, "native"):
+        run.native = lambda args, out: _native(pick, av.exact(args[0]), out.reshape(product), args, out, op.n_residual)  # type: ignore[attr-defined]
+    return run
+
+
+def _native_product(prim, operands: list, out: np.ndarray):
+    """A plain oneDNN product's C call, or None where an operand is not laid out as it reads it."""
+    from ..native_program import primitive_call
+
+    return None if any(a is None for a in operands) else [primitive_call(prim, *operands, out=out)]

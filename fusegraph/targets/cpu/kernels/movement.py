@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....errors import CompileError, InputError
+from ....errors import CompileError, ExecutionError, InputError
 from ....ir.module import Instruction
 from ....ir.shape import Shape, same_steps
 from ....ops.indexing import check_range
@@ -35,6 +35,12 @@ def contiguous(ins: Instruction, ctx: LowerContext) -> Kernel:
             return np.ascontiguousarray(a) if out is None else _copy(out, a)  # not the layout planned
         return prim(a, out=np.empty(lens, np_dtype) if out is None else out)
 
+    def native(args, out):
+        from ..native_program import primitive_call
+
+        return [primitive_call(prim, args[0], out=out)] if same_steps(args[0].strides, strides, lens) else None
+
+    run.native = native  # type: ignore[attr-defined]
     return run
 
 
@@ -54,6 +60,19 @@ def concat(ins: Instruction, ctx: LowerContext) -> Kernel:
             return np.concatenate(args, axis=axis)
         return np.concatenate(args, axis=axis, out=out)
 
+    def native(args, out):
+        from ..native_program import copy
+
+        calls, start = [], 0
+        for a in args:  # each part into its slice of the output (YOLO's 18 concats between convs)
+            part = out[(slice(None),) * axis + (slice(start, start + a.shape[axis]),)]
+            start += a.shape[axis]
+            if a.size and (c := copy(part, a)) is None:
+                return None
+            calls += [c] if a.size else []
+        return calls
+
+    run.native = native  # type: ignore[attr-defined]
     return run
 
 
@@ -149,6 +168,14 @@ def gather(ins: Instruction, ctx: LowerContext) -> Kernel:
         return reference_kernel(ins, ctx)
     op = ins.op
     axis, n = op.axis, ins.inputs[0].shape.lens[op.axis]
+    index = ctx.const(ins.inputs[1])
+    if index is not None and _in_range(op, index, n):  # checked once (silero-vad's state[0]: 13 -> 3 us)
+        def constant_index(args, out):
+            if out is None:
+                return np.take(args[0], index, axis=axis)
+            return np.take(args[0], index, axis=axis, out=out)
+
+        return constant_index
 
     def run(args, out):
         check_range(op, args[1], n)
@@ -156,6 +183,33 @@ def gather(ins: Instruction, ctx: LowerContext) -> Kernel:
             return np.take(args[0], args[1], axis=axis)
         return np.take(args[0], args[1], axis=axis, out=out)
 
+    return run
+
+
+def _in_range(op, index: np.ndarray, n: int) -> bool:
+    """Whether constant indices are all in range (else the run-time check raises, naming the op)."""
+    try:
+        check_range(op, index, n)
+    except ExecutionError:
+        return False
+    return True
+
+
+@lowering("slice")
+def slice_copy(ins: Instruction, ctx: LowerContext) -> Kernel:
+    """numpy's slice copied into the planned buffer; in a native program the copy is C's (memcpy per
+    row: the query, key and value columns of BERT's merged projection, between its oneDNN products)."""
+    from ..native_program import copy
+
+    run = reference_kernel(ins, ctx)
+    compute = ins.op.compute
+
+    def native(args, out):
+        view = compute([args[0]])
+        c = copy(out, view) if isinstance(view, np.ndarray) and np.shares_memory(view, args[0]) else None
+        return None if c is None else [c]
+
+    run.native = native  # type: ignore[attr-defined]
     return run
 
 

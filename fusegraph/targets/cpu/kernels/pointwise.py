@@ -14,6 +14,7 @@ from ....ir.op import OpKind, registered_ops
 from ....ir.shape import Shape
 from ..codegen import CodegenUnsupported, pointwise_kernel_for, reduce_kernel, softmax_kernel
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
+from ..native_program import kernel_call
 
 _PTR = ctypes.c_void_p
 _DIM = ctypes.c_int64
@@ -52,6 +53,14 @@ def compiled_kernel(ins: Instruction, ctx: LowerContext, source, dims) -> Kernel
                 kernel(out, *[_in_layout(a, *e) for a, e in zip(args, expected)])
         return out
 
+    def native(args, out):
+        if not all(a.shape == lens_ and a.dtype == dt and all(a.strides[k] == st for k, st in used)
+                   for a, (lens_, dt, used) in zip(args, checks)):
+            return None
+        kernel = cell["kernel"]
+        return [kernel_call(kernel._fn, out.ctypes.data, [a.ctypes.data for a in args], dims, kernel.threads)]
+
+    run.native = native  # type: ignore[attr-defined]
     return run
 
 

@@ -9,6 +9,7 @@ compiled once into numpy calls (the same functions the reference evaluates), in 
 
 from __future__ import annotations
 
+import ctypes
 import math
 from collections.abc import Callable, Sequence
 
@@ -77,18 +78,8 @@ def small_conv(x_lens: Sequence[int], w: np.ndarray, bias: np.ndarray | None, op
     n, c, *sp = x_lens
     m, cg, *ks = w.shape
     g = op.group
-    pb, _, strides, dils = window_attrs(op, len(sp))
-    out_sp = list(out_lens[2:])
-    s_in, taps, s_out = math.prod(sp), math.prod(ks), math.prod(out_sp)
-    # idx[tap, o]: the flat input position tap `tap` of output `o` reads, or s_in (a zero) when padding;
-    # taps and outputs in row-major order (np.ndindex's), all at once (a per-position loop: 0.25 s of a
-    # YOLOv8n compile, for its 8400-anchor head)
-    col = (-1, 1, 1)
-    pos = np.indices(out_sp, np.intp).reshape(len(sp), 1, s_out)
-    offs = np.indices(ks, np.intp).reshape(len(sp), taps, 1)
-    src = pos * np.reshape(strides, col) - np.reshape(pb, col) + offs * np.reshape(dils, col)
-    inside = ((src >= 0) & (src < np.reshape(sp, col))).all(axis=0)
-    idx = np.where(inside, np.ravel_multi_index(tuple(src), sp, mode="clip"), s_in).astype(np.intp)
+    idx = tap_table(x_lens, w.shape, op, out_lens)
+    (taps, s_out), s_in = idx.shape, math.prod(sp)
     wg = np.ascontiguousarray(w.reshape(g, m // g, cg * taps))
     b = None if bias is None else bias.reshape(1, g, m // g, 1).astype(w.dtype)
     chain = numpy_chain(activations)
@@ -116,6 +107,68 @@ def small_conv(x_lens: Sequence[int], w: np.ndarray, bias: np.ndarray | None, op
         chain(out, residuals)
         return out
 
+    return run
+
+
+def tap_table(x_lens: Sequence[int], w_lens: Sequence[int], op, out_lens: Sequence[int]) -> np.ndarray:
+    """idx[tap, o]: the flat input position tap `tap` of output `o` reads, or S_IN (the number of
+    input positions: a zero) where it reads padding."""
+    sp, ks, out_sp = list(x_lens[2:]), list(w_lens[2:]), list(out_lens[2:])
+    pb, _, strides, dils = window_attrs(op, len(sp))
+    s_in, taps, s_out = math.prod(sp), math.prod(ks), math.prod(out_sp)
+    # taps and outputs in row-major order (np.ndindex's), all at once (a per-position loop: 0.25 s of a
+    # YOLOv8n compile, for its 8400-anchor head)
+    col = (-1, 1, 1)
+    pos = np.indices(out_sp, np.intp).reshape(len(sp), 1, s_out)
+    offs = np.indices(ks, np.intp).reshape(len(sp), taps, 1)
+    src = pos * np.reshape(strides, col) - np.reshape(pb, col) + offs * np.reshape(dils, col)
+    inside = ((src >= 0) & (src < np.reshape(sp, col))).all(axis=0)
+    idx = np.where(inside, np.ravel_multi_index(tuple(src), sp, mode="clip"), s_in).astype(np.intp)
+    return idx
+
+
+def c_small_conv(ins, w: np.ndarray, bias: np.ndarray | None, activations: Sequence[Activation], ctx) -> Callable:
+    """A step running a tiny float32 convolution as generated C (codegen/small_conv.py), with its
+    C form for native programs."""
+    from ..codegen.small_conv import small_conv_kernel
+    from ..native_program import kernel_call
+
+    x_lens, lens = ins.inputs[0].shape.lens, ins.shape.lens
+    n, c, m, g = x_lens[0], x_lens[1], w.shape[0], ins.op.group
+    idx = np.ascontiguousarray(tap_table(x_lens, w.shape, ins.op, lens), np.int64)
+    taps, s_out = idx.shape
+    src = small_conv_kernel(n, c, math.prod(x_lens[2:]), g, m, taps, s_out, bias is not None, activations)
+    ctx.kernel_sources.append(src)
+    cell: dict = {}
+    ctx.deferred.append(lambda: cell.update(kernel=ctx.library[src.name]))
+    # [G, CG * TAPS, MG]: a tap's weights for every output channel of its group side by side
+    wt = np.ascontiguousarray(w.reshape(g, m // g, -1).transpose(0, 2, 1), np.float32)
+    b = np.ascontiguousarray(bias if bias is not None else np.zeros(1), np.float32)
+    consts = (wt, b, idx)
+    k = 2 + (bias is not None)
+    dims = (ctypes.c_int64 * 1)(0)
+
+    last: list = [((), None)]  # the last call's addresses and pointer array (a thread's arena repeats them)
+
+    def run(args, out):
+        if out is None:
+            out = np.empty(lens, np.float32)
+        operands = [np.ascontiguousarray(args[0]), *consts, *[np.ascontiguousarray(r) for r in args[k:]]]
+        addresses = (out.ctypes.data, *[a.ctypes.data for a in operands])
+        seen, ptrs = last[0]  # one read: another thread may replace it meanwhile
+        if addresses != seen:
+            ptrs = (ctypes.c_void_p * len(addresses))(*addresses)
+            last[0] = addresses, ptrs
+        cell["kernel"]._fn(ptrs, dims, 1)
+        return out
+
+    def native(args, out):
+        if not all(a.flags.c_contiguous for a in (args[0], *args[k:])):
+            return None
+        return [kernel_call(cell["kernel"]._fn, out.ctypes.data, [a.ctypes.data for a in (args[0], *consts, *args[k:])],
+                            (), 1)]
+
+    run.native = native  # type: ignore[attr-defined]
     return run
 
 

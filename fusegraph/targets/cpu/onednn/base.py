@@ -166,12 +166,29 @@ class Primitive:
     # -- execution --------------------------------------------------------------------------------
     def __call__(self, *inputs: np.ndarray, out: np.ndarray | None = None,
                  scratchpad: np.ndarray | None = None) -> np.ndarray:
+        if out is None:
+            out = self._fresh_out()
+        ctx = self._bind(inputs, out, scratchpad)
+        self._lib.omp_set_num_threads(self.threads)
+        st = self._lib.dnnl_primitive_execute(self._prim, ctx.stream, len(ctx.args), ctx.args)
+        if st:
+            raise FusegraphError(f"{self._owner}: execution failed ({_lib.STATUS.get(st, st)})")
+        return out
+
+    def native_call(self, *inputs: np.ndarray, out: np.ndarray) -> tuple[int, int, int, int, int]:
+        """(primitive, stream, argument count, argument array, threads): dnnl_primitive_execute's
+        arguments over these buffers, for a native program to call from C (native_program.py). The
+        calling thread's memory objects are bound to them: its calls of the step from Python bind
+        the same buffers (a thread's arena stays where it is), so the binding holds."""
+        ctx = self._bind(inputs, out, None)
+        return self._prim.value, ctx.stream.value, len(ctx.args), ctypes.addressof(ctx.args), self.threads
+
+    def _bind(self, inputs: Sequence[np.ndarray], out: np.ndarray, scratchpad: np.ndarray | None) -> _Context:
+        """This thread's execution context with its memory objects pointing at `inputs` and `out`."""
         n = self._n_call - 1
         if len(inputs) != n:
             raise InputError(f"{self._owner}: expected {n} input arrays ({self.n_inputs} inputs + binary "
                              f"post-op operands), got {len(inputs)}")
-        if out is None:
-            out = self._fresh_out()
         ctx = getattr(self._local, "ctx", None)
         if ctx is None:
             ctx = self._local.ctx = _Context(self)
@@ -190,11 +207,7 @@ class Primitive:
             if p != last[-1]:  # the scratchpad is the last slot (constants follow it in `mems`)
                 lib.dnnl_memory_set_data_handle(mems[len(slots) - 1], p)
                 last[-1] = p
-        lib.omp_set_num_threads(self.threads)
-        st = lib.dnnl_primitive_execute(self._prim, ctx.stream, len(ctx.args), ctx.args)
-        if st:
-            raise FusegraphError(f"{self._owner}: execution failed ({_lib.STATUS.get(st, st)})")
-        return out
+        return ctx
 
     def _fresh_out(self) -> np.ndarray:
         return self.dst_desc.empty()

@@ -1,0 +1,225 @@
+"""Straight-line runs of native steps as one C call: a native program.
+
+A small model's run is mostly the Python between its kernels (silero-vad: ~25 steps of a few
+microseconds each, ppocr_cls: 70 oneDNN and generated kernels). Where consecutive steps all have a
+C form over buffers that stay where they are (a thread's arena, the weights), their calls are
+written once per thread into a table of `fg_call` records, and a run walks the table in C
+(`fg_run_calls`): one ctypes call for the region instead of a Python step per kernel.
+
+A kernel offers its C form as `fn.native(args, out) -> list[Call] | None`, asked once per thread
+with the step's fixed arrays (None: not for these buffers, the step stays a Python one):
+- `kernel_call`: a generated kernel (codegen: `void k(void *const *p, const int64_t *d, int nt)`);
+- `primitive_call`: a oneDNN primitive through dnnl_primitive_execute, the ABI its Python
+  binding calls through ctypes, with the thread's memory objects bound once;
+- `guard`: a float32 buffer must hold no NaN or infinity, else the region stops there and the
+  rest of it runs as Python steps (which then take their exact, non-finite-safe paths);
+- `copy`: a memcpy into a dense buffer, from a dense or a row-strided one (a column slice).
+The results are bit for bit the Python steps': the same kernels on the same buffers, in order.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...errors import FusegraphError
+
+KERNEL, PRIMITIVE, GUARD, COPY, COPY_ROWS = 0, 1, 2, 3, 4
+MIN_STEPS = 2  # a region of one step costs what the step's own Python call does
+
+RUNNER = r"""
+#include <stdint.h>
+#include <string.h>
+#include <omp.h>
+#define FG_EXPORT __attribute__((visibility("default")))
+typedef struct { int32_t kind, threads; void *fn, *a, *b, *c; int64_t n; } fg_call;
+typedef void (*fg_kernel)(void *const *, const int64_t *, int);
+typedef int (*fg_execute)(void *, void *, int, void *);
+
+static int fg_all_finite(const uint32_t *x, int64_t n) {
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad |= (x[i] & 0x7f800000u) == 0x7f800000u;
+    return !bad;
+}
+
+/* Runs calls[0..n) in order; returns n, or the index of the call that stopped it with *status set
+   (-1: a guard found a NaN or infinity; > 0: oneDNN's error status). */
+FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status) {
+    for (int64_t i = 0; i < n; i++) {
+        const fg_call *c = calls + i;
+        switch (c->kind) {
+        case 0: ((fg_kernel)c->fn)((void *const *)c->a, (const int64_t *)c->b, c->threads); break;
+        case 1: {
+            omp_set_num_threads(c->threads);  /* per calling thread, as the Python binding sets it */
+            int st = ((fg_execute)c->fn)(c->a, c->b, (int)c->n, c->c);
+            if (st) { *status = st; return i; }
+            break;
+        }
+        case 2: if (!fg_all_finite((const uint32_t *)c->a, c->n)) { *status = -1; return i; } break;
+        case 3: memcpy(c->a, c->b, (size_t)c->n); break;
+        case 4: {  /* n rows of c[0] bytes, c[1] bytes apart in the source, c[2] in the destination */
+            const int64_t *g = (const int64_t *)c->c;
+            for (int64_t r = 0; r < c->n; r++) memcpy((char *)c->a + r * g[2], (const char *)c->b + r * g[1], (size_t)g[0]);
+            break;
+        }
+        }
+    }
+    return n;
+}
+"""
+
+
+class FgCall(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int32), ("threads", ctypes.c_int32), ("fn", ctypes.c_void_p),
+                ("a", ctypes.c_void_p), ("b", ctypes.c_void_p), ("c", ctypes.c_void_p), ("n", ctypes.c_int64)]
+
+
+# (record, objects the record points into, kept alive with the table)
+Call = tuple[tuple[int, int, int, int, int, int, int], tuple]
+
+
+@functools.cache
+def runner() -> Callable[..., int]:
+    """fg_run_calls, compiled once (the kernel cache keeps the library between processes)."""
+    from .codegen.build import FLAGS, _compile, find_compiler, library_path
+
+    path = library_path(RUNNER)
+    if not path.exists():
+        _compile(RUNNER, path, find_compiler(), FLAGS)
+    fn = ctypes.CDLL(str(path)).fg_run_calls
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+    fn.restype = ctypes.c_int64
+    return fn
+
+
+def kernel_call(fn: Any, out: int, inputs: Sequence[int], dims: Sequence[int], threads: int) -> Call:
+    """A generated kernel (a ctypes function of build.Kernel) on raw addresses."""
+    ptrs = (ctypes.c_void_p * (1 + len(inputs)))(out, *inputs)
+    d = (ctypes.c_int64 * max(len(dims), 1))(*dims)
+    address = ctypes.cast(fn, ctypes.c_void_p).value
+    return (KERNEL, threads, address, ctypes.addressof(ptrs), ctypes.addressof(d), 0, 0), (fn, ptrs, d)
+
+
+def primitive_call(prim: Any, *inputs: np.ndarray, out: np.ndarray) -> Call:
+    """A oneDNN primitive (onednn.Primitive) over these buffers."""
+    handle, stream, nargs, args, threads = prim.native_call(*inputs, out=out)
+    execute = ctypes.cast(prim._lib.dnnl_primitive_execute, ctypes.c_void_p).value
+    return (PRIMITIVE, threads, execute, handle, stream, args, nargs), (prim, inputs, out)
+
+
+def dense_span(a: np.ndarray) -> bool:
+    """Whether `a`'s elements fill the memory from its first one exactly (a permutation of a
+    contiguous buffer: a channels-last tensor seen as N, C, H, W)."""
+    if a.size == 0 or any(s <= 0 for n, s in zip(a.shape, a.strides) if n > 1):
+        return False
+    return 1 + sum((n - 1) * s // a.itemsize for n, s in zip(a.shape, a.strides)) == a.size
+
+
+def guard(*arrays: np.ndarray) -> list[Call] | None:
+    """Stop the region unless every one of `arrays` (float32, dense) is finite; None where one is not
+    checkable that way."""
+    if not all(a.dtype == np.float32 and dense_span(a) for a in arrays):
+        return None
+    return [((GUARD, 1, 0, a.ctypes.data, 0, 0, a.size), (a,)) for a in arrays]
+
+
+def copy(dst: np.ndarray, src: np.ndarray) -> Call | None:
+    """`src` copied into `dst` (alike): one memcpy where both are dense, or one a row where each is
+    rows of contiguous elements a fixed stride apart (a column slice, a concat's part); else None."""
+    if dst.shape != src.shape or dst.dtype != src.dtype or not dst.flags.writeable or src.size == 0:
+        return None
+    merged: list[list[int]] = []  # [n, source stride, destination stride], innermost first
+    for n, ss, ds in reversed([d for d in zip(src.shape, src.strides, dst.strides) if d[0] != 1]):
+        if merged and ss == merged[-1][0] * merged[-1][1] and ds == merged[-1][0] * merged[-1][2]:
+            merged[-1][0] *= n  # contiguous with the dim inside it, in both
+        else:
+            merged.append([n, ss, ds])
+    (inner, s_in, d_in), *outer = merged or [[1, src.itemsize, dst.itemsize]]
+    if s_in != src.itemsize or d_in != dst.itemsize or len(outer) > 1 or any(x < 0 for o in outer for x in o):
+        return None
+    if not outer:
+        return (COPY, 1, 0, dst.ctypes.data, src.ctypes.data, 0, inner * src.itemsize), (dst, src)
+    ((rows, s_row, d_row),) = outer
+    geometry = (ctypes.c_int64 * 3)(inner * src.itemsize, s_row, d_row)
+    return ((COPY_ROWS, 1, 0, dst.ctypes.data, src.ctypes.data, ctypes.addressof(geometry), rows),
+            (dst, src, geometry))
+
+
+class Region:
+    """Rows `rows` (the executable's step rows) run as one table of C calls; `starts[k]` is the first
+    call of row k. A guard that stops the table hands the rest of the region to the Python rows."""
+
+    def __init__(self, rows: list[tuple], calls: list[list[Call]], produced: dict[int, np.ndarray]):
+        self.rows = rows
+        flat = [c for cs in calls for c in cs]
+        self.table = (FgCall * len(flat))(*[FgCall(*record) for record, _ in flat])
+        self.keep = [objs for _, objs in flat]
+        self.starts = np.cumsum([0] + [len(cs) for cs in calls[:-1]])
+        freed = {u for r in rows for u in r[3]}
+        # values later steps read: set in the environment as the Python rows would have
+        self.kept = [(u, a) for u, a in produced.items() if u not in freed]
+        self.produced = frozenset(produced)
+        self.frees = tuple(u for r in rows for u in r[3] if u not in produced)
+        self.status = ctypes.c_int32(0)
+        self.run_calls = runner()
+        self.address, self.n, self.status_address = ctypes.addressof(self.table), len(flat), ctypes.addressof(self.status)
+
+    def __call__(self, values: list, out: Any, env: dict[int, Any]) -> Any:
+        stopped = self.run_calls(self.address, self.n, self.status_address)
+        if stopped != self.n:
+            self._resume(stopped, env)
+        else:
+            env.update(self.kept)
+        return self.rows[-1][5]
+
+    def _resume(self, stopped: int, env: dict[int, Any]) -> None:
+        if self.status.value > 0:
+            raise FusegraphError(f"oneDNN: a primitive of a native program failed (status {self.status.value})")
+        k = int(np.searchsorted(self.starts, stopped, side="right")) - 1  # the row whose call stopped
+        for j, (fn, args, uid, frees, needs_env, out) in enumerate(self.rows):
+            if j < k:  # done in C: the result is in its buffer
+                env[uid] = out
+            else:
+                values = [env[a] for a in args]
+                env[uid] = fn(values, out, env) if needs_env else fn(values, out)
+            for dead in frees:
+                if dead in self.produced:  # the others the executable's loop frees (Region.frees)
+                    del env[dead]
+
+
+def native_rows(rows: list[tuple], stable: dict[int, Any]) -> list[tuple]:
+    """`rows` with each run of at least MIN_STEPS consecutive native steps replaced by one Region row.
+    `stable`: the values whose buffers stay where they are (constants, this thread's arena views)."""
+    out: list[tuple] = []
+    run: list[tuple] = []
+    calls: list[list[Call]] = []
+
+    def close() -> None:
+        if len(run) >= MIN_STEPS:
+            produced = {r[2]: r[5] for r in run}
+            region = Region(list(run), list(calls), produced)
+            out.append((region, (), run[-1][2], region.frees, True, None))
+        else:
+            out.extend(run)
+        run.clear()
+        calls.clear()
+
+    for row in rows:
+        fn, args, uid, frees, needs_env, buf = row
+        native = getattr(fn, "native", None)
+        c = None
+        if native is not None and buf is not None and all(isinstance(stable.get(a), np.ndarray) for a in args):
+            c = native([stable[a] for a in args], buf)
+        if c is None:
+            close()
+            out.append(row)
+            continue
+        run.append(row)
+        calls.append(c)
+        stable[uid] = buf
+    close()
+    return out

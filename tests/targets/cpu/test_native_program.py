@@ -1,0 +1,223 @@
+"""Native programs (targets/cpu/native_program.py): runs of steps with C forms called as one C
+function, against the ref target and against the same executable run step by step."""
+
+from __future__ import annotations
+
+import ctypes
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import fusegraph
+from fusegraph.targets.cpu.native_program import GUARD, KERNEL, PRIMITIVE, Region
+from tests.util import make_model, target_or_skip
+
+rng = np.random.default_rng(11)
+n = helper.make_node
+
+
+def _compile(model, target="cpu"):
+    p = fusegraph.parse_onnx(model)
+    p.compile(target_or_skip("cpu") if target == "cpu" else fusegraph.get_target(target))
+    return p
+
+
+def _regions(rows) -> list[Region]:
+    return [r[0] for r in rows if isinstance(r[0], Region)]
+
+
+def _kinds(region: Region) -> set[int]:
+    return {c.kind for c in region.table}
+
+
+def _mixed_model():
+    """Convolutions big enough for oneDNN (relu: a guarded post-op), a tiny one (generated C), a
+    generated pointwise kernel between them, and a product with constant weights."""
+    x = rng.standard_normal((1, 8, 24, 24)).astype(np.float32)
+    init = {"w1": (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32),
+            "b1": rng.standard_normal(16).astype(np.float32),
+            "w2": (rng.standard_normal((4, 16, 1, 1)) * 0.2).astype(np.float32),
+            "wm": (rng.standard_normal((6, 8)) * 0.2).astype(np.float32),
+            "k": np.array([1.5], np.float32)}
+    nodes = [n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"]),
+             n("Sin", ["r1"], ["s1"]), n("Mul", ["s1", "k"], ["m1"]),
+             n("Conv", ["m1", "w2"], ["c2"], strides=[4, 4]), n("Tanh", ["c2"], ["t2"]),
+             n("MatMul", ["t2", "wm"], ["out"])]
+    return make_model(nodes, {"x": x}, ["out"], init), x
+
+
+def test_mixed_steps_run_as_one_native_call_like_the_steps_do(monkeypatch):
+    model, x = _mixed_model()
+    p = _compile(model)
+    rows, _ = p.executable.main.thread_plan()
+    regions = _regions(rows)
+    assert regions and {KERNEL, PRIMITIVE} <= set().union(*map(_kinds, regions))
+    got = p.run({"x": x})
+    np.testing.assert_allclose(got[0], _compile(model, "ref").run({"x": x})[0], rtol=1e-4, atol=1e-5)
+    # the same kernels on the same buffers: bit for bit the step-by-step run
+    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
+    steps = _compile(model)
+    assert not _regions(steps.executable.main.thread_plan()[0])
+    np.testing.assert_array_equal(got[0], steps.run({"x": x})[0])
+
+
+def test_a_nan_inside_a_region_stops_at_its_guard():
+    # oneDNN's relu is exact on finite inputs only (NaN -> 0): a NaN reaching a guarded convolution
+    # inside the region stops the native call there, and the rest runs as Python steps, which take
+    # the exact path
+    x = rng.standard_normal((1, 8, 24, 24)).astype(np.float32)
+    init = {"w0": (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32),
+            "w1": (rng.standard_normal((16, 16, 3, 3)) * 0.2).astype(np.float32),
+            "w2": (rng.standard_normal((16, 16, 3, 3)) * 0.2).astype(np.float32)}
+    nodes = [n("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]), n("Sin", ["c0"], ["s"]),
+             n("Conv", ["s", "w1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"]),  # guarded
+             n("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             n("ReduceMean", ["c2"], ["out"], axes=[2, 3], keepdims=0)]  # the output: not in the arena
+    model = make_model(nodes, {"x": x}, ["out"], init)
+    p, ref = _compile(model), _compile(model, "ref")
+    regions = _regions(p.executable.main.thread_plan()[0])
+    assert any(GUARD in _kinds(r) for r in regions)
+    bad = x.copy()
+    bad[0, 3, 5, 5] = np.nan
+    for feeds in ({"x": x}, {"x": bad}, {"x": x}, {"x": bad}):  # the table runs on after a stop
+        want = ref.run(feeds)[0]
+        assert np.isnan(want).any() == (feeds["x"] is bad)
+        np.testing.assert_allclose(p.run(feeds)[0], want, rtol=1e-4, atol=1e-5)  # NaN where the reference has NaN
+
+
+def _if_model():
+    w = (rng.standard_normal((8, 4, 3)) * 0.3).astype(np.float32)
+    w2 = (rng.standard_normal((6, 8, 3)) * 0.3).astype(np.float32)
+    w3 = (rng.standard_normal((6, 6, 1)) * 0.3).astype(np.float32)
+    then = helper.make_graph(
+        [n("Conv", ["x", "w"], ["c"], pads=[1, 1]), n("Relu", ["c"], ["r"]), n("Sigmoid", ["r"], ["s"]),
+         n("Conv", ["s", "w2"], ["c2"], strides=[2]), n("Tanh", ["c2"], ["t"]), n("Conv", ["t", "w3"], ["m"]),
+         n("ReduceMean", ["m"], ["y"], axes=[2], keepdims=0)],
+        "then", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    other = helper.make_graph([n("Constant", [], ["y2"], value=helper.make_tensor("c", TensorProto.FLOAT, [1, 6], [0.5] * 6))],
+                              "else", [],
+                              [helper.make_tensor_value_info("y2", TensorProto.FLOAT, None)])
+    nodes = [n("Equal", ["sr", "k"], ["cond"]), n("If", ["cond"], ["out"], then_branch=then, else_branch=other)]
+    x = rng.standard_normal((1, 4, 16)).astype(np.float32)
+    model = make_model(nodes, {"x": x, "sr": np.array(16000, np.int64)}, ["out"],
+                       {"w": w, "w2": w2, "w3": w3, "k": np.array(16000, np.int64)})
+    return model, x
+
+
+def test_if_bodies_run_native_programs():
+    model, x = _if_model()
+    p, ref = _compile(model), _compile(model, "ref")
+    for sr in (16000, 8000, 16000):
+        feeds = {"x": x, "sr": np.array(sr, np.int64)}
+        np.testing.assert_allclose(p.run(feeds)[0], ref.run(feeds)[0], rtol=1e-4, atol=1e-5)
+    (step,) = [s for s in p.executable.steps if s.name == "if"]
+    bodies = [c.cell_contents for c in step.fn.__closure__ if isinstance(c.cell_contents, dict)][0]
+    then = next(b for b in bodies.values() if any(s.name == "conv_epilogue" for s in b.steps))
+    assert _regions(then.thread_plan()[0])
+
+
+def test_native_programs_from_several_threads_at_once():
+    # each thread binds its own table to its own arena (and oneDNN memory objects)
+    model, x = _mixed_model()
+    p = _compile(model)
+    feeds = [{"x": (x * (k + 1)).astype(np.float32)} for k in range(6)]
+    want = [p.run(f)[0] for f in feeds]
+    with ThreadPoolExecutor(3) as pool:
+        for _ in range(4):
+            for g, w in zip(pool.map(lambda f: p.run(f)[0], feeds), want):
+                np.testing.assert_array_equal(g, w)
+
+
+def test_profiles_still_time_every_step():
+    model, x = _mixed_model()
+    p = _compile(model)
+    rows, _ = p.executable.main.step_plan()
+    assert not _regions(rows) and _regions(p.executable.main.thread_plan()[0])
+    prof = p.executable.profile({"x": x}, runs=2, warmup=1)
+    assert [uid for uid, _, _ in prof.runs[0]] == [r[2] for r in rows]
+
+
+@pytest.mark.parametrize("index", [1, -2, 3])
+def test_gathers_of_constant_indices_are_checked_once(index):
+    # silero-vad's state[0] and state[1]: the range check at compile time; out of range still fails
+    # when the model runs, naming the op
+    x = rng.standard_normal((2, 1, 8)).astype(np.float32)
+    model = make_model([n("Gather", ["x", "i"], ["g"], axis=0), n("Neg", ["g"], ["out"])], {"x": x}, ["out"],
+                       {"i": np.array(index, np.int64)})
+    p = _compile(model)
+    if index == 3:
+        with pytest.raises(fusegraph.errors.ExecutionError, match="gather"):
+            p.run({"x": x})
+    else:
+        np.testing.assert_array_equal(p.run({"x": x})[0], -x[index])
+
+
+@pytest.mark.parametrize("starts, ends, axis, steps", [([0], [6], 1, [1]), ([6], [18], 1, [1]), ([1], [3], 0, [1]),
+                                                       ([0], [18], 1, [2])])
+def test_slices_between_native_steps_copy_in_c(starts, ends, axis, steps):
+    # a merged projection's columns sliced apart (BERT's Q, K, V): rows of a matrix copied from C;
+    # every other step between is native, so the slice must not end the region
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    init = {"w": rng.standard_normal((8, 18)).astype(np.float32), "b": rng.standard_normal(18).astype(np.float32),
+            "starts": np.array(starts, np.int64), "ends": np.array(ends, np.int64),
+            "axes": np.array([axis], np.int64), "steps": np.array(steps, np.int64)}
+    nodes = [n("MatMul", ["x", "w"], ["m"]), n("Add", ["m", "b"], ["a"]), n("Sin", ["a"], ["s"]),
+             n("Slice", ["s", "starts", "ends", "axes", "steps"], ["c"]), n("Cos", ["c"], ["k"]),
+             n("ReduceMean", ["k"], ["out"], axes=[0], keepdims=0)]
+    model = make_model(nodes, {"x": x}, ["out"], init)
+    p = _compile(model)
+    regions = _regions(p.executable.main.thread_plan()[0])
+    sliced = [r for r in regions if any(row[0].__qualname__.startswith("reference_kernel") for row in r.rows)]
+    np.testing.assert_allclose(p.run({"x": x})[0], _compile(model, "ref").run({"x": x})[0], rtol=1e-5, atol=1e-6)
+    assert sliced or steps == [2]  # every other column: no C form, a Python step
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_concats_between_native_steps_copy_in_c(axis):
+    # YOLO's concats between convolutions: each part copied into its slice of the output from C
+    x = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    init = {"k": rng.standard_normal((1, 3, 5)).astype(np.float32)}
+    nodes = [n("Mul", ["x", "k"], ["m"]), n("Cos", ["m"], ["a"]), n("Tanh", ["m"], ["b"]), n("Sin", ["m"], ["c"]),
+             n("Concat", ["a", "b", "c"], ["cat"], axis=axis), n("Exp", ["cat"], ["e"]),
+             n("ReduceMean", ["e"], ["out"], axes=[axis], keepdims=0)]
+    model = make_model(nodes, {"x": x}, ["out"], init)
+    p = _compile(model)
+    regions = _regions(p.executable.main.thread_plan()[0])
+    assert any(row[0].__qualname__.startswith("concat") for r in regions for row in r.rows)
+    np.testing.assert_allclose(p.run({"x": x})[0], _compile(model, "ref").run({"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("make, native", [
+    (lambda a: a, True),                              # dense
+    (lambda a: a[:, 2:5], True),                      # column slice: rows
+    (lambda a: a[1:3], True),                         # row slice: dense
+    (lambda a: a[:, ::2], False),                     # every other column: not rows of contiguous elements
+    (lambda a: a[::-1], False),                       # backwards
+    (lambda a: a.reshape(2, 3, 8)[:, 1:, 2:6], False),  # two strided levels
+])
+def test_copy_calls_copy_what_numpy_copies(make, native):
+    from fusegraph.targets.cpu.native_program import FgCall, copy, runner
+
+    target_or_skip("cpu")  # the runner compiles with the target's compiler
+    src = make(np.arange(48, dtype=np.float32).reshape(6, 8))
+    dst = np.zeros(src.shape, np.float32)
+    status = np.zeros(1, np.int32)
+
+    def run(call):
+        table = (FgCall * 1)(FgCall(*call[0]))
+        assert runner()(ctypes.addressof(table), 1, status.ctypes.data) == 1
+
+    call = copy(dst, src)
+    assert (call is not None) == native
+    if call is not None:
+        run(call)
+        np.testing.assert_array_equal(dst, src)
+    # into a strided destination (a concat's part) the same way
+    dense = np.ascontiguousarray(src).reshape(src.shape[0], -1)
+    out = np.zeros((dense.shape[0], dense.shape[1] + 3), np.float32)
+    part = out[:, 1:1 + dense.shape[1]]
+    run(copy(part, dense))
+    np.testing.assert_array_equal(part, dense)
+    assert not out[:, 0].any() and not out[:, 1 + dense.shape[1]:].any()
