@@ -4,10 +4,13 @@ An op is named by its IR name (`convolution`, `dot`) or by the ONNX op type it c
 `MatMul`, `Gemm`), case-insensitively; `conv`, `matmul` and `gemm` are accepted too. A `Gemm` and a
 `MatMul` are both `dot` in the IR: their ONNX origin tells them apart.
 
-Sensitive heads stay float by default (`keep_heads`): an op from which some program output is
-reached without passing another quantized op is the last layer of its branch (a classifier's fc, a
+Sensitive heads stay float by default (`keep_heads`): an op whose every path to the program's
+outputs passes no other quantized op is the last layer of its branch (a classifier's fc, a
 detector's box and class convolutions, a recognizer's projection), whose error nothing downstream
 averages out and whose output often spans very different ranges (box pixels next to class logits).
+Every path, not some: a transformer layer's output projection reaches the outputs through the
+residual adds alone, but also feeds the next layer's products, which average its error like any
+hidden layer's (with "some path", every attention-output and FFN-down product of BERT was a head).
 """
 
 from __future__ import annotations
@@ -77,21 +80,22 @@ def _float32_inputs(ins: Instruction) -> bool:
 
 
 def heads_of(module: Module, ops: list[Instruction]) -> list[Instruction]:
-    """The `ops` from which a program output is reached through other instructions only."""
+    """The `ops` that reach a program output, and reach no other of `ops`, whatever the path."""
     quantized = {i.uid for i in ops}
-    heads: dict[int, Instruction] = {}
-    seen: set[int] = set()
-    stack = list(module.outputs)
-    while stack:
-        ins = stack.pop()
-        if ins.uid in seen:
-            continue
-        seen.add(ins.uid)
-        if ins.uid in quantized:
-            heads[ins.uid] = ins
-            continue
-        stack.extend(ins.inputs)
-    return [i for i in ops if i.uid in heads]
+    users: dict[int, list[Instruction]] = {}
+    for ins in module.instructions:
+        for x in ins.inputs:
+            users.setdefault(x.uid, []).append(ins)
+    outputs = {o.uid for o in module.outputs}
+    # bottom-up (instructions are in order): free = no path from here meets a quantized op;
+    # live = some path reaches an output
+    free: dict[int, bool] = {}
+    live: dict[int, bool] = {}
+    for ins in reversed(module.instructions):
+        after = users.get(ins.uid, [])
+        free[ins.uid] = all(u.uid not in quantized and free[u.uid] for u in after)
+        live[ins.uid] = ins.uid in outputs or any(live[u.uid] for u in after)
+    return [i for i in ops if free.get(i.uid) and live.get(i.uid)]
 
 
 def weight_axis(ins: Instruction, per_channel: bool) -> int | None:

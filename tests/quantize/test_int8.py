@@ -242,3 +242,32 @@ def test_cpu_calibration_runner_sees_the_ref_ranges():
         assert ranges["cpu"][name] == pytest.approx(r, rel=1e-5, abs=1e-6), name
     with pytest.raises(ArgumentError, match="runner"):
         make_plan(fusegraph.parse_onnx(_conv_net()), data, Scheme(), runner="gpu")
+
+
+def _residual_net() -> onnx.ModelProto:
+    """x -> mm1 -> r = x + h -> mm2 -> out = r + y, and a second head mm3 on r: a transformer-like
+    residual stream where mm1's result reaches the output through adds alone, and also mm2 and mm3."""
+    r = np.random.default_rng(3)
+    w = {f"w{i}": numpy_helper.from_array(r.standard_normal((8, 8)).astype(np.float32), f"w{i}") for i in (1, 2, 3)}
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+             helper.make_node("Add", ["x", "h"], ["r"], name="res1"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2"),
+             helper.make_node("Add", ["r", "y"], ["out"], name="res2"),
+             helper.make_node("MatMul", ["r", "w3"], ["cls"], name="mm3")]
+    g = helper.make_graph(nodes, "residual", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 8]),
+                           helper.make_tensor_value_info("cls", TensorProto.FLOAT, [2, 8])], list(w.values()))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_heads_are_the_products_no_path_from_which_meets_another():
+    """mm1 reaches `out` through the residual adds alone but also feeds mm2 and mm3: a hidden layer,
+    quantized; mm2 and mm3 are the heads, kept float."""
+    from fusegraph.quantize.select import DEFAULT_QUANTIZE_OPS, heads_of, select
+
+    module = fusegraph.parse_onnx(_residual_net()).main
+    picked = select(module, DEFAULT_QUANTIZE_OPS, keep_heads=False)
+    names = {i.uid: {n.name for n in i.origin} for i in picked}
+    assert sorted(min(names[i.uid]) for i in heads_of(module, picked)) == ["mm2", "mm3"]
+    kept = {min(names[i.uid]) for i in picked} - {min(names[i.uid]) for i in select(module, DEFAULT_QUANTIZE_OPS)}
+    assert kept == {"mm2", "mm3"}
