@@ -59,6 +59,20 @@ def test_conv_weight_as_input_and_dynamic_batch():
                map_dyn_input_dims={"x": [(1, 8), 2, 6, 6]})
 
 
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_conv_same_pads_at_stride_1_are_known_for_a_dynamic_size(auto_pad):
+    """SAME at stride 1 pads span - 1 whatever the size (PP-OCRv6's recognizer, dynamic width): one
+    compile runs two widths as ORT does; at stride 2 the pads depend on the size: a clear ParseError."""
+    w = randn(3, 2, 3, 4)
+    for width in (7, 10):
+        node_check("Conv", {"x": randn(1, 2, 5, width)}, {"auto_pad": auto_pad}, initializers={"w": w},
+                   map_dyn_input_dims={"x": [1, 2, 5, (4, 12)]})
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], auto_pad=auto_pad, strides=[2, 2])],
+                       {"x": randn(1, 2, 5, 7)}, ["y"], {"w": w})
+    with pytest.raises(ParseError, match="stride 2 needs static spatial dims"):
+        fusegraph.parse_onnx(model, map_dyn_input_dims={"x": [1, 2, 5, (4, 12)]})
+
+
 def test_conv_fp16():
     node_check("Conv", {"x": randn(1, 3, 8, 8, dtype=np.float16)}, {"pads": [1, 1, 1, 1]},
                initializers={"w": randn(4, 3, 3, 3, dtype=np.float16)}, rtol=1e-2, atol=1e-2)
@@ -296,8 +310,8 @@ def test_converter_errors_name_the_node():
                           {"w": randn(3, 2, 3, 3)})
     with pytest.raises(ParseError, match="'c1'.*pads"):
         fusegraph.parse_onnx(bad_pads)
-    same = make_model([helper.make_node("MaxPool", ["x"], ["y"], name="p1", kernel_shape=[2, 2], auto_pad="SAME_UPPER")],
-                      {"x": x}, ["y"])
+    same = make_model([helper.make_node("MaxPool", ["x"], ["y"], name="p1", kernel_shape=[2, 2], strides=[2, 2],
+                                        auto_pad="SAME_UPPER")], {"x": x}, ["y"])  # (stride 1 pads alike for all sizes)
     with pytest.raises(ParseError, match="'p1'.*static spatial"):
         fusegraph.parse_onnx(same, map_dyn_input_dims={"x": [1, 2, (4, 8), 6]})
 

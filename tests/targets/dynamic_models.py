@@ -71,6 +71,16 @@ def _silero() -> Case:
     return Case("silero_vad", _real("silero_vad"), dyn, ((1, 0), (2, 0), (4, 0)), feeds)
 
 
+def _open_nsfw() -> Case:
+    # N, H, W, C (a Caffe ResNet through TF), BGR pixels less the channel means; its Reshape/Pad chains
+    # are written for 224 x 224: a dynamic batch only
+    dyn = {"input_0": [Dim(1, 4), 224, 224, 3]}
+
+    def feeds(b, n, rng):
+        return {"input_0": rng.random((b, 224, 224, 3), dtype=np.float32) * 255 - np.array([104, 117, 123], np.float32)}
+    return Case("open_nsfw", _real("open_nsfw"), dyn, ((1, 224), (2, 224), (4, 224)), feeds)
+
+
 B4 = Dim(1, 4)
 CASES = [
     _bert("bert_small"),
@@ -81,8 +91,11 @@ CASES = [
     _image("unet", _builtin("unet"), "input", 3, B4, Dim(64, 256), ((1, 64), (2, 128), (1, 256))),
     _image("ppocr_det", _real("ppocr_det"), "x", 3, B4, Dim(160, 640), ((1, 160), (2, 320), (1, 640))),
     _image("ppocr_rec", _real("ppocr_rec"), "x", 3, B4, Dim(96, 640), ((1, 96), (2, 320), (3, 640)), height=48),
+    _image("ppocrv6_rec", _real("ppocrv6_rec"), "x", 3, B4, Dim(96, 640), ((1, 96), (2, 320), (3, 640)),
+           height=48),
     _image("ppocr_cls", _real("ppocr_cls"), "x", 3, Dim(1, 8), 192, ((1, 192), (3, 192), (8, 192)), height=48),
     _image("yolov8n_nudenet", _real("yolov8n_nudenet"), "images", 3, B4, Dim(320, 640),
            ((1, 320), (2, 416), (1, 640))),
+    _open_nsfw(),
     _silero(),
 ]

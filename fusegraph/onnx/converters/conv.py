@@ -40,9 +40,15 @@ def window_pads(ctx, node, x, ks, strides, dils, dilate_same: bool = True) -> tu
     if auto not in ("SAME_UPPER", "SAME_LOWER"):
         raise ctx.error(f"unknown auto_pad {auto!r}")
     begins, ends = [], []
-    for n, k, s, d in zip(spatial_lens(ctx, x), ks, strides, dils, strict=True):
+    for dim, k, s, d in zip(x.shape.dims[2:], ks, strides, dils, strict=True):
         span = (k - 1) * d + 1 if dilate_same else k
-        total = max(0, (-(-n // s) - 1) * s + span - n)
+        if dim.is_fixed:
+            n = dim.min
+            total = max(0, (-(-n // s) - 1) * s + span - n)
+        elif s == 1 or span <= 1:  # the same for every size: span - 1 at stride 1, none for a 1-wide window
+            total = max(0, span - 1) if s == 1 else 0
+        else:  # it depends on the size modulo the stride
+            raise ctx.error(f"auto_pad {auto} with stride {s} needs static spatial dims, input is {x.shape}")
         small = total // 2
         begins.append(small if auto == "SAME_UPPER" else total - small)
         ends.append(total - begins[-1])
