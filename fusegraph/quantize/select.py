@@ -82,19 +82,15 @@ def _float32_inputs(ins: Instruction) -> bool:
 def heads_of(module: Module, ops: list[Instruction]) -> list[Instruction]:
     """The `ops` that reach a program output, and reach no other of `ops`, whatever the path."""
     quantized = {i.uid for i in ops}
-    users: dict[int, list[Instruction]] = {}
-    for ins in module.instructions:
-        for x in ins.inputs:
-            users.setdefault(x.uid, []).append(ins)
     outputs = {o.uid for o in module.outputs}
     # bottom-up (instructions are in order): free = no path from here meets a quantized op;
-    # live = some path reaches an output
+    # live = some path reaches an output (a reader in a submodule, not in these dicts, counts as both
+    # meeting a quantized op and reaching an output: its op stays a hidden layer)
     free: dict[int, bool] = {}
     live: dict[int, bool] = {}
     for ins in reversed(module.instructions):
-        after = users.get(ins.uid, [])
-        free[ins.uid] = all(u.uid not in quantized and free[u.uid] for u in after)
-        live[ins.uid] = ins.uid in outputs or any(live[u.uid] for u in after)
+        free[ins.uid] = all(u.uid not in quantized and free.get(u.uid, False) for u in ins.users)
+        live[ins.uid] = ins.uid in outputs or any(live.get(u.uid, True) for u in ins.users)
     return [i for i in ops if free.get(i.uid) and live.get(i.uid)]
 
 
