@@ -45,8 +45,8 @@ def window_pads(ctx, node, x, ks, strides, dils, dilate_same: bool = True) -> tu
         if dim.is_fixed:
             n = dim.min
             total = max(0, (-(-n // s) - 1) * s + span - n)
-        elif s == 1 or span <= 1:  # the same for every size: span - 1 at stride 1, none for a 1-wide window
-            total = max(0, span - 1) if s == 1 else 0
+        elif s == 1 or span == 1:  # the same for every size (none for a 1-wide window)
+            total = span - 1
         else:  # it depends on the size modulo the stride
             raise ctx.error(f"auto_pad {auto} with stride {s} needs static spatial dims, input is {x.shape}")
         small = total // 2

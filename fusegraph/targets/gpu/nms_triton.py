@@ -34,7 +34,7 @@ def nms_candidates(scores_ptr, order_ptr, count_ptr, n, threshold, CAP: tl.const
     # ascending index (count > CAP: only the count is right; the caller sorts those rows in torch)
     row = tl.program_id(0)
     scan = tl.arange(0, SCAN)
-    held = tl.load(count_ptr + row) * 0  # a scalar tensor: the loop's types stay fixed
+    held = row * 0  # a scalar tensor: the loop's types stay fixed
     start = n * 0
     while start < n:
         at = start + scan
@@ -158,7 +158,7 @@ def candidates(scores: Any, threshold: float) -> tuple[Any, Any]:
 
     rows, n = scores.shape
     order = torch.empty((rows, CANDIDATES), dtype=torch.int64, device=scores.device)
-    count = torch.zeros(rows, dtype=torch.int32, device=scores.device)
+    count = torch.empty(rows, dtype=torch.int32, device=scores.device)
     load_kernel(SOURCE, "nms_candidates")[(rows,)](scores.contiguous(), order, count, n, float(threshold),
                                                    CAP=CANDIDATES, SCAN=_SCAN, num_warps=8)
     return order, count
