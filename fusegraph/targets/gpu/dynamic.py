@@ -54,7 +54,7 @@ class Run:
     outer: tuple[int, ...] = ()             # enclosing-module values its submodules read (host steps)
     frees: tuple[int, ...] = ()             # values dead after it
     to_device: bool = False                 # a host result a device step reads: moved right away
-    built: dict = dataclasses.field(default_factory=dict)  # concrete input shapes -> (mode, fn) | reason
+    built: dict = dataclasses.field(default_factory=dict)  # operand extents -> (mode, fn, shape) | reason
     host: Callable | None = None
 
     @property
@@ -66,6 +66,16 @@ def _on_device(t: Any, value: Any) -> bool:
     if isinstance(value, tuple):
         return all(_on_device(t, v) for v in value)
     return isinstance(value, t.Tensor)
+
+
+def _extents(t: Any, value: Any) -> Any:
+    """A device operand's extents, hashable (torch.Size, nested for tuples); None for a value that is
+    not one (its IR shape raises when the build is looked for)."""
+    if isinstance(value, t.Tensor):
+        return value.shape
+    if isinstance(value, tuple):
+        return tuple(_extents(t, v) for v in value)
+    return None
 
 
 def _concrete_shape(value: Any, shape: AnyShape) -> AnyShape:
@@ -271,13 +281,15 @@ class DynamicExecutable(DeviceDoor, Executable):
                 hosted.setdefault(x.uid, v)
                 v = env[x.uid] = device_value(v, x.shape, self.device)
             args.append(v)
-        try:
-            key = None if run.static else tuple(_concrete_shape(a, x.shape) for a, x in zip(args, step.inputs))
-        except CompileError:  # a sequence or an optional: not a device operand
-            return self._fallback(run, env, hosted, "a host-only operand")
+        # the operands' extents look the build up (IR shapes are made only when it is missing)
+        key = None if run.static else tuple(_extents(t, a) for a in args)
         built = run.built.get(key)
         if built is None:
-            built = run.built[key] = self._build(run, key)
+            try:
+                shapes = tuple(_concrete_shape(a, x.shape) for a, x in zip(args, step.inputs))
+            except CompileError:  # a sequence or an optional: not a device operand
+                return self._fallback(run, env, hosted, "a host-only operand")
+            built = run.built[key] = self._build(run, shapes)
         if isinstance(built, str):  # the lowering rejects these shapes: the host runs this one
             return self._host_step(run, env, hosted)
         mode, fn, *out = built

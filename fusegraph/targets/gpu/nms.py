@@ -74,18 +74,17 @@ def non_max_suppression(boxes: Any, scores: Any, limit: int, iou: float, score: 
         kernel = "triton" if boxes.is_cuda and boxes.dtype == t.float32 and lanes_for(limit) else "torch"
     if kernel == "triton" and score is not None and flat.dtype == t.float32:
         order, count = candidates(flat, score)  # sorted in registers, rows of up to CANDIDATES boxes
-        kept, held = greedy(order, count, boxes, classes, limit, iou, center)
-        ends = held.cumsum(0)
-        total, longest = t.stack((ends[-1], count.max().to(t.int64))).tolist()  # the one host read
+        kept, held, sums = greedy(order, count, boxes, classes, limit, iou, center)
+        total, longest = sums.tolist()  # the one host read
         if longest <= CANDIDATES:
-            return emit(kept, held, ends, total, classes)
+            return emit(kept, held, total, classes)
     valid = flat > score if score is not None else t.ones_like(flat, dtype=t.bool)
     # kept scores are > score >= -inf; + 0 makes -0.0 +0.0 (a radix sort on the bits would order them)
     key = t.where(valid, flat + 0.0, t.full_like(flat, float("-inf")))
     order = t.sort(key, dim=1, descending=True, stable=True).indices
     count = valid.sum(1)
     if kernel == "triton":
-        kept, held = greedy(order, count, boxes, classes, limit, iou, center)
+        kept, held, _ = greedy(order, count, boxes, classes, limit, iou, center)
         r, k = (t.arange(limit, device=dev) < held[:, None]).nonzero(as_tuple=True)  # by row, in order
         return t.stack([r // classes, r % classes, kept[r, k]], 1)
     longest = int(count.max())  # host read

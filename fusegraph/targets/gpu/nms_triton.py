@@ -49,19 +49,38 @@ def nms_candidates(scores_ptr, order_ptr, count_ptr, n, threshold, CAP: tl.const
         start += SCAN
     tl.store(count_ptr + row, held)
     tl.debug_barrier()  # the row's keys, stored by all its threads, are read back below
-    lanes = tl.arange(0, CAP)
-    key = tl.load(order_ptr + row * CAP + lanes, mask=lanes < held, other=-9223372036854775808)
-    key = tl.sort(key, descending=True)
-    tl.debug_barrier()
-    tl.store(order_ptr + row * CAP + lanes, 4294967295 - (key & 4294967295), mask=lanes < held)
+    # the sort's width follows the row's count (a detector's rows hold a few boxes; CAP is for crowds)
+    base = order_ptr + row * CAP
+    keys = tl.minimum(held, CAP)
+    if keys <= 32:
+        _sort_keys(base, keys, 32)
+    elif keys <= 256:
+        _sort_keys(base, keys, 256)
+    else:
+        _sort_keys(base, keys, CAP)
 
 
 @triton.jit
-def nms_emit(kept_ptr, held_ptr, ends_ptr, out_ptr, classes, limit, LANES: tl.constexpr):
-    # out[ends[row] - held[row] + j] = (batch, class, kept[row, j]) for j < held[row]
+def _sort_keys(base, keys, WIDTH: tl.constexpr):
+    # base[:keys] = the box indices of the keys there, by descending key (keys <= WIDTH, the row's CAP)
+    lanes = tl.arange(0, WIDTH)
+    key = tl.load(base + lanes, mask=lanes < keys, other=-9223372036854775808)
+    key = tl.sort(key, descending=True)
+    tl.debug_barrier()
+    tl.store(base + lanes, 4294967295 - (key & 4294967295), mask=lanes < keys)
+
+
+@triton.jit
+def nms_emit(kept_ptr, held_ptr, out_ptr, classes, limit, LANES: tl.constexpr, SUM: tl.constexpr):
+    # out[first + j] = (batch, class, kept[row, j]) for j < held[row], first = held[0] + ... + held[row - 1]
     row = tl.program_id(0)
     held = tl.load(held_ptr + row)
-    first = tl.load(ends_ptr + row) - held
+    first = held * 0
+    start = row * 0
+    while start < row:  # (a while loop: the interpreter cannot bound a range by a program id)
+        at = start + tl.arange(0, SUM)
+        first += tl.sum(tl.load(held_ptr + at, mask=at < row, other=0), 0)
+        start += SUM
     lanes = tl.arange(0, LANES)
     mine = lanes < held
     box = tl.load(kept_ptr + row * limit + lanes, mask=mine, other=0)
@@ -72,11 +91,13 @@ def nms_emit(kept_ptr, held_ptr, ends_ptr, out_ptr, classes, limit, LANES: tl.co
 
 
 @triton.jit
-def nms_greedy(order_ptr, count_ptr, boxes_ptr, kept_ptr, held_ptr, n, stride, classes, limit, iou,
+def nms_greedy(order_ptr, count_ptr, boxes_ptr, kept_ptr, held_ptr, sums_ptr, n, stride, classes, limit, iou,
                CENTER: tl.constexpr, LANES: tl.constexpr):
+    # sums[0] += the row's kept boxes, sums[1] = max(sums[1], its candidates): the host's one read
     row = tl.program_id(0)
     batch = row // classes
-    total = tl.minimum(tl.load(count_ptr + row), stride)
+    count = tl.load(count_ptr + row)
+    total = tl.minimum(count, stride)
     lanes = tl.arange(0, LANES)
     k_lo0 = tl.zeros([LANES], dtype=tl.float32)
     k_lo1 = tl.zeros([LANES], dtype=tl.float32)
@@ -132,7 +153,9 @@ def nms_greedy(order_ptr, count_ptr, boxes_ptr, kept_ptr, held_ptr, n, stride, c
             held += 1
         i += 1
     tl.store(kept_ptr + row * limit + lanes, k_box, mask=lanes < held)
-    tl.store(held_ptr + row, held)
+    tl.store(held_ptr + row, held.to(tl.int64))
+    tl.atomic_add(sums_ptr, held.to(tl.int64))
+    tl.atomic_max(sums_ptr + 1, count.to(tl.int64))
 '''
 
 
@@ -164,9 +187,11 @@ def candidates(scores: Any, threshold: float) -> tuple[Any, Any]:
     return order, count
 
 
-def greedy(order: Any, count: Any, boxes: Any, classes: int, limit: int, iou: float, center: bool) -> tuple[Any, Any]:
-    """(kept [rows, limit] box indices, held [rows]): each row's selection, in selection order, from
-    its first count[row] candidates in `order` ([rows, any width])."""
+def greedy(order: Any, count: Any, boxes: Any, classes: int, limit: int, iou: float,
+           center: bool) -> tuple[Any, Any, Any]:
+    """(kept [rows, limit] box indices, held [rows] int64, sums): each row's selection, in selection
+    order, from its first count[row] candidates in `order` ([rows, any width]); sums (int64 [2],
+    on the device) = (the boxes kept in all, the most candidates a row had)."""
     import torch
 
     from .kernels import load_kernel
@@ -175,16 +200,17 @@ def greedy(order: Any, count: Any, boxes: Any, classes: int, limit: int, iou: fl
     lanes = lanes_for(limit)
     kernel = load_kernel(SOURCE, "nms_greedy")
     kept = torch.empty((rows, limit), dtype=torch.int64, device=boxes.device)
-    held = torch.empty(rows, dtype=torch.int32, device=boxes.device)
-    kernel[(rows,)](order.contiguous(), count.contiguous(), boxes.contiguous(), kept, held, boxes.shape[1], stride,
-                    classes, limit, float(iou), CENTER=bool(center), LANES=lanes,
+    held = torch.empty(rows, dtype=torch.int64, device=boxes.device)
+    sums = torch.zeros(2, dtype=torch.int64, device=boxes.device)
+    kernel[(rows,)](order.contiguous(), count.contiguous(), boxes.contiguous(), kept, held, sums, boxes.shape[1],
+                    stride, classes, limit, float(iou), CENTER=bool(center), LANES=lanes,
                     num_warps=4 if lanes <= 256 else 8, **_launch_options(boxes.device))
-    return kept, held.to(torch.int64)
+    return kept, held, sums
 
 
-def emit(kept: Any, held: Any, ends: Any, total: int, classes: int) -> Any:
+def emit(kept: Any, held: Any, total: int, classes: int) -> Any:
     """The int64 [total, 3] (batch, class, box) triples of every row's selection, rows in order
-    (`ends`: the running sum of `held`; `total`: its last value, read by the caller)."""
+    (`total`: the sum of `held`, read by the caller)."""
     import torch
 
     from .kernels import load_kernel
@@ -192,5 +218,5 @@ def emit(kept: Any, held: Any, ends: Any, total: int, classes: int) -> Any:
     rows, limit = kept.shape
     out = torch.empty((total, 3), dtype=torch.int64, device=kept.device)
     if total:
-        load_kernel(SOURCE, "nms_emit")[(rows,)](kept, held, ends, out, classes, limit, LANES=lanes_for(limit))
+        load_kernel(SOURCE, "nms_emit")[(rows,)](kept, held, out, classes, limit, LANES=lanes_for(limit), SUM=256)
     return out
