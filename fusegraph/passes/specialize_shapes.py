@@ -25,7 +25,7 @@ from ..ir.shape import Shape
 from ..ops.movement import normalize_axes, resolve_reshape_dims, slice_bounds
 from .constants import small_constant
 from .eliminate_dead_code import eliminate_dead_code
-from .propagate_constant import propagate_constant
+from .propagate_constant import GROWTH_LIMIT_BYTES, propagate_constant
 
 QUANTIZED_FORMS = frozenset({"dequantize_linear"})  # what specialize leaves unfolded
 
@@ -163,6 +163,37 @@ def _broadcast(m: Module, ins: Instruction) -> Instruction | None:
     return m.insert(ins, make_op("broadcast", out_lens=ins.shape.lens), x)
 
 
+def _range(m: Module, ins: Instruction) -> Instruction | None:
+    """range(start, limit, delta) of known scalars -> its values (a detector's anchor grid, position
+    ids), unless they would be a big constant (the pipeline's folding limit decides those)."""
+    if not all(i.is_literal for i in ins.inputs):
+        return None
+    value = ins.op.compute([i.literal for i in ins.inputs])
+    return m.add_literal(np.array(value, order="C")) if value.nbytes <= GROWTH_LIMIT_BYTES else None
+
+
+def _constant_of_shape(m: Module, ins: Instruction) -> Instruction | None:
+    """constant_of_shape([known dims]) -> the value broadcast to them (a view, never a big constant)."""
+    lens = _ints(ins.inputs[0])
+    if lens is None:
+        return None
+    value = m.add_literal(np.array(ins.op.value, dtype=ins.op.dtype.np))
+    return m.insert(ins, make_op("broadcast", out_lens=tuple(lens)), value)
+
+
+def _expand(m: Module, ins: Instruction) -> Instruction | None:
+    """expand_dynamic(x, [known dims]) of a static x -> x or its `broadcast`, as for a static Expand."""
+    x, dims = ins.inputs
+    lens = _ints(dims)
+    if not _static(x) or lens is None:
+        return None
+    try:
+        out = tuple(int(n) for n in np.broadcast_shapes(x.shape.lens, tuple(lens)))
+    except ValueError:  # the op's own error, naming it, comes when it runs
+        return None
+    return x if out == x.shape.lens else m.insert(ins, make_op("broadcast", out_lens=out), x)
+
+
 def _dot(m: Module, ins: Instruction) -> Instruction | None:
     """a[..., M, K] @ (one [K, N] matrix broadcast over a's batch): one [batch*M, K] x [K, N]
     product, as the frontend writes a static MatMul by a weight matrix."""
@@ -188,6 +219,9 @@ RESOLVE: dict[str, Callable[[Module, Instruction], Instruction | None]] = {
     "broadcast_like": _broadcast,   # broadcast_like(x, static others) -> x | broadcast
     "broadcast_for_dot": _broadcast,  # broadcast_for_dot(x, static other) -> x | broadcast
     "dot": _dot,                    # dot(a, broadcast(w)) -> reshape(dot(reshape(a), w))
+    "range": _range,                # range(known scalars) -> a literal
+    "constant_of_shape": _constant_of_shape,  # constant_of_shape([known dims]) -> broadcast(value)
+    "expand_dynamic": _expand,      # expand_dynamic(x, [known dims]) -> x | broadcast
 }
 
 

@@ -73,3 +73,32 @@ def test_a_folded_shape_value_takes_only_its_own_nodes():
     assert [n.name for n in shape.origin] == ["shape"]
     relu = neg.inputs[0]
     assert relu.op.name == "relu" and [n.name for n in relu.origin] == ["relu"]
+
+
+def anchor_grid_model():
+    """A detector head's anchor grid from its feature map's size: Range(0, W) over Shape(x), a
+    ConstantOfShape and an Expand to the map's dims, added to x (YOLOv8's export writes these)."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "three"], ["w"], axis=0),
+             helper.make_node("Cast", ["w"], ["wf"], to=1),
+             helper.make_node("Range", ["start", "wf", "step"], ["xs"]),
+             helper.make_node("ConstantOfShape", ["s"], ["ones"], value=helper.make_tensor("v", 1, [1], [1.0])),
+             helper.make_node("Expand", ["xs", "s"], ["grid"]),
+             helper.make_node("Mul", ["grid", "ones"], ["g"]), helper.make_node("Add", ["x", "g"], ["y"])]
+    inits = {"three": np.array(3, np.int64), "start": np.array(0.5, np.float32), "step": np.array(1.0, np.float32)}
+    model = make_model(nodes, {"x": randn(1, 2, 3, 4)}, ["y"], initializers=inits)
+    for k in (2, 3):
+        model.graph.input[0].type.tensor_type.shape.dim[k].dim_param = f"d{k}"
+    return model
+
+
+def test_range_constant_of_shape_and_expand_of_known_values_become_static():
+    model = anchor_grid_model()
+    p = fusegraph.parse_onnx(model, map_dyn_input_dims={"x": [1, 2, Dim(1, 64), Dim(1, 64)]})
+    assert {"range", "constant_of_shape", "expand_dynamic"} <= {i.op.name for i in p.main.instructions}
+    for lens in ((1, 2, 3, 4), (1, 2, 7, 5)):
+        s = specialize(p, {"x": lens})
+        s.verify()
+        assert not any(i.shape.is_dynamic for i in s.main.instructions)
+        assert not {i.op.name for i in s.main.instructions} & {"range", "constant_of_shape", "expand_dynamic"}
+        x = {"x": randn(*lens)}
+        np.testing.assert_allclose(s.compile("ref").run(x)[0], run_ort(model, x)[0], rtol=1e-6, atol=1e-6)
