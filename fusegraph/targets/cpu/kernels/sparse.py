@@ -93,7 +93,7 @@ class SparseWeights:
         block). seg[(b * nkb + kb) * NB + c] is where segment (b, kb, column b * NB + c) starts."""
         self.k, self.n = k, n
         self._lib = _library()
-        kb = max(sparse_c.block_rows(k, self._lib.width, len(flat) / max(k * n, 1)), 1)
+        self.kb = kb = max(sparse_c.block_rows(k, self._lib.width, len(flat) / max(k * n, 1)), 1)
         nb = sparse_c.NB
         self.nkb, blocks = max(-(-k // kb), 1), -(-n // nb)
         cols, rows = flat % max(n, 1), flat // max(n, 1)
