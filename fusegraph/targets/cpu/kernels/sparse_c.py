@@ -8,14 +8,15 @@ broadcast of v and R vector loads of row k of the panel feed R FMAs into accumul
 y[panel rows, n]. Two sets of accumulators take alternate nonzeros, so 2R FMA chains run at once
 (one set would wait on the FMA latency); they are added at the end of each row block. A block of NB
 columns reads the panel KB rows at a time, so the rows in use stay in L1 or near it (32-96 KiB,
-sparser weights taller: block_rows) whatever K is; a column's partial sums wait in the block's tile between row blocks,
-and the tile is written to y row by row at the end. The order of every sum is fixed by the packing
-alone: results do not depend on the thread count. M = 1 is one gathered dot product per column.
+sparser weights taller: block_rows) whatever K is; a column's partial sums wait in the block's
+tile between row blocks, and the tile is written to y row by row at the end. The panels must start
+on a 64-byte boundary (sparse.py aligns them): a vector load across two cache lines costs two.
+The order of every sum is fixed by the packing alone: results do not depend on the thread count.
+M = 1 is one gathered dot product per column.
 """
 
 from __future__ import annotations
 
-VECTOR_FLOATS = {"avx512": 16, "avx2": 8, "generic": 8}  # floats in one vector, by the ISA below
 PANEL_VECTORS = (1, 2, 4)  # R: panels of 1, 2 or 4 vectors of rows (the fewest that cover M, up to 4)
 KB_BYTES = (32 * 1024, 96 * 1024)  # bounds of a slice of a panel read at a time (block_rows)
 KB_BYTES_PER_DENSITY = 12 * 1024  # the slice's bytes times the weights' density (block_rows)
