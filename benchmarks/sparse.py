@@ -73,7 +73,7 @@ def main() -> None:
     ap.add_argument("--densities", default=DENSITIES, help="comma list; 0.5:2:4 is a 2:4-pruned matrix")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    ap.add_argument("--products", default=None, help="gpu: M x K x N rows (default: sparse_gpu.PRODUCTS)")
+    ap.add_argument("--products", default=None, help="gpu: M x K x N rows (default: sparse_gpu.PRODUCTS; '' for none)")
     ap.add_argument("--batches", default="32", help="gpu: BERT-base batches of 128 tokens ('' for none)")
     ap.add_argument("--threads", type=int, default=None, help="cpu: threads of both programs (default: all)")
     ap.add_argument("--cpu-time", action="store_true",
@@ -87,7 +87,7 @@ def main() -> None:
     if a.device == "gpu":
         from benchmarks import sparse_gpu
 
-        path = write_results("sparse-gpu", sparse_gpu.main_gpu(a.products or sparse_gpu.PRODUCTS, a.batches))
+        path = write_results("sparse-gpu", sparse_gpu.main_gpu(sparse_gpu.PRODUCTS if a.products is None else a.products, a.batches))
         print("wrote", path)
         if a.out_dir:
             shutil.copy(path, Path(a.out_dir) / path.name)

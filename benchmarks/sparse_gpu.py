@@ -35,6 +35,7 @@ from torch import nn
 
 import fusegraph
 from benchmarks.gpu_vs_torch import bert, export_onnx, rel_err, time_alternating
+from fusegraph.errors import FusegraphError
 from fusegraph.targets.gpu import sparse_patterns
 from fusegraph.targets.gpu.lower_sparse import SparseWeight
 from fusegraph.targets.gpu.measure import cuda_measure, host_measure
@@ -72,7 +73,17 @@ def product_row(m: int, k: int, n: int) -> dict:
             samples[name].append(cuda_measure(fns[name], reps=REPS) * 1e3)
     ms = {name: round(statistics.median(v), 4) for name, v in samples.items()}
     host_ms = {name: round(host_measure(fn) * 1e3, 4) for name, fn in fns.items()}
+    graph_errors = {}
+    for name in ("fusegraph_2_4", "fusegraph_2_4_bias"):  # last: as the program runs them, one capture each
+        try:
+            replay = graphed(fns[name])
+        except RuntimeError as e:  # reported in the row, not dropped silently
+            graph_errors[name] = str(e).splitlines()[0][:300]
+            continue
+        errs[f"{name}_graph"] = rel_err(replay().float(), want + b.float() if "bias" in name else want)
+        ms[f"{name}_graph"] = round(cuda_measure(replay, reps=REPS) * 1e3, 4)
     return {"m": m, "k": k, "n": n, "dtype": "float16", "ms": ms, "host_ms": host_ms, "rel_err": errs,
+            "graph_errors": graph_errors,
             "speedup_2_4_vs_cublas": round(ms["cublas"] / ms["fusegraph_2_4"], 3),
             "speedup_2_4_bias_vs_cublas_bias": round(ms["cublas_bias"] / ms["fusegraph_2_4_bias"], 3),
             "speedup_torch_semi_bias_vs_cublas_bias": round(ms["cublas_bias"] / ms["torch_semi_structured_bias"], 3)}
@@ -144,8 +155,13 @@ def bert_row(batch: int) -> dict:
         torch.backends.cuda.matmul.allow_tf32 = False
         ref = timed.to(dev)(*targs).float()
         fns, compile_s, errs = {}, {}, {}
+        row["errors"] = {}
         for name, sparse in (("fusegraph_dense", False), ("fusegraph_2_4", True)):
-            exe, compile_s[name] = compile_fusegraph(onnx_bytes, sparse)
+            try:  # the 2:4 program captures cuSPARSELt's calls in its CUDA graph where they are chosen
+                exe, compile_s[name] = compile_fusegraph(onnx_bytes, sparse)
+            except (RuntimeError, FusegraphError) as e:  # reported in the row, the rest still measured
+                row["errors"][name] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+                continue
             errs[name] = rel_err(exe.run_device(feeds)[0], ref)
             fns[name] = (lambda e: lambda: e.run_device(feeds))(exe)
             if sparse:
@@ -171,14 +187,15 @@ def bert_row(batch: int) -> dict:
         if graphs:
             times.update(time_alternating(graphs))
     ms = {k: round(statistics.median(v), 4) for k, v in times.items()}
-    row.update(ms=ms, rel_err=errs, compile_s={k: round(v, 2) for k, v in compile_s.items()},
-               speedup_2_4_vs_dense=round(ms["fusegraph_dense"] / ms["fusegraph_2_4"], 3),
-               speedup_torch_semi_vs_torch_dense=round(ms["torch_dense"] / ms["torch_semi_structured"], 3),
-               ratio_2_4_vs_torch_semi=round(ms["fusegraph_2_4"] / ms["torch_semi_structured"], 3))
-    if "torch_semi_structured_graph" in ms and "torch_dense_graph" in ms:
-        row["speedup_torch_semi_graph_vs_torch_dense_graph"] = round(
-            ms["torch_dense_graph"] / ms["torch_semi_structured_graph"], 3)
-    picked = list(row["choices"].values())
+    row.update(ms=ms, rel_err=errs, compile_s={k: round(v, 2) for k, v in compile_s.items()})
+    for name, (num, den) in {"speedup_2_4_vs_dense": ("fusegraph_dense", "fusegraph_2_4"),
+                             "speedup_torch_semi_vs_torch_dense": ("torch_dense", "torch_semi_structured"),
+                             "speedup_torch_semi_graph_vs_torch_dense_graph": ("torch_dense_graph",
+                                                                               "torch_semi_structured_graph"),
+                             "speedup_2_4_vs_torch_semi_graph": ("torch_semi_structured_graph", "fusegraph_2_4")}.items():
+        if num in ms and den in ms:
+            row[name] = round(ms[num] / ms[den], 3)
+    picked = list(row.get("choices", {}).values())
     row["sparse_steps_chosen"] = f"{picked.count('cusparselt')}/{len(picked)}"
     return row
 
@@ -197,6 +214,6 @@ def main_gpu(products: str, batches: str) -> dict:
     for b in filter(None, batches.split(",")):
         models.append(bert_row(int(b)))
         r = models[-1]
-        print(f"bert-base batch {b}: {r['ms']}  2:4 vs dense {r['speedup_2_4_vs_dense']}x  "
-              f"sparse steps {r['sparse_steps_chosen']}", flush=True)
+        print(f"bert-base batch {b}: {r['ms']}  2:4 vs dense {r.get('speedup_2_4_vs_dense')}x  "
+              f"sparse steps {r['sparse_steps_chosen']}  errors {r['errors']} {r['graph_errors']}", flush=True)
     return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "products": rows, "models": models}
