@@ -2,6 +2,7 @@
 `--device gpu`, 2:4 float16 products and BERT-base end to end on an NVIDIA GPU (benchmarks/sparse_gpu.py).
 
     python benchmarks/sparse.py [--reps 20] [--rows 2048x2048x2048,128x768x768,...] [--densities 0.5,0.3,0.1]
+                                [--threads 1 --cpu-time] [--tag=-NAME]
     python benchmarks/sparse.py --device gpu [--products 2048x2048x2048,...] [--batches 32] [--out-dir DIR]
 
 Each row M x K x N is compiled as one ONNX MatMul on the cpu target twice: once with the sparse

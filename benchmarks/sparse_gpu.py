@@ -9,9 +9,10 @@ bias fused, the result written transposed: y row-major), cuSPARSELt with a row-m
 2.11's own layout, a probe of whether the layout costs host time), and torch's semi-structured form
 (F.linear over to_sparse_semi_structured(W^T)). Two numbers per contender: `ms`, the GPU time of its
 kernels (measure.cuda_measure: CUDA events behind a GPU-side sleep covering the host's work, what a
-CUDA graph replay pays), and `host_ms`, the host time of one eager call (measure.host_measure). The
-earlier rows of 190-290 ms were host time: a fixed 100 us sleep did not cover torch's per-call
-cuSPARSELt plan building.
+CUDA graph replay pays), and `host_ms`, the host time of one eager call (measure.host_measure); last,
+fusegraph's two products captured once as CUDA graphs and replayed (`*_graph`: what a compiled
+program runs; a capture that fails is reported in `graph_errors`). The earlier rows of 190-290 ms
+were host time: a fixed 100 us sleep did not cover torch's per-call cuSPARSELt plan building.
 
 BERT-base end to end (transformers' BertModel, random weights, every encoder Linear pruned to 2:4, as
 benchmarks/gpu_vs_torch.py builds it; batch x 128 tokens), the same weights: fusegraph fp16 with the
