@@ -2,9 +2,9 @@
 
 W [K, N] is packed once, at compile, by output column (the CSR form of W transposed: for column n
 the rows k of its nonzeros, ascending, and their values), split into segments of KB rows and laid
-out in the order the kernel reads them. A run packs x [M, K] k-major into panels of 16 to 64 rows, and each nonzero of a column
-feeds a few vector FMAs over a panel (sparse_c.py says how). The order of every sum depends on the
-packing only, so results do not depend on the thread count.
+out in the order the kernel reads them. A run packs x [M, K] k-major into panels of 16 to 64 rows,
+and each nonzero of a column feeds a few vector FMAs over a panel (sparse_c.py says how). The order
+of every sum depends on the packing only, so results do not depend on the thread count.
 
 The dot and dot_epilogue lowerings (kernels/dense.py) time this against oneDNN's dense product at
 compile and keep the faster (`choose`): sparsity pays only past a density that depends on the
@@ -64,6 +64,19 @@ def _aligned(size: int, align: int = 64) -> np.ndarray:
     return raw[skip:skip + size]
 
 
+_LOCAL = threading.local()  # per thread: its packing buffer, shared by every sparse product it runs
+
+
+def _scratch(size: int) -> np.ndarray:
+    """This thread's buffer for packed activations, kept between calls (a fresh one each call cost
+    its page faults every run: 5 ms of a 2048 x 2048 input's 16 MB here) and shared by the sparse
+    products the thread runs, one at a time."""
+    buf = getattr(_LOCAL, "buf", None)
+    if buf is None or buf.size < size:
+        buf = _LOCAL.buf = _aligned(size)
+    return buf[:size]
+
+
 def density(w: np.ndarray) -> float:
     return float(np.count_nonzero(w)) / max(w.size, 1)
 
@@ -105,15 +118,6 @@ class SparseWeights:
         self.vals = vals[order].astype(np.float32)
         self.nnz = int(self.vals.size)
         self.threads = threads
-        self._local = threading.local()
-
-    def _scratch(self, size: int) -> np.ndarray:
-        """This thread's buffer for the packed activations, kept between calls: a fresh one each call
-        cost its page faults every run (5 ms of a 2048 x 2048 input's 8 MB here)."""
-        buf = getattr(self._local, "buf", None)
-        if buf is None or buf.size < size:
-            buf = self._local.buf = _aligned(size)
-        return buf
 
     def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         lead = x.shape[:-1]
@@ -125,7 +129,7 @@ class SparseWeights:
             target = out
         r = sparse_c.panel_vectors(m, self._lib.width)
         rows = r * self._lib.width
-        packed = self._scratch(-(-m // rows) * rows * self.k)  # x in panels of `rows` rows
+        packed = _scratch(-(-m // rows) * rows * self.k)  # x in panels of `rows` rows
         self._lib.fn(x2.ctypes.data, target.ctypes.data, m, self.k, self.n, self.seg.ctypes.data, self.nkb,
                      self.rows.ctypes.data, self.vals.ctypes.data, packed.ctypes.data, r, self.threads)
         if out is not None and target is not out:
