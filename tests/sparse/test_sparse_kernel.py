@@ -83,3 +83,26 @@ def test_segments_and_slices_cover_every_nonzero_once():
             assert np.array_equal(s.vals[s.seg[i]:s.seg[i + 1]], w[want, col])
         else:
             assert rows.size == 0
+
+
+@pytest.mark.parametrize("isa", [("-mno-avx512f",), ("-mno-avx512f", "-mno-avx2", "-mno-fma")])
+def test_every_vector_path_of_the_kernel(monkeypatch, isa):
+    """The AVX2 + FMA and the plain-vector paths (built here by switching AVX-512, then AVX2, off),
+    on the shapes and weights above that cross every edge of their narrower panels."""
+    target_or_skip("cpu")
+    from fusegraph.targets.cpu.codegen import build
+    from fusegraph.targets.cpu.kernels import sparse
+
+    monkeypatch.setattr(sparse, "build_library", lambda srcs: build.build_library(srcs, flags=(*build.FLAGS, *isa)))
+    sparse._library.cache_clear()
+    try:
+        assert sparse._library().width == 8
+        for (m, k, n), pattern in zip(SHAPES, PATTERNS):
+            w = weights(pattern, k, n)
+            x = np.random.default_rng(m).standard_normal((m, k)).astype(np.float32)
+            exact = x.astype(np.float64) @ w
+            bound = k * np.finfo(np.float32).eps * (np.abs(x) @ np.abs(w))
+            one, two = sparse.SparseWeights(w, 1)(x), sparse.SparseWeights(w, 2)(x)
+            assert (np.abs(one - exact) <= bound).all() and np.array_equal(one, two)
+    finally:
+        sparse._library.cache_clear()  # the next caller builds for this CPU again
