@@ -8,8 +8,9 @@ order of precedence:
 2. a choice recorded with the program (a loaded .fgx's autotune.json): reused, nothing is timed;
 3. the on-disk cache, CACHE_ROOT/autotune/<device+versions>.json: reused, nothing is timed;
 4. timing on the device: the candidates' kernels compiled in parallel, then each run timed by CUDA
-   events behind a GPU-side sleep (so the kernels are timed, not their launch); the fastest wins and
-   is written to the cache. A candidate that fails to compile or run is dropped.
+   events behind a GPU-side sleep that covers the host's work (measure.py: the kernels are timed, not
+   their launch or a library's host-side setup); the fastest wins and is written to the cache. A
+   candidate that fails to compile or run is dropped.
 
 On a CPU device (Triton's interpreter) nothing meaningful can be timed: the choice is deterministic
 (the library path, or the first Triton config when the mode is "triton"), and nothing is cached.
