@@ -1,17 +1,26 @@
 """Dense against 2:4 sparse float16 on one NVIDIA GPU (issue 24), run by `benchmarks/sparse.py --device gpu`.
 
-Products, y = x W (+ bias) with W [K, N] = prune_2_4 of a random matrix, each M x K x N row timed
-five rounds, alternating: cuBLAS (torch.matmul / addmm: the gpu target's dense kernels), fusegraph's
-sparse kernel (lower_sparse.SparseWeight: cuSPARSELt on W^T, bias fused), and torch's semi-structured
-form (F.linear over to_sparse_semi_structured(W^T)). Each sample is the tuner's own measure (CUDA events
-right after a GPU-side sleep, so kernels are timed, not their launch: autotune.cuda_measure).
+    PYTHONPATH=. python benchmarks/sparse.py --device gpu     # products and BERT-base b32: ~3-5 min on an H200
+
+Products, y = x W (+ bias) with W [K, N] = prune_2_4 of a random matrix (2048^3, and BERT-base's
+layers at M = 32 x 128 tokens), timed in rounds, alternating: cuBLAS (torch.matmul / addmm: the gpu
+target's dense kernels), fusegraph's sparse kernel (lower_sparse.SparseWeight: cuSPARSELt on W^T,
+bias fused, the result written transposed: y row-major), cuSPARSELt with a row-major y^T (torch
+2.11's own layout, a probe of whether the layout costs host time), and torch's semi-structured form
+(F.linear over to_sparse_semi_structured(W^T)). Two numbers per contender: `ms`, the GPU time of its
+kernels (measure.cuda_measure: CUDA events behind a GPU-side sleep covering the host's work, what a
+CUDA graph replay pays), and `host_ms`, the host time of one eager call (measure.host_measure); last,
+fusegraph's two products captured once as CUDA graphs and replayed (`*_graph`: what a compiled
+program runs; a capture that fails is reported in `graph_errors`). The earlier rows of 190-290 ms
+were host time: a fixed 100 us sleep did not cover torch's per-call cuSPARSELt plan building.
 
 BERT-base end to end (transformers' BertModel, random weights, every encoder Linear pruned to 2:4, as
-benchmarks/gpu_vs_torch.py builds it; batch x 128 tokens), the same weights four ways: fusegraph fp16
-with the sparse kinds switched off (its dense form), fusegraph fp16 as it compiles (each sparse step
-timed against its dense kernel), torch eager fp16, and torch eager fp16 with every pruned Linear's
-weight as a SparseSemiStructuredTensor. CUDA events around each call, contenders alternated in rounds
-(gpu_vs_torch.time_alternating); errors are relative L2 against the pruned fp32 module on the GPU.
+benchmarks/gpu_vs_torch.py builds it; batch x 128 tokens), the same weights: fusegraph fp16 with the
+sparse kinds switched off (its dense form), fusegraph fp16 as it compiles (each sparse step timed
+against its dense kernel), torch eager fp16, torch eager with every pruned Linear's weight as a
+SparseSemiStructuredTensor, and both torch forms replayed as CUDA graphs (their launches and
+cuSPARSELt's plan building out of the timing). CUDA events around each call, contenders alternated in
+rounds (gpu_vs_torch.time_alternating); errors are relative L2 against the pruned fp32 module on the GPU.
 """
 
 from __future__ import annotations
@@ -27,12 +36,14 @@ from torch import nn
 
 import fusegraph
 from benchmarks.gpu_vs_torch import bert, export_onnx, rel_err, time_alternating
+from fusegraph.errors import FusegraphError
 from fusegraph.targets.gpu import sparse_patterns
-from fusegraph.targets.gpu.autotune import cuda_measure
 from fusegraph.targets.gpu.lower_sparse import SparseWeight
+from fusegraph.targets.gpu.measure import cuda_measure, host_measure
 
 PRODUCTS = "2048x2048x2048,4096x768x3072,4096x3072x768,4096x768x768"  # M x K x N (BERT-base: 32 x 128 tokens)
-ROUNDS = 5
+ROUNDS = 3  # rounds of the product rows (each a median of REPS calls per contender)
+REPS = 10  # timed calls per round and contender
 
 
 def pruned_weight(k: int, n: int, seed: int = 0) -> np.ndarray:
@@ -46,8 +57,10 @@ def product_row(m: int, k: int, n: int) -> dict:
     b = torch.randn(n, device=dev).half()
     plain, biased = SparseWeight(), SparseWeight()
     semi = torch.sparse.to_sparse_semi_structured(w.t().contiguous())  # torch's form: a Linear's [N, K] weight
+    packed = torch._cslt_compress(w.t().contiguous())
     fns = {"cublas": lambda: torch.matmul(x, w), "cublas_bias": lambda: torch.addmm(b, x, w),
            "fusegraph_2_4": lambda: plain(x, w), "fusegraph_2_4_bias": lambda: biased(x, w, b),
+           "cusparselt_row_major_yt": lambda: torch._cslt_sparse_mm(packed, x.t()).t(),
            "torch_semi_structured_bias": lambda: F.linear(x, semi, b)}
     want = x.float() @ w.float()
     errs = {}
@@ -58,11 +71,41 @@ def product_row(m: int, k: int, n: int) -> dict:
     for r in range(ROUNDS):
         names = list(fns)[r % len(fns):] + list(fns)[:r % len(fns)]
         for name in names:
-            samples[name].append(cuda_measure(fns[name], reps=15) * 1e3)
+            samples[name].append(cuda_measure(fns[name], reps=REPS) * 1e3)
     ms = {name: round(statistics.median(v), 4) for name, v in samples.items()}
-    return {"m": m, "k": k, "n": n, "dtype": "float16", "ms": ms, "rel_err": errs,
+    host_ms = {name: round(host_measure(fn) * 1e3, 4) for name, fn in fns.items()}
+    graph_errors = {}
+    for name in ("fusegraph_2_4", "fusegraph_2_4_bias"):  # last: as the program runs them, one capture each
+        try:
+            replay = graphed(fns[name])
+        except RuntimeError as e:  # reported in the row, not dropped silently
+            graph_errors[name] = str(e).splitlines()[0][:300]
+            continue
+        errs[f"{name}_graph"] = rel_err(replay().float(), want + b.float() if "bias" in name else want)
+        ms[f"{name}_graph"] = round(cuda_measure(replay, reps=REPS) * 1e3, 4)
+    return {"m": m, "k": k, "n": n, "dtype": "float16", "ms": ms, "host_ms": host_ms, "rel_err": errs,
+            "graph_errors": graph_errors,
             "speedup_2_4_vs_cublas": round(ms["cublas"] / ms["fusegraph_2_4"], 3),
-            "speedup_2_4_bias_vs_cublas_bias": round(ms["cublas_bias"] / ms["fusegraph_2_4_bias"], 3)}
+            "speedup_2_4_bias_vs_cublas_bias": round(ms["cublas_bias"] / ms["fusegraph_2_4_bias"], 3),
+            "speedup_torch_semi_bias_vs_cublas_bias": round(ms["cublas_bias"] / ms["torch_semi_structured_bias"], 3)}
+
+
+def graphed(fn):
+    """`fn` captured once as a CUDA graph: a function that replays it (its output tensor is the same each time)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # lazy initialization (cuBLAS handles, workspaces) outside the capture
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+
+    def replay():
+        graph.replay()
+        return out
+    return replay
 
 
 def prune_linears(model: nn.Module) -> int:
@@ -113,25 +156,47 @@ def bert_row(batch: int) -> dict:
         torch.backends.cuda.matmul.allow_tf32 = False
         ref = timed.to(dev)(*targs).float()
         fns, compile_s, errs = {}, {}, {}
+        row["errors"] = {}
         for name, sparse in (("fusegraph_dense", False), ("fusegraph_2_4", True)):
-            exe, compile_s[name] = compile_fusegraph(onnx_bytes, sparse)
+            try:  # the 2:4 program captures cuSPARSELt's calls in its CUDA graph where they are chosen
+                exe, compile_s[name] = compile_fusegraph(onnx_bytes, sparse)
+            except (RuntimeError, FusegraphError) as e:  # reported in the row, the rest still measured
+                row["errors"][name] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+                continue
             errs[name] = rel_err(exe.run_device(feeds)[0], ref)
             fns[name] = (lambda e: lambda: e.run_device(feeds))(exe)
             if sparse:
                 row["choices"] = {k: v["name"] for k, v in exe.tuning.items() if k.startswith("2:4")}
+                row["tuner_ms"] = {k: {c: round(s_ * 1e3, 4) for c, s_ in v.items()}
+                                   for k, v in getattr(exe, "tuning_times", {}).items() if k.startswith("2:4")}
         model = timed.half()
-        errs["torch_dense"] = rel_err(model(*targs), ref)
-        fns["torch_dense"] = lambda: model(*targs)
         semi = semi_structured(model)
-        errs["torch_semi_structured"] = rel_err(semi(*targs), ref)
-        fns["torch_semi_structured"] = lambda: semi(*targs)
+        eager = {"torch_dense": lambda: model(*targs), "torch_semi_structured": lambda: semi(*targs)}
+        for name, fn in eager.items():
+            errs[name] = rel_err(fn(), ref)
+            fns[name] = fn
         times = time_alternating(fns)
+        # last: a capture torch cannot make could leave the CUDA context unusable for what follows
+        graphs, row["graph_errors"] = {}, {}
+        for name, fn in eager.items():
+            try:
+                graphs[f"{name}_graph"] = graphed(fn)
+            except RuntimeError as e:  # reported in the row, not dropped silently
+                row["graph_errors"][name] = str(e).splitlines()[0][:300]
+        for name, fn in graphs.items():
+            errs[name] = rel_err(fn(), ref)
+        if graphs:
+            times.update(time_alternating(graphs))
     ms = {k: round(statistics.median(v), 4) for k, v in times.items()}
-    row.update(ms=ms, rel_err=errs, compile_s={k: round(v, 2) for k, v in compile_s.items()},
-               speedup_2_4_vs_dense=round(ms["fusegraph_dense"] / ms["fusegraph_2_4"], 3),
-               speedup_torch_semi_vs_torch_dense=round(ms["torch_dense"] / ms["torch_semi_structured"], 3),
-               ratio_2_4_vs_torch_semi=round(ms["fusegraph_2_4"] / ms["torch_semi_structured"], 3))
-    picked = list(row["choices"].values())
+    row.update(ms=ms, rel_err=errs, compile_s={k: round(v, 2) for k, v in compile_s.items()})
+    for name, (num, den) in {"speedup_2_4_vs_dense": ("fusegraph_dense", "fusegraph_2_4"),
+                             "speedup_torch_semi_vs_torch_dense": ("torch_dense", "torch_semi_structured"),
+                             "speedup_torch_semi_graph_vs_torch_dense_graph": ("torch_dense_graph",
+                                                                               "torch_semi_structured_graph"),
+                             "speedup_2_4_vs_torch_semi_graph": ("torch_semi_structured_graph", "fusegraph_2_4")}.items():
+        if num in ms and den in ms:
+            row[name] = round(ms[num] / ms[den], 3)
+    picked = list(row.get("choices", {}).values())
     row["sparse_steps_chosen"] = f"{picked.count('cusparselt')}/{len(picked)}"
     return row
 
@@ -144,13 +209,12 @@ def main_gpu(products: str, batches: str) -> dict:
         m, k, n = (int(v) for v in spec.split("x"))
         rows.append(product_row(m, k, n))
         r = rows[-1]
-        print(f"{spec:>16}: cublas {r['ms']['cublas']:.4f} ms  2:4 {r['ms']['fusegraph_2_4']:.4f} ms  "
-              f"({r['speedup_2_4_vs_cublas']}x); with bias {r['speedup_2_4_bias_vs_cublas_bias']}x; "
-              f"torch semi {r['ms']['torch_semi_structured_bias']:.4f} ms", flush=True)
+        print(f"{spec:>16}: GPU ms {r['ms']}  2:4 vs cuBLAS {r['speedup_2_4_vs_cublas']}x, with bias "
+              f"{r['speedup_2_4_bias_vs_cublas_bias']}x; host ms per eager call {r['host_ms']}", flush=True)
     models = []
     for b in filter(None, batches.split(",")):
         models.append(bert_row(int(b)))
         r = models[-1]
-        print(f"bert-base batch {b}: {r['ms']}  2:4 vs dense {r['speedup_2_4_vs_dense']}x  "
-              f"sparse steps {r['sparse_steps_chosen']}", flush=True)
+        print(f"bert-base batch {b}: {r['ms']}  2:4 vs dense {r.get('speedup_2_4_vs_dense')}x  "
+              f"sparse steps {r['sparse_steps_chosen']}  errors {r['errors']} {r['graph_errors']}", flush=True)
     return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "products": rows, "models": models}

@@ -8,8 +8,9 @@ order of precedence:
 2. a choice recorded with the program (a loaded .fgx's autotune.json): reused, nothing is timed;
 3. the on-disk cache, CACHE_ROOT/autotune/<device+versions>.json: reused, nothing is timed;
 4. timing on the device: the candidates' kernels compiled in parallel, then each run timed by CUDA
-   events behind a GPU-side sleep (so the kernels are timed, not their launch); the fastest wins and
-   is written to the cache. A candidate that fails to compile or run is dropped.
+   events behind a GPU-side sleep that covers the host's work (measure.py: the kernels are timed, not
+   their launch or a library's host-side setup); the fastest wins and is written to the cache. A
+   candidate that fails to compile or run is dropped.
 
 On a CPU device (Triton's interpreter) nothing meaningful can be timed: the choice is deterministic
 (the library path, or the first Triton config when the mode is "triton"), and nothing is cached.
@@ -23,13 +24,13 @@ import hashlib
 import itertools
 import json
 import os
-import statistics
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ...errors import CompiledFileError, CompileError
 from . import kernels
+from .measure import cuda_measure
 from .triton_gemm import GemmConfig
 
 LIBRARY = "library"
@@ -49,8 +50,9 @@ DEFAULT_CONFIGS = (
     GemmConfig(64, 64, 32, 8, 4, 4), GemmConfig(64, 32, 64, 8, 4, 4), GemmConfig(32, 64, 64, 8, 4, 4),
 )
 # how candidates are timed, part of the cache's identity: choices timed another way are timed again
-# (version 1 timed kernel launches from the host, and its choices were mostly wrong)
-TIMING = "events-after-gpu-sleep-2"
+# (version 1 timed kernel launches from the host, and its choices were mostly wrong; version 2 slept a
+# fixed 100 us, which did not hide cuSPARSELt's per-call host work: measure.py)
+TIMING = "events-after-covering-gpu-sleep-3"
 SMEM_LIMIT = 227 * 1024  # bytes of shared memory one H100/H200 block may use
 
 
@@ -256,30 +258,3 @@ def precompile(runs: list[Callable[..., None]], args: tuple) -> None:
                 hook(*args)
             except candidate_errors():
                 continue
-
-
-SLEEP_CYCLES = 200_000  # ~100 us of GPU time at H200 clocks: longer than a candidate takes to launch
-
-
-def cuda_measure(run: Callable[[], None], reps: int = 15) -> float:
-    """Seconds per run on the device: the median over `reps` runs, each timed by CUDA events right
-    after a GPU-side sleep. The sleep keeps the GPU busy while the host launches the run, so the
-    events time the kernels, not the launch: a small GEMM takes a few microseconds on the GPU but
-    30-100 to launch from Python, and timing launches let the candidate with the fewest launches
-    win whatever its kernels' speed inside the program's graph. (Timing captured CUDA graphs instead
-    shared cuBLAS's per-stream workspace between the tuner's graphs and the program's, and a
-    ResNet-50 graph replay at batch 32 then failed on the H200.)"""
-    from .device import torch
-
-    t = torch()
-    run()  # compiles, and allocates what the candidate keeps
-    pairs = []
-    for _ in range(reps):
-        start, end = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
-        t.cuda._sleep(SLEEP_CYCLES)
-        start.record()
-        run()
-        end.record()
-        pairs.append((start, end))
-    pairs[-1][1].synchronize()
-    return statistics.median(a.elapsed_time(b) for a, b in pairs) / 1e3

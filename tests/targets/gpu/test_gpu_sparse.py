@@ -53,6 +53,14 @@ def sparse_kinds(p):
     return sorted(s.kind for s in p.executable.plan.steps if "dot" in s.kind or "gemm" in s.kind)
 
 
+class CallLog(list):
+    """The stand-in's sparse products (shapes of W^T and x^T, whether biased), and its compressions."""
+
+    def __init__(self):
+        super().__init__()
+        self.compressed: list[tuple[int, ...]] = []
+
+
 @pytest.fixture()
 def force_sparse(monkeypatch, gpu_target):
     """The sparse candidate of every sparse step, whatever the timing; on the CPU a stand-in for
@@ -65,12 +73,13 @@ def force_sparse(monkeypatch, gpu_target):
         return real(self, key, [c for c in candidates if c.name == lower_sparse.SPARSE] or candidates, args)
 
     monkeypatch.setattr(autotune.Tuner, "choose", prefer_sparse)
-    calls = []
+    calls = CallLog()
     if gpu_target.device is None:  # a CUDA machine: the real library
         return calls
 
     def compress(w_t):
         assert fusegraph.is_2_4(w_t.float().numpy().T), "cuSPARSELt's sparse operand must be 2:4 along its rows"
+        calls.compressed.append(tuple(w_t.shape))
         return w_t.clone()
 
     def sparse_mm(packed, x_t, bias):
@@ -127,6 +136,20 @@ def test_sparse_steps_forced(gpu_target, force_sparse, rows):
     if gpu_target.device is not None:  # the stand-in saw each sparse product: W^T [N, K], x^T [K, M]
         m = -(-2 * rows // 8) * 8
         assert set(force_sparse) == {((128, 64), (64, m), True), ((64, 128), (128, m), False), ((32, 64), (64, m), False)}
+
+
+def test_weights_are_compressed_once_not_per_run(gpu_target, force_sparse):
+    """Each sparse step compresses its weight at its first call; later runs only multiply."""
+    if gpu_target.device is None:
+        pytest.skip("counts the stand-in's calls (Triton's interpreter)")
+    model, x = ffn_model()
+    p = compiled(gpu_target, model)
+    compressed, products = len(force_sparse.compressed), len(force_sparse)
+    assert sorted(force_sparse.compressed) == [(32, 64), (64, 128), (128, 64)]
+    for _ in range(3):
+        p.run(x)
+    assert len(force_sparse.compressed) == compressed
+    assert len(force_sparse) == products + 3 * 3  # one product per sparse step per run
 
 
 # -- the kernel itself, on the GPU ---------------------------------------------------------------------

@@ -1,11 +1,10 @@
-"""Sparse weights on the cpu target: y = x @ W for a constant W with few nonzeros, in C.
+"""Sparse weights on the cpu target: y = x @ W for a constant W with few nonzeros, in C (sparse_c.py).
 
 W [K, N] is packed once, at compile, by output column (the CSR form of W transposed: for column n
-the rows k of its nonzeros, ascending, and their values). A run packs x [M, K] into tiles of 8 or 64
-rows laid out k-major, so the terms of one column over a tile are contiguous, which the compiler
-vectorizes, and a tile stays in cache while a block of 64 columns reads it. Each output element adds
-its terms in ascending k, one rounding each (no FMA contraction: -ffp-contract=off), so results do
-not depend on the thread count. For M = 1 each column is a gathered dot product.
+the rows k of its nonzeros, ascending, and their values), split into segments of KB rows and laid
+out in the order the kernel reads them. A run packs x [M, K] k-major into panels of 16 to 64 rows,
+and each nonzero of a column feeds a few vector FMAs over a panel (sparse_c.py says how). The order
+of every sum depends on the packing only, so results do not depend on the thread count.
 
 The dot and dot_epilogue lowerings (kernels/dense.py) time this against oneDNN's dense product at
 compile and keep the faster (`choose`): sparsity pays only past a density that depends on the
@@ -17,8 +16,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,101 +27,54 @@ from ....ir.dtypes import DType
 from ..codegen.build import build_library
 from ..codegen.kernels import KernelSource
 from ..lowering import lowering
+from . import sparse_c
 
 MAX_DENSITY = 0.5  # denser weights are not even tried: the dense kernels win by far
-_KB = 512  # rows of a tile read at a time when K is large: 512 x 64 floats = 128 KiB, half an L2
-_KB_FROM = 1024  # up to this K the whole tile (256 KiB at most) is read in one block: fewer partial sums
 MARGIN = 0.9  # the sparse kernel must win by 10 %: timing noise must not flip the choice between compiles
-
-_SOURCE = r"""
-/* x [M, K] is packed into tiles of T rows, xp[tile][k][t] (zero-padded), so the terms of one output
-   column over a tile are T contiguous floats: acc[0..T) += v * xp[tile][k][0..T) vectorizes, and a
-   block of 64 columns reads the tile KB rows at a time (kptr: where each column's nonzeros cross a
-   multiple of KB), so the KB x T rows in use stay in L1/L2 whatever K is; a column's partial sums
-   wait in `part` between row blocks, which keeps each sum in ascending k. */
-typedef float fg_v8 __attribute__((vector_size(32)));  /* 8 floats: one AVX register where there is one */
-typedef float fg_v8u __attribute__((vector_size(32), aligned(4)));  /* the same, read unaligned */
-#define FG_SPMM(T)                                                                                    \
-static void fg_spmm_t##T(const float* x, float* y, int64_t M, int64_t K, int64_t N,                   \
-                         const int64_t* kptr, int64_t nkb, const int32_t* rows, const float* vals,     \
-                         float* xp, int threads) {                                                    \
-    const int64_t tiles = (M + T - 1) / T, NB = 64, blocks = (N + NB - 1) / NB;                       \
-    _Pragma("omp parallel num_threads(threads)")                                                      \
-    {                                                                                                 \
-        _Pragma("omp for collapse(2) schedule(static)")                                               \
-        for (int64_t i = 0; i < tiles; i++)                                                           \
-            for (int64_t k = 0; k < K; k++)                                                           \
-                for (int64_t t = 0; t < T; t++) {                                                     \
-                    const int64_t m = i * T + t;                                                      \
-                    xp[(i * K + k) * T + t] = m < M ? x[m * K + k] : 0.0f;                            \
-                }                                                                                     \
-        _Pragma("omp for collapse(2) schedule(dynamic, 1)")                                           \
-        for (int64_t i = 0; i < tiles; i++)                                                           \
-            for (int64_t b = 0; b < blocks; b++) {                                                    \
-                const int64_t tm = M - i * T < T ? M - i * T : T;                                     \
-                const float* tile = xp + i * K * T;                                                   \
-                const int64_t n1 = (b + 1) * NB < N ? (b + 1) * NB : N;                               \
-                fg_v8 part[64 * (T / 8)]; /* the block's columns over this tile, summed so far */    \
-                for (int64_t q = 0; q < (n1 - b * NB) * (T / 8); q++) part[q] = (fg_v8){0};           \
-                for (int64_t kb = 0; kb < nkb; kb++)                                                  \
-                    for (int64_t n = b * NB; n < n1; n++) {                                           \
-                        fg_v8 acc[T / 8];                                                             \
-                        fg_v8* keep = part + (n - b * NB) * (T / 8);                                  \
-                        for (int q = 0; q < T / 8; q++) acc[q] = keep[q];                             \
-                        const int64_t* at = kptr + n * (nkb + 1) + kb;                                \
-                        for (int64_t j = at[0]; j < at[1]; j++) {                                     \
-                            const fg_v8 v = (fg_v8){0} + vals[j];                                     \
-                            const fg_v8u* xr = (const fg_v8u*)(tile + (int64_t)rows[j] * T);          \
-                            for (int q = 0; q < T / 8; q++) acc[q] += v * xr[q];                      \
-                        }                                                                             \
-                        for (int q = 0; q < T / 8; q++) keep[q] = acc[q];                             \
-                    }                                                                                 \
-                for (int64_t n = b * NB; n < n1; n++) {                                               \
-                    const float* a = (const float*)(part + (n - b * NB) * (T / 8));                   \
-                    for (int64_t t = 0; t < tm; t++) y[(i * T + t) * N + n] = a[t];                   \
-                }                                                                                     \
-            }                                                                                         \
-    }                                                                                                 \
-}
-FG_SPMM(8)
-FG_SPMM(64)
-
-__attribute__((visibility("default")))
-void fg_spmm_f32(const float* x, float* y, int64_t M, int64_t K, int64_t N, const int64_t* indptr,
-                 const int64_t* kptr, int64_t nkb, const int32_t* rows, const float* vals, float* xp,
-                 int threads) {
-    if (M == 1) {  /* one gathered dot product per column */
-        #pragma omp parallel for num_threads(threads) schedule(static) if (N * 64 > 32768)
-        for (int64_t n = 0; n < N; n++) {
-            float acc = 0.0f;
-            for (int64_t j = indptr[n]; j < indptr[n + 1]; j++) acc += vals[j] * x[rows[j]];
-            y[n] = acc;
-        }
-    } else if (M <= 32) {
-        fg_spmm_t8(x, y, M, K, N, kptr, nkb, rows, vals, xp, threads);
-    } else {
-        fg_spmm_t64(x, y, M, K, N, kptr, nkb, rows, vals, xp, threads);
-    }
-}
-"""
-
-
-def _tile(m: int) -> int:
-    return 1 if m == 1 else 8 if m <= 32 else 64
-
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 
 
+@dataclass(frozen=True)
+class _Library:
+    fn: Callable[..., None]
+    width: int  # floats in one vector of the build (16 with AVX-512)
+
+
 @functools.cache
-def _library():
-    src = KernelSource(name="fg_spmm_f32", code=_SOURCE, helpers=(), in_dtypes=(DType.float32,),
+def _library() -> _Library:
+    src = KernelSource(name="fg_spmm_f32", code=sparse_c.SOURCE, helpers=(), in_dtypes=(DType.float32,),
                        out_dtype=DType.float32)
-    fn = build_library([src]).kernels["fg_spmm_f32"]._fn
-    fn.argtypes = [_P, _P, _I, _I, _I, _P, _P, _I, _P, _P, _P, ctypes.c_int]
+    lib = build_library([src])
+    fn = lib.kernels["fg_spmm_f32"]._fn
+    fn.argtypes = [_P, _P, _I, _I, _I, _P, _I, _P, _P, _P, _I, ctypes.c_int]
     fn.restype = None
-    return fn
+    width = ctypes.CDLL(str(lib.path)).fg_spmm_vector_floats
+    width.restype = ctypes.c_int
+    return _Library(fn, int(width()))
+
+
+def _aligned(size: int, align: int = 64) -> np.ndarray:
+    """`size` float32 starting on an `align`-byte boundary: the kernel's 64-byte vector loads of a
+    panel row then never straddle two cache lines (numpy's large buffers start 16 bytes past a page,
+    where every such load straddled two: a third of the kernel's time)."""
+    raw = np.empty(size + align // 4, np.float32)
+    skip = (-raw.ctypes.data % align) // 4
+    return raw[skip:skip + size]
+
+
+_LOCAL = threading.local()  # per thread: its packing buffer, shared by every sparse product it runs
+
+
+def _scratch(size: int) -> np.ndarray:
+    """This thread's buffer for packed activations, kept between calls (a fresh one each call cost
+    its page faults every run: 5 ms of a 2048 x 2048 input's 16 MB here) and shared by the sparse
+    products the thread runs, one at a time."""
+    buf = getattr(_LOCAL, "buf", None)
+    if buf is None or buf.size < size:
+        buf = _LOCAL.buf = _aligned(size)
+    return buf[:size]
 
 
 def density(w: np.ndarray) -> float:
@@ -146,23 +100,24 @@ class SparseWeights:
         return self
 
     def _pack(self, vals: np.ndarray, flat: np.ndarray, k: int, n: int, threads: int) -> None:
+        """The nonzeros ordered by (block of NB columns, block of KB rows, column, row): the segments
+        the kernel reads one after another lie one after another, so they stream from memory as one
+        (read column by column, the 32 columns of a block were 32 streams, one jump each per row
+        block). seg[(b * nkb + kb) * NB + c] is where segment (b, kb, column b * NB + c) starts."""
         self.k, self.n = k, n
+        self._lib = _library()
+        self.kb = kb = max(sparse_c.block_rows(k, self._lib.width, len(flat) / max(k * n, 1)), 1)
+        nb = sparse_c.NB
+        self.nkb, blocks = max(-(-k // kb), 1), -(-n // nb)
         cols, rows = flat % max(n, 1), flat // max(n, 1)
-        order = np.lexsort((rows, cols))  # by column, then ascending k within it
-        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(cols, minlength=n))]).astype(np.int64)
+        segment = ((cols // nb) * self.nkb + rows // kb) * nb + cols % nb
+        order = np.lexsort((rows, segment))  # by segment, then ascending k within it
+        counts = np.bincount(segment, minlength=blocks * self.nkb * nb)
+        self.seg = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.rows = rows[order].astype(np.int32)
         self.vals = vals[order].astype(np.float32)
-        # per column, where its nonzeros cross each multiple of kb rows (rows ascend within a column)
-        kb = self.k if self.k <= _KB_FROM else _KB
-        self.nkb = max(-(-self.k // max(kb, 1)), 1)
-        cols = np.repeat(np.arange(self.n), np.diff(self.indptr))
-        counts = np.zeros((self.n, self.nkb), np.int64)
-        np.add.at(counts, (cols, self.rows // max(kb, 1)), 1)
-        self.kptr = np.concatenate([self.indptr[:-1, None], self.indptr[:-1, None] + np.cumsum(counts, axis=1)],
-                                   axis=1).astype(np.int64).reshape(-1)
         self.nnz = int(self.vals.size)
         self.threads = threads
-        self._fn = _library()
 
     def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         lead = x.shape[:-1]
@@ -172,33 +127,37 @@ class SparseWeights:
             target = np.empty((*lead, self.n), np.float32)
         else:
             target = out
-        t = _tile(m)
-        packed = np.empty(-(-m // t) * t * self.k, np.float32)  # x in tiles of t rows
-        self._fn(x2.ctypes.data, target.ctypes.data, m, self.k, self.n, self.indptr.ctypes.data,
-                 self.kptr.ctypes.data, self.nkb, self.rows.ctypes.data, self.vals.ctypes.data, packed.ctypes.data,
-                 self.threads)
+        r = sparse_c.panel_vectors(m, self._lib.width)
+        rows = r * self._lib.width
+        packed = _scratch(-(-m // rows) * rows * self.k)  # x in panels of `rows` rows
+        self._lib.fn(x2.ctypes.data, target.ctypes.data, m, self.k, self.n, self.seg.ctypes.data, self.nkb,
+                     self.rows.ctypes.data, self.vals.ctypes.data, packed.ctypes.data, r, self.threads)
         if out is not None and target is not out:
             out[...] = target
             return out
         return target
 
 
-def _median_time(fn: Callable[[], object], reps: int) -> float:
-    fn()  # warm: caches, page faults, OpenMP team
-    times = []
+def _fastest_times(fns: tuple[Callable[[], object], ...], reps: int) -> list[float]:
+    """Each function's fastest of `reps` runs, the functions alternating: on a shared machine other
+    work only ever adds time, and alternating spreads a burst of it over both sides (timed one after
+    the other, a burst could fall on one side and flip the choice)."""
+    for fn in fns:
+        fn()  # warm: caches, page faults, OpenMP team
+    best = [float("inf")] * len(fns)
     for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - t0)
+    return best
 
 
 def choose(dense: Callable[[np.ndarray], object], sparse: Callable[[np.ndarray], object], x_lens: tuple[int, ...],
            reps: int = 5) -> tuple[bool, float, float]:
-    """Whether the sparse product beats `dense` on an input of `x_lens` (and both median times)."""
+    """Whether the sparse product beats `dense` on an input of `x_lens` (and both fastest times)."""
     x = np.random.default_rng(0).standard_normal(x_lens).astype(np.float32)
-    t_dense = _median_time(lambda: dense(x), reps)
-    t_sparse = _median_time(lambda: sparse(x), reps)
+    t_dense, t_sparse = _fastest_times((lambda: dense(x), lambda: sparse(x)), reps)
     return t_sparse < MARGIN * t_dense, t_dense, t_sparse
 
 
