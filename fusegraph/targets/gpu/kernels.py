@@ -21,6 +21,7 @@ from .device import triton
 CACHE_ROOT = Path.home() / ".cache" / "fusegraph"  # generated sources and autotuning choices
 _lock = threading.Lock()
 _modules: dict[str, Any] = {}
+_kernels: dict[tuple[str, str], Any] = {}  # (source, name) -> JIT function: no hashing of the text per launch
 # Called on every generated module once it is imported (tests use it to give Triton's CPU
 # interpreter numpy forms of the libdevice functions it lacks).
 MODULE_HOOKS: list[Callable[[Any], None]] = []
@@ -44,6 +45,9 @@ def loaded_module(source: str) -> Any:
 
 def load_kernel(source: str, name: str) -> Any:
     """The JIT function `name` defined by the module `source` (imported once per process)."""
+    found = _kernels.get((source, name))
+    if found is not None:
+        return found
     triton()  # a clear TargetError when triton is missing
     digest = source_hash(source)
     with _lock:
@@ -61,7 +65,8 @@ def load_kernel(source: str, name: str) -> Any:
             for hook in MODULE_HOOKS:
                 hook(module)
             _modules[digest] = module
-    return getattr(module, name)
+        found = _kernels[(source, name)] = getattr(module, name)
+    return found
 
 
 class Launcher:

@@ -1,5 +1,6 @@
-"""NonMaxSuppression on the device (nms.py): its boxes and scores stay there, and only the count of
-selected boxes (the output's extent) comes back to the host. The thresholds and the per-class limit
+"""NonMaxSuppression on the device (nms.py; on CUDA replayed as one CUDA graph per input shape,
+nms_graph.py): its boxes and scores stay there, and only the count of selected boxes (the output's
+extent) comes back to the host. The thresholds and the per-class limit
 are read once at build time when they are literals (a detector's are), else at each run."""
 
 from __future__ import annotations
@@ -23,11 +24,14 @@ def _scalar(step, k: int, default):
 
 
 @lowering("non_max_suppression", mode="value", sizes_output=True,
-          note="torch ops on the device; the output count read back")
+          note="Triton kernels (on CUDA one graph per input shape) or torch ops; the output count read back")
 def nms(ctx, step):
+    from .nms_graph import GraphCache
+
     center = bool(step.ins.op.center_point_box)
     limit, iou, score = _scalar(step, 2, 0), _scalar(step, 3, 0.0), _scalar(step, 4, None)
+    graphs = GraphCache()  # this step's CUDA graphs, one per input shape and thresholds
 
     def run(*args):
-        return non_max_suppression(args[0], args[1], limit(args), iou(args), score(args), center)
+        return non_max_suppression(args[0], args[1], limit(args), iou(args), score(args), center, graphs=graphs)
     return run

@@ -54,10 +54,11 @@ def overlaps(t: Any, a: tuple, b: tuple, thr: float) -> Any:
 
 
 def non_max_suppression(boxes: Any, scores: Any, limit: int, iou: float, score: float | None,
-                        center: bool, kernel: str = "auto") -> Any:
+                        center: bool, kernel: str = "auto", graphs: Any = None) -> Any:
     """The selected [batch, class, box] triples (int64 [K, 3]) of ONNX NonMaxSuppression. `kernel`:
     the greedy pass as one Triton kernel (nms_triton.py) or in torch ops (below); "auto": Triton on
-    CUDA for float32 boxes and limits it serves."""
+    CUDA for float32 boxes and limits it serves. `graphs` (nms_graph.GraphCache): the all-Triton
+    path replayed as a CUDA graph per input shape (a compiled step's), instead of launched."""
     import torch as t
 
     from .nms_triton import CANDIDATES, candidates, emit, greedy, lanes_for
@@ -73,11 +74,17 @@ def non_max_suppression(boxes: Any, scores: Any, limit: int, iou: float, score: 
     if kernel == "auto":
         kernel = "triton" if boxes.is_cuda and boxes.dtype == t.float32 and lanes_for(limit) else "torch"
     if kernel == "triton" and score is not None and flat.dtype == t.float32:
-        order, count = candidates(flat, score)  # sorted in registers, rows of up to CANDIDATES boxes
-        kept, held, sums = greedy(order, count, boxes, classes, limit, iou, center)
-        total, longest = sums.tolist()  # the one host read
-        if longest <= CANDIDATES:
-            return emit(kept, held, total, classes)
+        graphed = graphs.get(boxes, flat, classes, limit, iou, score, center) if graphs is not None else None
+        if graphed is not None:
+            total, longest, out = graphed(boxes, flat)
+            if longest <= CANDIDATES:
+                return out
+        else:
+            order, count = candidates(flat, score)  # sorted in registers, rows of up to CANDIDATES boxes
+            kept, held, sums = greedy(order, count, boxes, classes, limit, iou, center)
+            total, longest = sums.tolist()  # the one host read
+            if longest <= CANDIDATES:
+                return emit(kept, held, total, classes)
     valid = flat > score if score is not None else t.ones_like(flat, dtype=t.bool)
     # kept scores are > score >= -inf; + 0 makes -0.0 +0.0 (a radix sort on the bits would order them)
     key = t.where(valid, flat + 0.0, t.full_like(flat, float("-inf")))

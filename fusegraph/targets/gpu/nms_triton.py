@@ -213,10 +213,15 @@ def emit(kept: Any, held: Any, total: int, classes: int) -> Any:
     (`total`: the sum of `held`, read by the caller)."""
     import torch
 
+    out = torch.empty((total, 3), dtype=torch.int64, device=kept.device)
+    if total:
+        emit_into(kept, held, out, classes)
+    return out
+
+
+def emit_into(kept: Any, held: Any, out: Any, classes: int) -> None:
+    """emit's triples written to the first rows of `out` (int64 [at least the sum of held, 3])."""
     from .kernels import load_kernel
 
     rows, limit = kept.shape
-    out = torch.empty((total, 3), dtype=torch.int64, device=kept.device)
-    if total:
-        load_kernel(SOURCE, "nms_emit")[(rows,)](kept, held, out, classes, limit, LANES=lanes_for(limit), SUM=256)
-    return out
+    load_kernel(SOURCE, "nms_emit")[(rows,)](kept, held, out, classes, limit, LANES=lanes_for(limit), SUM=256)
