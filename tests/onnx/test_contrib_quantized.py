@@ -4,8 +4,8 @@ against ONNX Runtime's CPU kernels: exact, except QLinearAdd within one step (se
 import numpy as np
 import pytest
 
-from tests.onnx.contrib_util import contrib_check, contrib_model, randn, rng
-from tests.util import assert_close, run_fusegraph, run_ort
+from tests.onnx.contrib_util import contrib_model, randn, rng
+from tests.util import assert_close, check_on_every_target, every_target, run_fusegraph, run_ort
 
 # -- quantized ops -----------------------------------------------------------------------------------
 QTYPES = [np.uint8, np.int8]
@@ -24,6 +24,12 @@ def _qparams(dtype, prefix, n, scale_range=(-5, -1)):
         out[f"{prefix}{k}"] = np.array(np.exp(rng.uniform(*scale_range)), np.float32)
         out[f"{prefix}{k}_zp"] = np.array(rng.integers(info.min, info.max), dtype)
     return out
+
+
+def _check_everywhere(op_type, inputs, attrs=None, initializers=None, input_names=None):
+    """One com.microsoft node on every target (every_target) against ONNX Runtime, exact."""
+    check_on_every_target(contrib_model(op_type, inputs, attrs, initializers=initializers, input_names=input_names),
+                          inputs)
 
 
 def _within_one_lsb(got, expected, max_fraction):
@@ -45,11 +51,13 @@ def test_qlinear_binary_every_pair(op_type, dtype):
         params = {k: np.asarray(v) for k, v in params.items()}
         names = ["a", "s0", "s0_zp", "b", "s1", "s1_zp", "s2", "s2_zp"]
         model = contrib_model(op_type, {"a": a, "b": b}, initializers=params, input_names=names)
-        got, expected = run_fusegraph(model, {"a": a, "b": b}), run_ort(model, {"a": a, "b": b})
-        if op_type == "QLinearMul":
-            assert_close(got, expected)  # exact
-        else:
-            _within_one_lsb(got, expected, max_fraction=1e-4)
+        expected = run_ort(model, {"a": a, "b": b})
+        for target in every_target():
+            got = run_fusegraph(model, {"a": a, "b": b}, target=target)
+            if op_type == "QLinearMul":
+                assert_close(got, expected)  # exact
+            else:
+                _within_one_lsb(got, expected, max_fraction=1e-4)
 
 
 @pytest.mark.parametrize("b_shape", [(4,), (1,), (3, 1)])
@@ -60,11 +68,11 @@ def test_qlinear_binary_broadcast_and_default_zero_points(b_shape):
     params = {"sa": np.array(0.02, np.float32), "sb": np.array(0.03, np.float32), "sc": np.array(0.07, np.float32),
               "zero": np.array(0, np.uint8)}
     for op_type in ("QLinearAdd", "QLinearMul"):
-        contrib_check(op_type, inputs, initializers=params, input_names=["a", "sa", "zero", "b", "sb", "zero", "sc"])
+        _check_everywhere(op_type, inputs, initializers=params, input_names=["a", "sa", "zero", "b", "sb", "zero", "sc"])
         absent = contrib_model(op_type, inputs, initializers=params, input_names=["a", "sa", "", "b", "sb", "", "sc"])
         zeros = contrib_model(op_type, inputs, initializers=params,
                               input_names=["a", "sa", "zero", "b", "sb", "zero", "sc", "zero"])
-        assert_close(run_fusegraph(absent, inputs), run_ort(zeros, inputs))
+        check_on_every_target(absent, inputs, run_ort(zeros, inputs))
 
 
 @pytest.mark.parametrize("dtype", QTYPES)
@@ -76,7 +84,7 @@ def test_qlinear_lookup_ops_every_value(op_type, attrs, dtype):
         params = {k: np.asarray(v) for k, v in _qparams(dtype, "s", 2).items()}
         if op_type == "QLinearSigmoid":  # a sigmoid in (0, 1) wants a small output scale
             params["s1"] = np.array(1 / 256, np.float32)
-        contrib_check(op_type, {"x": x}, attrs, initializers=params, input_names=["x", "s0", "s0_zp", "s1", "s1_zp"])
+        _check_everywhere(op_type, {"x": x}, attrs, initializers=params, input_names=["x", "s0", "s0_zp", "s1", "s1_zp"])
 
 
 @pytest.mark.parametrize("dtype", QTYPES)
@@ -86,7 +94,7 @@ def test_qlinear_global_average_pool(dtype, channels_last, shape):
     info = np.iinfo(dtype)
     x = rng.integers(info.min, info.max + 1, shape).astype(dtype)
     params = {k: np.asarray(v) for k, v in _qparams(dtype, "s", 2).items()}
-    contrib_check("QLinearGlobalAveragePool", {"x": x}, {"channels_last": channels_last}, initializers=params,
+    _check_everywhere("QLinearGlobalAveragePool", {"x": x}, {"channels_last": channels_last}, initializers=params,
                   input_names=["x", "s0", "s0_zp", "s1", "s1_zp"])
 
 
@@ -97,16 +105,16 @@ def test_qlinear_concat(dtype):
     params = {k: np.asarray(v) for k, v in _qparams(dtype, "s", 3).items()}
     params.update(ys=params["s1"], ys_zp=params["s1_zp"])  # x1 is already in the output's scale
     names = ["ys", "ys_zp"] + [n for k in range(3) for n in (f"x{k}", f"s{k}", f"s{k}_zp")]
-    contrib_check("QLinearConcat", xs, {"axis": -2}, initializers=params, input_names=names)
+    _check_everywhere("QLinearConcat", xs, {"axis": -2}, initializers=params, input_names=names)
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.uint16, np.int16])
 def test_quantize_dequantize_contrib(dtype):
     x = randn(2, 3, 4) * 20
     per_tensor = {"s": np.array(0.25, np.float32), "zp": np.array(3, dtype)}
-    contrib_check("QuantizeLinear", {"x": x}, initializers=per_tensor)
+    _check_everywhere("QuantizeLinear", {"x": x}, initializers=per_tensor)
     per_axis = {"s": rng.uniform(0.1, 1, 3).astype(np.float32), "zp": rng.integers(0, 9, 3).astype(dtype)}
-    contrib_check("QuantizeLinear", {"x": x}, {"axis": 1}, initializers=per_axis)
+    _check_everywhere("QuantizeLinear", {"x": x}, {"axis": 1}, initializers=per_axis)
     q = rng.integers(0, 100, (2, 3, 4)).astype(dtype)
-    contrib_check("DequantizeLinear", {"q": q}, initializers=per_tensor)
-    contrib_check("DequantizeLinear", {"q": q}, {"axis": 1}, initializers=per_axis)
+    _check_everywhere("DequantizeLinear", {"q": q}, initializers=per_tensor)
+    _check_everywhere("DequantizeLinear", {"q": q}, {"axis": 1}, initializers=per_axis)

@@ -5,15 +5,11 @@ import pytest
 from onnx import helper
 
 from tests.onnx.contrib_util import MS, contrib_model, rng
-from tests.util import assert_close, make_model, run_fusegraph, run_ort
+from tests.util import check_on_every_target, make_model
 
 QTYPES = [np.uint8, np.int8]
 
 
-def _on_targets(model, inputs, expected=None, **tol):
-    expected = run_ort(model, inputs) if expected is None else expected
-    for target in ("ref", "cpu"):
-        assert_close(run_fusegraph(model, inputs, target=target), expected, **tol)
 
 
 @pytest.mark.parametrize("dtype", QTYPES)
@@ -27,7 +23,7 @@ def test_qlinear_softmax(dtype, axis, opset, y_scale):
               "ys": np.array(y_scale, np.float32), "yz": np.array(info.min, dtype)}
     model = contrib_model("QLinearSoftmax", {"x": x}, {"axis": axis, "opset": opset}, initializers=params,
                           input_names=["x", "xs", "xz", "ys", "yz"])
-    _on_targets(model, {"x": x})
+    check_on_every_target(model, {"x": x})
 
 
 @pytest.mark.parametrize("dtype", QTYPES)
@@ -48,7 +44,7 @@ def test_qlinear_average_pool(dtype, attrs, y_zero_point):
                   "ys": np.array(scales[1], np.float32), "yz": np.array(y_zero_point, dtype)}
         model = contrib_model("QLinearAveragePool", {"x": x}, attrs, initializers=params,
                               input_names=["x", "xs", "xz", "ys", "yz"])
-        _on_targets(model, {"x": x})
+        check_on_every_target(model, {"x": x})
 
 
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
@@ -83,4 +79,4 @@ def test_dynamic_quantize_lstm(direction, per_column):
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     expected = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    _on_targets(model, {"x": x}, expected, rtol=1e-5, atol=1e-6)
+    check_on_every_target(model, {"x": x}, expected, rtol=1e-5, atol=1e-6)

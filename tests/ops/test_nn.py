@@ -9,7 +9,7 @@ from fusegraph.errors import ParseError, ShapeError
 from fusegraph.ir.dtypes import DType
 from fusegraph.ir.op import make_op
 from fusegraph.ir.shape import Dim, Shape
-from tests.util import check_vs_ort, make_model, node_check, run_fusegraph
+from tests.util import check_on_every_target, check_vs_ort, make_model, node_check, run_fusegraph
 
 rng = np.random.default_rng(0)
 
@@ -106,14 +106,14 @@ def test_conv_integer_and_qlinear_conv():
     x = rng.integers(0, 255, (1, 3, 6, 6), dtype=np.uint8)
     w = rng.integers(-64, 65, (4, 3, 3, 3), dtype=np.int8)
     node_check("ConvInteger", {"x": x}, {"pads": [1, 1, 1, 1]}, opset=10,
-               initializers={"w": w, "xz": np.uint8(128), "wz": np.int8(3)})
+               initializers={"w": w, "xz": np.uint8(128), "wz": np.int8(3)}, everywhere=True)
     # 7-bit weights, as ORT's quantizer makes them (reduce_range): on AVX2 without VNNI its u8s8
     # kernel adds pairs of u8*s8 products in int16, which saturates for |w| near 100 (off by ~20)
     node_check("QLinearConv", {"x": x}, {"strides": [2, 2]},
                initializers={"xs": np.float32(0.02), "xz": np.uint8(120), "w": w // 2,
                              "ws": np.abs(randn(4)) * 0.01 + 1e-3, "wz": np.zeros(4, np.int8),
                              "ys": np.float32(0.05), "yz": np.uint8(110),
-                             "b": rng.integers(-500, 500, 4).astype(np.int32)}, opset=10)
+                             "b": rng.integers(-500, 500, 4).astype(np.int32)}, opset=10, everywhere=True)
 
 
 def test_qlinear_conv_exact_accumulation():
@@ -130,8 +130,7 @@ def test_qlinear_conv_exact_accumulation():
     acc = np.einsum("ncijkl,mckl->nmij", xi, w.astype(np.int64))
     mult = (xs * ws / ys).astype(np.float32)[None, :, None, None]
     expected = np.clip(np.rint((acc.astype(np.float32) * mult).astype(np.float32)) + 250, 0, 255).astype(np.uint8)
-    for target in ("ref", "cpu"):
-        np.testing.assert_array_equal(run_fusegraph(model, {"x": x}, target=target)[0], expected)
+    check_on_every_target(model, {"x": x}, [expected])
 
 
 def test_deform_conv():

@@ -1,6 +1,8 @@
 """Quantization: QuantizeLinear/DequantizeLinear (per-tensor, per-axis, blocked; integer and float8
 results), DynamicQuantizeLinear and the integer matmuls, against ONNX Runtime."""
 
+import functools
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -11,7 +13,11 @@ from fusegraph.errors import ShapeError
 from fusegraph.ir.dtypes import DType
 from fusegraph.ir.op import make_op
 from fusegraph.ir.shape import Shape
-from tests.util import assert_close, make_model, node_check, run_fusegraph
+from tests import util
+from tests.util import assert_close, check_on_every_target, make_model, run_fusegraph
+
+# the quantized formats are checked on every target here (ref, cpu, gpu), against ORT
+node_check = functools.partial(util.node_check, everywhere=True)
 
 rng = np.random.default_rng(0)
 X = (rng.standard_normal((3, 4, 6)) * 40).astype(np.float32)
@@ -23,7 +29,7 @@ def reference_check(op_type, inputs, attrs=None, initializers=None, opset=21):
     names = list(inputs) + list(initializers or {})
     model = make_model([helper.make_node(op_type, names, ["y"], **(attrs or {}))], inputs, ["y"],
                        initializers, opset)
-    assert_close(run_fusegraph(model, inputs), ReferenceEvaluator(model).run(None, inputs))
+    check_on_every_target(model, inputs, ReferenceEvaluator(model).run(None, inputs))
 
 
 @pytest.mark.parametrize("zp_dtype", [np.uint8, np.int8, np.uint16, np.int16])
@@ -143,14 +149,7 @@ def test_qlinear_matmul(dtype):
                opset=10)
 
 
-# -- edge values against ONNX Runtime, on ref and cpu --------------------------------------------------
-def _targets_vs_ort(model, inputs):
-    from tests.util import run_ort
-    expected = run_ort(model, inputs)
-    for target in ("ref", "cpu"):
-        assert_close(run_fusegraph(model, inputs, target=target), expected)
-
-
+# -- edge values against ONNX Runtime, on every target --------------------------------------------------
 @pytest.mark.parametrize("zp", [np.uint8(0), np.uint8(255), np.uint8(128), np.int8(-128), np.int8(127), np.int8(0)])
 @pytest.mark.parametrize("scale", [0.5, 0.1, 0.0173])
 def test_quantize_edges_vs_ort(zp, scale):
@@ -162,7 +161,7 @@ def test_quantize_edges_vs_ort(zp, scale):
     names = ["x", "s", "zp"]
     model = make_model([helper.make_node("QuantizeLinear", names, ["y"])], {"x": x}, ["y"],
                        {"s": np.array(scale, np.float32), "zp": np.array(zp)}, opset=13)
-    _targets_vs_ort(model, {"x": x})
+    check_on_every_target(model, {"x": x})
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
@@ -173,11 +172,11 @@ def test_quantize_dequantize_per_axis_edges_vs_ort(dtype):
     zp = np.array([info.min, info.max, 0, info.min + 1], dtype)
     q_model = make_model([helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["y"], axis=0)], {"x": x}, ["y"],
                          {"s": scale, "zp": zp}, opset=13)
-    _targets_vs_ort(q_model, {"x": x})
+    check_on_every_target(q_model, {"x": x})
     q = np.tile(np.arange(info.min, info.max + 1).astype(dtype), (4, 1))
     dq_model = make_model([helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], axis=0)], {"q": q}, ["y"],
                           {"s": scale, "zp": zp}, opset=13)
-    _targets_vs_ort(dq_model, {"q": q})
+    check_on_every_target(dq_model, {"q": q})
 
 
 def test_dequantize_int32_with_zero_point_vs_ort():
@@ -186,7 +185,7 @@ def test_dequantize_int32_with_zero_point_vs_ort():
     q = np.array([2**24 + 1, 2**30 + 3, -(2**31) + 5, 7, 0], np.int32)
     model = make_model([helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"])], {"q": q}, ["y"],
                        {"s": np.array(1.0, np.float32), "zp": np.array(3, np.int32)}, opset=13)
-    _targets_vs_ort(model, {"q": q})
+    check_on_every_target(model, {"q": q})
 
 
 @pytest.mark.parametrize("case", ["ties", "all_negative", "all_positive", "constant", "tiny"])
@@ -196,7 +195,7 @@ def test_dynamic_quantize_linear_edges_vs_ort(case):
          "constant": np.full((3, 5), 2.5, np.float32), "tiny": X * np.float32(1e-30)}[case]
     model = make_model([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "zp"])], {"x": x},
                        ["y", "s", "zp"], opset=11)
-    _targets_vs_ort(model, {"x": x})
+    check_on_every_target(model, {"x": x})
 
 
 @pytest.mark.parametrize("b_dtype", [np.uint8, np.int8])
@@ -211,12 +210,12 @@ def test_integer_matmul_full_range_vs_ort(b_dtype):
     a[0] = 255
     init = {"b": b, "az": np.array(255, np.uint8), "bz": np.array(hi - 1 if b_dtype == np.uint8 else 0, b_dtype)}
     model = make_model([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])], {"a": a}, ["y"], init, opset=10)
-    _targets_vs_ort(model, {"a": a})
+    check_on_every_target(model, {"a": a})
     s = {"sa": np.array(0.02, np.float32), "za": np.array(3, np.uint8), "sb": np.array(0.004, np.float32),
          "zb": init["bz"], "sy": np.array(0.25, np.float32), "zy": np.array(128, np.uint8)}
     model = make_model([helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["y"])],
                        {"a": a}, ["y"], {"b": b, **s}, opset=10)
-    _targets_vs_ort(model, {"a": a})
+    check_on_every_target(model, {"a": a})
 
 
 @pytest.mark.parametrize("saturate", [0, 1])
@@ -233,4 +232,4 @@ def test_float8_and_int4_round_trip_vs_ort(qtype, saturate):
     nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"], axis=0, **({"saturate": saturate} if qtype in FLOAT8 else {})),
              helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], axis=0)]
     model = make_model(nodes, {"x": x}, ["y"], {"s": scale, "zp": np.zeros(2, qtype)}, opset=21)
-    _targets_vs_ort(model, {"x": x})
+    check_on_every_target(model, {"x": x})

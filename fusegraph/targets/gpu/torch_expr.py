@@ -4,9 +4,13 @@ one torch function per scalar function."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+import numpy as np
+
 from ...errors import CompileError
+from ...ir.dtypes import DType
 from ...ops.scalar import Call, Expr, Var, converts_to, fold
 from .device import has_torch_dtype, torch, torch_dtype
 
@@ -104,6 +108,29 @@ def evaluate(expr: Expr, args: list[Any], consts: dict | None = None) -> Any:
         x = vals[0]
         if dt.is_int and x.dtype.is_floating_point:
             x = t.trunc(x)
+        overflow = nan_past(dt) if x.dtype.is_floating_point else None
+        if overflow is not None:  # torch's cast saturates there; ONNX's (the reference's) gives NaN
+            bound, inclusive = overflow
+            over = x.abs() >= bound if inclusive else x.abs() > bound
+            x = t.where(over, const(float("nan"), x.dtype, x.device), x)
         return x.to(torch_dtype(dt))
 
     return fold(expr, leaf, node)
+
+
+@functools.cache
+def nan_past(dt: DType) -> tuple[float, bool] | None:
+    """For a float type with NaN but no infinity (float8 e4m3fn, the fnuz types): the magnitude past
+    which a value converts to NaN, and whether the magnitude itself does (the half-way point between
+    the largest finite value and the next power of its step rounds to even: to the largest value, or
+    past it). None for other types."""
+    import ml_dtypes
+
+    if not dt.is_float or dt.np.itemsize != 1 or ml_dtypes.finfo(dt.np).max is None:
+        return None
+    top = float(ml_dtypes.finfo(dt.np).max)
+    if not np.isnan(np.array(np.inf, np.float32).astype(dt.np).astype(np.float32)):
+        return None  # it has infinities: torch's cast overflows to them, as the reference does
+    below = float(np.nextafter(np.array(top, dt.np), np.array(0, dt.np)).astype(np.float32))
+    half = top + (top - below) / 2
+    return half, bool(np.isnan(np.array(half, np.float32).astype(dt.np).astype(np.float32)))
