@@ -8,7 +8,11 @@ weights), MatMulBnb4 (bitsandbytes FP4/NF4 weights) and the channels-last com.mi
                  without y_scale the float32 acc * (alpha * sa * sb)
     MatMulNBits  Y = A @ W^T + bias, W[n, k] = (q[n, k] - zp[n, g(k)]) * scale[n, g(k)] with
                  g(k) = k // block_size (or g_idx[k]); q packed low bits first, zp packed the same
-                 way per row of blocks (or float, the scales' type), 2^(bits-1) when absent
+                 way per row of blocks (or float, the scales' type), 2^(bits-1) when absent.
+                 4 bits with blocks in order (no g_idx, or the trivial one) stay packed as the
+                 `matmul_nbits` op (ops/nbits.py), which the cpu and gpu targets run with the
+                 dequantization fused into their product; 2 and 8 bits and a reordering g_idx
+                 are dequantized here, at compile (no kernel reads them packed yet)
     MatMulBnb4   Y = A @ W^T, W the [N, K] row-major weight whose 4-bit codes (high nibble first,
                  as bitsandbytes packs them) index the FP4 or NF4 table, times absmax per block
 
@@ -95,9 +99,12 @@ def matmul_nbits(ctx, node, args):
     blocks = -(-k // block)
     if b.shape.is_dynamic or b.shape.elements != n * blocks * block * bits // 8:
         raise ctx.error(f"B {b.shape} does not hold N={n} x {blocks} blocks of {block} {bits}-bit codes")
-    q = _take_columns(ctx, _unpack(ctx, ctx.reshape(b, [n, blocks * block * bits // 8]), bits, False), k)
-    # which block's scale and zero point each column k uses
     group = ctx.require_const(g_idx, "g_idx").astype(np.int64) if g_idx is not None else np.arange(k) // block
+    if bits == 4 and np.array_equal(group, np.arange(k) // block):
+        y = ctx.add("matmul_nbits", a, b, scales, *([] if zps is None else [zps]), k=k, n=n, bits=bits,
+                    block_size=block)
+        return y if bias is None else ctx.pointwise("add", y, ctx.convert(bias, y.shape.dtype))
+    q = _take_columns(ctx, _unpack(ctx, ctx.reshape(b, [n, blocks * block * bits // 8]), bits, False), k)
     group = ctx.literal(group.astype(np.int64))
     scale = ctx.add("gather", ctx.convert(ctx.reshape(scales, [n, blocks]), F32), group, axis=1)
     if zps is None:
