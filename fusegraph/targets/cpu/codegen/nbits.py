@@ -1,0 +1,183 @@
+"""C text of the int4 weight-only product (`matmul_nbits`, ops/nbits.py): y = x @ W^T with W's 4-bit
+codes dequantized in registers, block by block, inside the product loop.
+
+Layout trick: a chunk of C codes (C = 32, or 16 for 16-wide blocks) is C/2 bytes whose low nibbles
+are the even columns k and whose high nibbles the odd ones. Instead of interleaving the nibbles,
+each run permutes x once (`xp`: per chunk the C/2 even columns, then the C/2 odd ones, zero-padded
+to whole blocks), so a chunk is two vectors of C/2 weights, `lo` and `hi`, with no shuffle. Each
+weight is (float(q) - zp) * scale in float32, exactly the reference's dequantized value; the
+product sums in a different order (vectors, FMA), so results agree with it to float rounding.
+
+Work: columns n split over the OpenMP threads; for each column the rows go in groups of 8, 4, 2, 1
+(register accumulators, one vector per row), so a column's bytes are read from memory once and its
+dequantized chunk serves every row of the group. Columns k past K in the last block are never read
+from x's padding: whole chunks below K run vectorized, the rest of the last block scalar in k order.
+"""
+
+from __future__ import annotations
+
+import functools
+
+SOURCE = r"""
+typedef float fg_nf16 __attribute__((vector_size(64)));
+typedef float fg_nf8 __attribute__((vector_size(32)));
+typedef uint8_t fg_nb16 __attribute__((vector_size(16), aligned(1)));
+typedef uint8_t fg_nb8 __attribute__((vector_size(8), aligned(1)));
+typedef int32_t fg_ni16 __attribute__((vector_size(64)));
+typedef int32_t fg_ni8 __attribute__((vector_size(32)));
+
+/* one column n over rows [m0, m0 + MR): H = C / 2 lanes of type VF, bytes of type VB (widened through
+   VI: a direct byte -> float conversion is scalarized) */
+#define FG_NB4_COL(NAME, MR, H, VF, VI, VB, ZT)                                                       \
+static inline __attribute__((optimize("fp-contract=fast")))                                         \
+void NAME(const float* xp, const float* x, float* y, int64_t m0, int64_t n, int64_t K, int64_t KP,  \
+          int64_t N, int64_t BS, int64_t nb, const uint8_t* b, const float* sc, const ZT* zp) {     \
+    VF acc[MR], acc2[MR]; /* even and odd columns apart: two FMAs, two dependency chains a row */   \
+    for (int r = 0; r < MR; r++) acc[r] = acc2[r] = (VF){0};                                        \
+    const int64_t kfull = K / (2 * H) * (2 * H); /* chunks wholly below K run vectorized */         \
+    const uint8_t* row = b + n * nb * (BS / 2);                                                     \
+    for (int64_t blk = 0; blk * BS < kfull; blk++) {                                                \
+        const float s = sc[n * nb + blk], z = (float)zp[n * nb + blk];                              \
+        const int64_t k1 = (blk + 1) * BS < kfull ? (blk + 1) * BS : kfull;                         \
+        for (int64_t k = blk * BS; k < k1; k += 2 * H) {                                            \
+            const VB q = *(const VB*)(row + k / 2);                                                 \
+            const VF lo = (__builtin_convertvector(__builtin_convertvector(q & 15, VI), VF) - z) * s;                  \
+            const VF hi = (__builtin_convertvector(__builtin_convertvector(q >> 4, VI), VF) - z) * s;                            \
+            for (int r = 0; r < MR; r++) {                                                          \
+                const VF* a = (const VF*)(xp + (m0 + r) * KP + k);                                  \
+                acc[r] += lo * a[0];                                                                \
+                acc2[r] += hi * a[1];                                                               \
+            }                                                                                       \
+        }                                                                                           \
+    }                                                                                               \
+    for (int r = 0; r < MR; r++) {                                                                  \
+        float t = 0.0f;                                                                             \
+        const VF sum = acc[r] + acc2[r];                                                            \
+        for (int l = 0; l < H; l++) t += sum[l];                                                    \
+        for (int64_t k = kfull; k < K; k++) { /* the tail of the last block, in k order */          \
+            const int64_t blk = k / BS;                                                             \
+            const int q = (row[k / 2] >> (4 * (k & 1))) & 15;                                       \
+            const float w = ((float)q - (float)zp[n * nb + blk]) * sc[n * nb + blk];                \
+            t += x[(m0 + r) * K + k] * w;                                                           \
+        }                                                                                           \
+        y[(m0 + r) * N + n] = t;                                                                    \
+    }                                                                                               \
+}
+
+/* the product for one chunk width and zero-point type (x already permuted into xp), and the
+   dequantization of a panel of W's rows in the same permuted column order (zero past K) */
+#define FG_NB4(SUFFIX, H, VF, VI, VB, ZT)                                                            \
+FG_NB4_COL(fg_nb4_col8_##SUFFIX, 8, H, VF, VI, VB, ZT)                                              \
+FG_NB4_COL(fg_nb4_col4_##SUFFIX, 4, H, VF, VI, VB, ZT)                                              \
+FG_NB4_COL(fg_nb4_col2_##SUFFIX, 2, H, VF, VI, VB, ZT)                                              \
+FG_NB4_COL(fg_nb4_col1_##SUFFIX, 1, H, VF, VI, VB, ZT)                                              \
+static void fg_nb4_##SUFFIX(const float* xp, const float* x, float* y, int64_t M, int64_t K,        \
+                            int64_t N, int64_t BS, const uint8_t* b, const float* sc,               \
+                            const void* zpv, int threads) {                                         \
+    const ZT* zp = (const ZT*)zpv;                                                                  \
+    const int64_t nb = (K + BS - 1) / BS, KP = nb * BS;                                             \
+    _Pragma("omp parallel for num_threads(threads) schedule(static)")                               \
+    for (int64_t n = 0; n < N; n++) {                                                               \
+        int64_t m0 = 0;                                                                             \
+        for (; m0 + 8 <= M; m0 += 8) fg_nb4_col8_##SUFFIX(xp, x, y, m0, n, K, KP, N, BS, nb, b, sc, zp); \
+        if (M - m0 >= 4) { fg_nb4_col4_##SUFFIX(xp, x, y, m0, n, K, KP, N, BS, nb, b, sc, zp); m0 += 4; } \
+        if (M - m0 >= 2) { fg_nb4_col2_##SUFFIX(xp, x, y, m0, n, K, KP, N, BS, nb, b, sc, zp); m0 += 2; } \
+        if (M - m0 >= 1) fg_nb4_col1_##SUFFIX(xp, x, y, m0, n, K, KP, N, BS, nb, b, sc, zp);      \
+    }                                                                                               \
+}                                                                                                   \
+static void fg_nb4_deq_##SUFFIX(float* w, int64_t n0, int64_t n1, int64_t K, int64_t BS,            \
+                                const uint8_t* b, const float* sc, const void* zpv, int threads) {  \
+    const ZT* zp = (const ZT*)zpv;                                                                  \
+    const int64_t nb = (K + BS - 1) / BS, KP = nb * BS;                                             \
+    _Pragma("omp parallel for num_threads(threads) schedule(static)")                               \
+    for (int64_t n = n0; n < n1; n++) {                                                             \
+        const uint8_t* row = b + n * nb * (BS / 2);                                                 \
+        float* out = w + (n - n0) * KP;                                                             \
+        for (int64_t blk = 0; blk < nb; blk++) {                                                    \
+            const float s = sc[n * nb + blk], z = (float)zp[n * nb + blk];                          \
+            for (int64_t k = blk * BS; k < (blk + 1) * BS; k += 2 * H) {                            \
+                const VB q = *(const VB*)(row + k / 2);                                             \
+                const VF lo = (__builtin_convertvector(__builtin_convertvector(q & 15, VI), VF) - z) * s; \
+                const VF hi = (__builtin_convertvector(__builtin_convertvector(q >> 4, VI), VF) - z) * s; \
+                if (k + 2 * H <= K) {                                                               \
+                    *(VF*)(out + k) = lo;                                                           \
+                    *(VF*)(out + k + H) = hi;                                                       \
+                } else for (int l = 0; l < H; l++) { /* padding codes: 0, never (q - zp) * scale */ \
+                    out[k + l] = k + 2 * l < K ? lo[l] : 0.0f;                                      \
+                    out[k + H + l] = k + 2 * l + 1 < K ? hi[l] : 0.0f;                              \
+                }                                                                                   \
+            }                                                                                       \
+        }                                                                                           \
+    }                                                                                               \
+}
+FG_NB4(c32_u8, 16, fg_nf16, fg_ni16, fg_nb16, uint8_t)
+FG_NB4(c32_f32, 16, fg_nf16, fg_ni16, fg_nb16, float)
+FG_NB4(c16_u8, 8, fg_nf8, fg_ni8, fg_nb8, uint8_t)
+FG_NB4(c16_f32, 8, fg_nf8, fg_ni8, fg_nb8, float)
+
+/* xp [M, KP]: x with each chunk of C = 2H columns as its H even columns, then its H odd ones, zero
+   past K. Serial (microseconds), so the product's threads meet once, at its end: a barrier costs a
+   whole time slice when another process holds a core. */
+__attribute__((visibility("default")))
+void fg_permute_nbits4(const float* x, float* xp, int64_t M, int64_t K, int64_t BS) {
+    const int64_t H = BS % 32 == 0 ? 16 : 8, KP = (K + BS - 1) / BS * BS;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t c = 0; c < KP / (2 * H); c++)
+            for (int64_t j = 0; j < H; j++) {
+                const int64_t even = c * 2 * H + 2 * j;
+                xp[m * KP + c * 2 * H + j] = even < K ? x[m * K + even] : 0.0f;
+                xp[m * KP + c * 2 * H + H + j] = even + 1 < K ? x[m * K + even + 1] : 0.0f;
+            }
+}
+
+/* y [M, N] = x [M, K] @ W^T; zp: uint8 (float_zp = 0) or float (1) per block; xp: M * KP floats,
+   64-byte aligned */
+__attribute__((visibility("default")))
+void fg_matmul_nbits4(const float* x, float* y, float* xp, int64_t M, int64_t K, int64_t N, int64_t BS,
+                      const uint8_t* b, const float* sc, const void* zp, int float_zp, int threads) {
+    fg_permute_nbits4(x, xp, M, K, BS);
+    if (BS % 32 == 0) {
+        (float_zp ? fg_nb4_c32_f32 : fg_nb4_c32_u8)(xp, x, y, M, K, N, BS, b, sc, zp, threads);
+    } else {
+        (float_zp ? fg_nb4_c16_f32 : fg_nb4_c16_u8)(xp, x, y, M, K, N, BS, b, sc, zp, threads);
+    }
+}
+
+/* rows [n0, n1) of W dequantized into w [n1 - n0, KP] (64-byte aligned), columns in xp's order:
+   the panel a library GEMM multiplies by xp when x has many rows (each weight then serves every
+   row; dequantizing it inside the dot-product loop would repeat that per group of 8 rows) */
+__attribute__((visibility("default")))
+void fg_dequant_nbits4(float* w, int64_t n0, int64_t n1, int64_t K, int64_t BS, const uint8_t* b,
+                       const float* sc, const void* zp, int float_zp, int threads) {
+    if (BS % 32 == 0) {
+        (float_zp ? fg_nb4_deq_c32_f32 : fg_nb4_deq_c32_u8)(w, n0, n1, K, BS, b, sc, zp, threads);
+    } else {
+        (float_zp ? fg_nb4_deq_c16_f32 : fg_nb4_deq_c16_u8)(w, n0, n1, K, BS, b, sc, zp, threads);
+    }
+}
+"""
+
+
+@functools.cache
+def library():
+    """The compiled entry points (fg_matmul_nbits4, fg_dequant_nbits4, fg_permute_nbits4), typed."""
+    import ctypes
+
+    from ....ir.dtypes import DType
+    from .build import build_library
+    from .kernels import KernelSource
+
+    src = KernelSource(name="fg_matmul_nbits4", code=SOURCE, helpers=(), in_dtypes=(DType.float32,),
+                       out_dtype=DType.float32)
+    lib = build_library([src])
+    fn = lib.kernels["fg_matmul_nbits4"]._fn
+    p, i, c = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    fn.argtypes = [p, p, p, i, i, i, i, p, p, p, c, c]
+    fn.restype = None
+    dequant = lib._dll["fg_dequant_nbits4"]
+    dequant.argtypes = [p, i, i, i, i, p, p, p, c, c]
+    dequant.restype = None
+    permute = lib._dll["fg_permute_nbits4"]
+    permute.argtypes = [p, p, i, i, i]
+    permute.restype = None
+    return fn, dequant, permute

@@ -1,0 +1,109 @@
+"""`matmul_nbits` (ops/nbits.py) on the cpu target: the int4 weights stay packed in memory and are
+dequantized inside the product (codegen/nbits.py), which reads an eighth of a float32 weight's bytes:
+the decode-sized products (a few rows) that are bound by reading the weight run that much less.
+
+Packed at compile: the codes as given (ORT's [N, blocks, block/2] bytes), the scales in float32 and
+the zero points as one uint8 per block (packed ones unpacked; absent ones 8) or one float per block.
+A float32 product; a half-precision input is computed in float32 and its result rounded back, as the
+op's reference does. Only 4-bit weights take this op (the frontend dequantizes 2 and 8 bits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ....errors import CompileError
+from ....ir.provenance import describe
+from ....ops.nbits import unpack_codes
+from ..codegen.nbits import library
+from ..lowering import lowering
+
+_ALIGN = 64  # bytes: the permuted rows are read as whole vectors
+# From this many rows the product is compute-bound: a panel of W dequantized once then the BLAS's
+# GEMM (register-blocked) beats dequantizing in the dot-product loop (measured, 4096 x 4096:
+# see docs/quantization.md). A panel is at most PANEL_BYTES of float32: it stays in L2/L3.
+PANEL_ROWS = 16
+PANEL_BYTES = 1 << 21
+
+
+def _aligned(count: int) -> np.ndarray:
+    raw = np.empty(count + _ALIGN // 4, np.float32)
+    start = (-raw.ctypes.data % _ALIGN) // 4
+    return raw[start:start + count]
+
+
+class NBitsWeights:
+    """W [n, k] as 4-bit codes with per-block scales and zero points; `__call__(x, out)` computes
+    x @ W^T for x [..., k] in float32."""
+
+    def __init__(self, op, b: np.ndarray, scales: np.ndarray, zps: np.ndarray | None, threads: int):
+        self.k, self.n, self.block = op.k, op.n, op.block_size
+        blocks = op.blocks
+        self.codes = np.ascontiguousarray(b, np.uint8).reshape(self.n, blocks * self.block // 2)
+        self.scales = np.ascontiguousarray(scales, np.float32).reshape(self.n, blocks)
+        if zps is None:
+            self.zps, self.float_zp = np.full((self.n, blocks), 8, np.uint8), 0
+        elif zps.dtype == np.uint8:
+            self.zps = np.ascontiguousarray(unpack_codes(zps.reshape(self.n, -1), 4)[:, :blocks])
+            self.float_zp = 0
+        else:
+            self.zps, self.float_zp = np.ascontiguousarray(zps, np.float32).reshape(self.n, blocks), 1
+        self.padded_k = blocks * self.block
+        self.threads = threads
+        self._fn, self._dequant, self._permute = library()
+        # panel rows: a panel of at most PANEL_BYTES, in whole multiples of 16
+        self.panel = max(16, PANEL_BYTES // (4 * self.padded_k) // 16 * 16)
+
+    def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        lead = x.shape[:-1]
+        m = int(np.prod(lead)) if lead else 1
+        x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(m, self.k)
+        direct = out is not None and out.dtype == np.float32 and out.flags.c_contiguous
+        target = out if direct else np.empty((*lead, self.n), np.float32)
+        if m >= PANEL_ROWS:
+            self._panels(x2, target.reshape(m, self.n))
+        else:
+            xp = _aligned(m * self.padded_k)  # x permuted to the nibble order, zero-padded to whole blocks
+            self._fn(x2.ctypes.data, target.ctypes.data, xp.ctypes.data, m, self.k, self.n, self.block,
+                     self.codes.ctypes.data, self.scales.ctypes.data, self.zps.ctypes.data, self.float_zp,
+                     self.threads)
+        if out is not None and not direct:
+            out[...] = target
+            return out
+        return target if x.dtype == np.float32 else target.astype(x.dtype)
+
+
+    def _panels(self, x2: np.ndarray, y: np.ndarray) -> None:
+        """y = x2 @ W^T by panels of W's rows dequantized (in the permuted column order) into a
+        scratch panel, each multiplied by the BLAS: y^T's rows [n0, n1) = panel @ xp^T, in place."""
+        m = x2.shape[0]
+        xp = _aligned(m * self.padded_k).reshape(m, self.padded_k)
+        self._permute(x2.ctypes.data, xp.ctypes.data, m, self.k, self.block)
+        y_t = np.empty((self.n, m), np.float32)
+        panel = _aligned(self.panel * self.padded_k).reshape(self.panel, self.padded_k)
+        for n0 in range(0, self.n, self.panel):
+            n1 = min(n0 + self.panel, self.n)
+            self._dequant(panel.ctypes.data, n0, n1, self.k, self.block, self.codes.ctypes.data,
+                          self.scales.ctypes.data, self.zps.ctypes.data, self.float_zp, self.threads)
+            np.matmul(panel[:n1 - n0], xp.T, out=y_t[n0:n1])
+        y[...] = y_t.T
+
+
+@lowering("matmul_nbits")
+def matmul_nbits(ins, ctx) -> Callable:
+    """The fused int4 kernel; its weights must be constants (they are the model's initializers)."""
+    op = ins.op
+    consts = [ctx.const(w) for w in ins.inputs[1:]]
+    where = f"cpu target: {op} (ONNX node {describe(ins.origin) or '?'})"
+    if op.bits != 4:
+        raise CompileError(f"{where}: {op.bits}-bit weights have no cpu kernel (4 bits only)")
+    if any(c is None for c in consts):
+        raise CompileError(f"{where}: its weights, scales and zero points must be constants "
+                           "(computed at run time is not supported)")
+    # a dynamic row count may be large: every thread
+    threads = ctx.threads if ins.shape.is_dynamic else \
+        ctx.threads_for(2.0 * ins.shape.elements * op.k)
+    kernel = NBitsWeights(op, consts[0], consts[1], consts[2] if len(consts) > 2 else None, threads)
+    return lambda args, out: kernel(args[0], out)
