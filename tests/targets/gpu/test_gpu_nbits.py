@@ -1,0 +1,57 @@
+"""MatMulNBits' int4 product on the gpu target (lower_nbits.py: codes dequantized in registers into
+tl.dot) against ONNX Runtime's CPU kernel: through Triton's interpreter anywhere, on the device where
+there is one; and, `gpu`-marked, LLM-sized products against the op's float64 reference on the GPU.
+
+Tolerance as tests/onnx/test_contrib_matmul_nbits.py (rtol = atol = 1e-4) and for its reason: the
+dequantized weights are the same float32 values, the float32 sums run in another order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import numpy_helper
+
+import fusegraph
+from tests.onnx.test_contrib_matmul_nbits import TOL, nbits_model
+from tests.util import assert_close, run_ort
+
+
+@pytest.mark.parametrize("m,block,zero_points", [(1, 16, "packed"), (7, 32, "none"), (64, 128, "float"),
+                                                 (20, 32, "packed")])
+def test_matmul_nbits_vs_ort(gpu_target, m, block, zero_points):
+    model, a = nbits_model(m, 200, 24, block, zero_points)  # K = 200: the last block padded
+    p = fusegraph.parse_onnx(model).compile(gpu_target)
+    assert_close(p.run({"a": a}), run_ort(model, {"a": a}), **TOL)
+
+
+def test_matmul_nbits_edge_values(gpu_target):
+    """All-15 codes under scales from 1e-30 to 1e30, one magnitude per row of W (no cancellation:
+    a relative tolerance alone holds)."""
+    k, n, block = 100, 9, 32
+    blocks = -(-k // block)
+    codes = np.full((n, blocks, block // 2), 0xFF, np.uint8)
+    scales = np.repeat(np.float32(10.0) ** np.linspace(-30, 30, n).astype(np.float32), blocks)
+    model, _ = nbits_model(3, k, n, block, bias=False, codes=codes, scales=scales.astype(np.float32))
+    a = np.random.default_rng(3).uniform(0.5, 1.5, (3, k)).astype(np.float32)
+    got = fusegraph.parse_onnx(model).compile(gpu_target).run({"a": a})
+    assert_close(got, run_ort(model, {"a": a}), rtol=1e-4, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 8, 64])
+@pytest.mark.parametrize("n", [4096, 11008])
+def test_llm_sized_matmul_nbits_on_device(m, n):
+    """A 4096 x n int4 product (an LLM's projection) on the GPU: the kernel, its tiles and its
+    masks at full size, against the op's reference in float64 (relative to the result's scale:
+    4096-term float32 sums)."""
+    from fusegraph.ops.nbits import MatmulNBits, dequantize
+
+    k, block = 4096, 32
+    model, a = nbits_model(m, k, n, block, "packed", bias=False)
+    got = np.asarray(fusegraph.parse_onnx(model).compile("gpu").run({"a": a})[0])
+    op = MatmulNBits(k=k, n=n, bits=4, block_size=block)
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    w = dequantize(op, inits["b"], inits["scales"], inits["zp"]).astype(np.float64)
+    want = a.astype(np.float64) @ w.T
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
