@@ -112,3 +112,13 @@ def test_matmul_nbits_fgx_keeps_weights_packed(tmp_path):
     assert os.path.getsize(path) < float_bytes / 6
     before = p.run({"a": a})
     np.testing.assert_array_equal(fusegraph.load(path).run({"a": a})[0], before[0])
+
+
+@pytest.mark.parametrize("block,zero_points", [(16, "float"), (128, "packed")])
+def test_matmul_nbits_many_rows_by_panels(block, zero_points):
+    """From PANEL_ROWS rows the cpu kernel dequantizes panels of W for the BLAS (kernels/nbits.py);
+    N odd and smaller than a panel's row count, K padded in the last block."""
+    from fusegraph.targets.cpu.kernels.nbits import PANEL_ROWS
+
+    model, a = nbits_model(PANEL_ROWS + 3, 200, 25, block, zero_points)
+    assert_close(run_fusegraph(model, {"a": a}, "cpu"), run_ort(model, {"a": a}), **TOL)

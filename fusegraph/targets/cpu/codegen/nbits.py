@@ -26,63 +26,85 @@ typedef uint8_t fg_nb8 __attribute__((vector_size(8), aligned(1)));
 typedef int32_t fg_ni16 __attribute__((vector_size(64)));
 typedef int32_t fg_ni8 __attribute__((vector_size(32)));
 
-/* one column n over rows [m0, m0 + MR): H = C / 2 lanes of type VF, bytes of type VB (widened through
-   VI: a direct byte -> float conversion is scalarized) */
-#define FG_NB4_COL(NAME, MR, H, VF, VI, VB, ZT)                                                       \
+/* columns [n, n + NC) over rows [m0, m0 + MR): H = C / 2 lanes of type VF, bytes of type VB (widened
+   through VI: a direct byte -> float conversion is scalarized). Two columns share each load of x
+   (the rows of x are read from L2: one load per FMA would bound the product there). */
+#define FG_NB4_COL(NAME, MR, NC, H, VF, VI, VB, ZT)                                                  \
 static inline __attribute__((optimize("fp-contract=fast")))                                         \
 void NAME(const float* xp, const float* x, float* y, int64_t m0, int64_t n, int64_t K, int64_t KP,  \
           int64_t N, int64_t BS, int64_t nb, const uint8_t* b, const float* sc, const ZT* zp) {     \
-    VF acc[MR], acc2[MR]; /* even and odd columns apart: two FMAs, two dependency chains a row */   \
-    for (int r = 0; r < MR; r++) acc[r] = acc2[r] = (VF){0};                                        \
+    VF acc[MR][NC];                                                                                 \
+    for (int r = 0; r < MR; r++) for (int c = 0; c < NC; c++) acc[r][c] = (VF){0};                  \
     const int64_t kfull = K / (2 * H) * (2 * H); /* chunks wholly below K run vectorized */         \
     const uint8_t* row = b + n * nb * (BS / 2);                                                     \
     for (int64_t blk = 0; blk * BS < kfull; blk++) {                                                \
-        const float s = sc[n * nb + blk], z = (float)zp[n * nb + blk];                              \
+        float s[NC], z[NC];                                                                         \
+        for (int c = 0; c < NC; c++) {                                                              \
+            s[c] = sc[(n + c) * nb + blk];                                                          \
+            z[c] = (float)zp[(n + c) * nb + blk];                                                   \
+        }                                                                                           \
         const int64_t k1 = (blk + 1) * BS < kfull ? (blk + 1) * BS : kfull;                         \
         for (int64_t k = blk * BS; k < k1; k += 2 * H) {                                            \
-            const VB q = *(const VB*)(row + k / 2);                                                 \
-            const VF lo = (__builtin_convertvector(__builtin_convertvector(q & 15, VI), VF) - z) * s;                  \
-            const VF hi = (__builtin_convertvector(__builtin_convertvector(q >> 4, VI), VF) - z) * s;                            \
+            VF lo[NC], hi[NC];                                                                      \
+            for (int c = 0; c < NC; c++) {                                                          \
+                const VB q = *(const VB*)(row + c * nb * (BS / 2) + k / 2);                         \
+                lo[c] = (__builtin_convertvector(__builtin_convertvector(q & 15, VI), VF) - z[c]) * s[c]; \
+                hi[c] = (__builtin_convertvector(__builtin_convertvector(q >> 4, VI), VF) - z[c]) * s[c]; \
+            }                                                                                       \
             for (int r = 0; r < MR; r++) {                                                          \
                 const VF* a = (const VF*)(xp + (m0 + r) * KP + k);                                  \
-                acc[r] += lo * a[0];                                                                \
-                acc2[r] += hi * a[1];                                                               \
+                const VF a0 = a[0], a1 = a[1];                                                      \
+                for (int c = 0; c < NC; c++) {                                                      \
+                    acc[r][c] += lo[c] * a0;  /* two FMAs (one sum of both would be an FMA and an add) */ \
+                    acc[r][c] += hi[c] * a1;                                                        \
+                }                                                                                   \
             }                                                                                       \
         }                                                                                           \
     }                                                                                               \
-    for (int r = 0; r < MR; r++) {                                                                  \
-        float t = 0.0f;                                                                             \
-        const VF sum = acc[r] + acc2[r];                                                            \
-        for (int l = 0; l < H; l++) t += sum[l];                                                    \
-        for (int64_t k = kfull; k < K; k++) { /* the tail of the last block, in k order */          \
-            const int64_t blk = k / BS;                                                             \
-            const int q = (row[k / 2] >> (4 * (k & 1))) & 15;                                       \
-            const float w = ((float)q - (float)zp[n * nb + blk]) * sc[n * nb + blk];                \
-            t += x[(m0 + r) * K + k] * w;                                                           \
+    for (int r = 0; r < MR; r++)                                                                    \
+        for (int c = 0; c < NC; c++) {                                                              \
+            float t = 0.0f;                                                                         \
+            for (int l = 0; l < H; l++) t += acc[r][c][l];                                          \
+            for (int64_t k = kfull; k < K; k++) { /* the tail of the last block, in k order */      \
+                const int64_t at = (n + c) * nb + k / BS;                                           \
+                const int q = (row[c * nb * (BS / 2) + k / 2] >> (4 * (k & 1))) & 15;               \
+                t += x[(m0 + r) * K + k] * (((float)q - (float)zp[at]) * sc[at]);                   \
+            }                                                                                       \
+            y[(m0 + r) * N + n + c] = t;                                                            \
         }                                                                                           \
-        y[(m0 + r) * N + n] = t;                                                                    \
-    }                                                                                               \
 }
 
 /* the product for one chunk width and zero-point type (x already permuted into xp), and the
    dequantization of a panel of W's rows in the same permuted column order (zero past K) */
 #define FG_NB4(SUFFIX, H, VF, VI, VB, ZT)                                                            \
-FG_NB4_COL(fg_nb4_col8_##SUFFIX, 8, H, VF, VI, VB, ZT)                                              \
-FG_NB4_COL(fg_nb4_col4_##SUFFIX, 4, H, VF, VI, VB, ZT)                                              \
-FG_NB4_COL(fg_nb4_col2_##SUFFIX, 2, H, VF, VI, VB, ZT)                                              \
-FG_NB4_COL(fg_nb4_col1_##SUFFIX, 1, H, VF, VI, VB, ZT)                                              \
+FG_NB4_COL(fg_nb4_col8x2_##SUFFIX, 8, 2, H, VF, VI, VB, ZT)                                         \
+FG_NB4_COL(fg_nb4_col4x2_##SUFFIX, 4, 2, H, VF, VI, VB, ZT)                                         \
+FG_NB4_COL(fg_nb4_col2x2_##SUFFIX, 2, 2, H, VF, VI, VB, ZT)                                         \
+FG_NB4_COL(fg_nb4_col1x2_##SUFFIX, 1, 2, H, VF, VI, VB, ZT)                                         \
+FG_NB4_COL(fg_nb4_col8x1_##SUFFIX, 8, 1, H, VF, VI, VB, ZT)                                         \
+FG_NB4_COL(fg_nb4_col4x1_##SUFFIX, 4, 1, H, VF, VI, VB, ZT)                                         \
+FG_NB4_COL(fg_nb4_col2x1_##SUFFIX, 2, 1, H, VF, VI, VB, ZT)                                         \
+FG_NB4_COL(fg_nb4_col1x1_##SUFFIX, 1, 1, H, VF, VI, VB, ZT)                                         \
 static void fg_nb4_##SUFFIX(const float* xp, const float* x, float* y, int64_t M, int64_t K,        \
                             int64_t N, int64_t BS, const uint8_t* b, const float* sc,               \
                             const void* zpv, int threads) {                                         \
     const ZT* zp = (const ZT*)zpv;                                                                  \
     const int64_t nb = (K + BS - 1) / BS, KP = nb * BS;                                             \
     _Pragma("omp parallel for num_threads(threads) schedule(static)")                               \
-    for (int64_t n = 0; n < N; n++) {                                                               \
+    for (int64_t p = 0; p < (N + 1) / 2; p++) { /* pairs of columns; an odd N's last one alone */   \
+        const int64_t n = 2 * p;                                                                    \
         int64_t m0 = 0;                                                                             \
-        for (; m0 + 8 <= M; m0 += 8) fg_nb4_col8_##SUFFIX(xp, x, y, m0, n, K, KP, N, BS, nb, b, sc, zp); \
-        if (M - m0 >= 4) { fg_nb4_col4_##SUFFIX(xp, x, y, m0, n, K, KP, N, BS, nb, b, sc, zp); m0 += 4; } \
-        if (M - m0 >= 2) { fg_nb4_col2_##SUFFIX(xp, x, y, m0, n, K, KP, N, BS, nb, b, sc, zp); m0 += 2; } \
-        if (M - m0 >= 1) fg_nb4_col1_##SUFFIX(xp, x, y, m0, n, K, KP, N, BS, nb, b, sc, zp);      \
+        if (n + 1 < N) {                                                                            \
+            for (; m0 + 8 <= M; m0 += 8) fg_nb4_col8x2_##SUFFIX(xp, x, y, m0, n, K, KP, N, BS, nb, b, sc, zp); \
+            if (M - m0 >= 4) { fg_nb4_col4x2_##SUFFIX(xp, x, y, m0, n, K, KP, N, BS, nb, b, sc, zp); m0 += 4; } \
+            if (M - m0 >= 2) { fg_nb4_col2x2_##SUFFIX(xp, x, y, m0, n, K, KP, N, BS, nb, b, sc, zp); m0 += 2; } \
+            if (M - m0 >= 1) fg_nb4_col1x2_##SUFFIX(xp, x, y, m0, n, K, KP, N, BS, nb, b, sc, zp);  \
+        } else {                                                                                    \
+            for (; m0 + 8 <= M; m0 += 8) fg_nb4_col8x1_##SUFFIX(xp, x, y, m0, n, K, KP, N, BS, nb, b, sc, zp); \
+            if (M - m0 >= 4) { fg_nb4_col4x1_##SUFFIX(xp, x, y, m0, n, K, KP, N, BS, nb, b, sc, zp); m0 += 4; } \
+            if (M - m0 >= 2) { fg_nb4_col2x1_##SUFFIX(xp, x, y, m0, n, K, KP, N, BS, nb, b, sc, zp); m0 += 2; } \
+            if (M - m0 >= 1) fg_nb4_col1x1_##SUFFIX(xp, x, y, m0, n, K, KP, N, BS, nb, b, sc, zp);  \
+        }                                                                                           \
     }                                                                                               \
 }                                                                                                   \
 static void fg_nb4_deq_##SUFFIX(float* w, int64_t n0, int64_t n1, int64_t K, int64_t BS,            \

@@ -21,10 +21,12 @@ from ..codegen.nbits import library
 from ..lowering import lowering
 
 _ALIGN = 64  # bytes: the permuted rows are read as whole vectors
-# From this many rows the product is compute-bound: a panel of W dequantized once then the BLAS's
-# GEMM (register-blocked) beats dequantizing in the dot-product loop (measured, 4096 x 4096:
-# see docs/quantization.md). A panel is at most PANEL_BYTES of float32: it stays in L2/L3.
-PANEL_ROWS = 16
+# From this many rows a panel of W dequantized once, then the BLAS's register-blocked GEMM, beats
+# dequantizing in the product loop, whose rows of x (KP floats each) no longer fit in L2: measured
+# one thread, 4096 x 4096, minimum of 15: 64 rows 20 ms in the loop against 26 ms by panels, 128
+# rows 94-107 against 82-94, 256 rows 225-242 against 95-141. A panel is at most PANEL_BYTES of
+# float32, so it stays in L2.
+PANEL_ROWS = 96
 PANEL_BYTES = 1 << 21
 
 
