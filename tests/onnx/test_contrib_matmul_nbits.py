@@ -116,7 +116,7 @@ def test_matmul_nbits_fgx_keeps_weights_packed(tmp_path):
 
 @pytest.mark.parametrize("block,zero_points", [(16, "float"), (128, "packed")])
 def test_matmul_nbits_many_rows_by_panels(block, zero_points):
-    """From PANEL_ROWS rows the cpu kernel dequantizes panels of W for the BLAS (kernels/nbits.py);
+    """From PANEL_ROWS rows the cpu kernel dequantizes panels of W for oneDNN (kernels/nbits.py);
     N odd and smaller than a panel's row count, K padded in the last block."""
     from fusegraph.targets.cpu.kernels.nbits import PANEL_ROWS
 

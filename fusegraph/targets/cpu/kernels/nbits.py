@@ -21,12 +21,12 @@ from ..codegen.nbits import library
 from ..lowering import lowering
 
 _ALIGN = 64  # bytes: the permuted rows are read as whole vectors
-# From this many rows a panel of W dequantized once, then the BLAS's register-blocked GEMM, beats
-# dequantizing in the product loop, whose rows of x (KP floats each) no longer fit in L2: measured
-# one thread, 4096 x 4096, minimum of 15: 64 rows 20 ms in the loop against 26 ms by panels, 128
-# rows 94-107 against 82-94, 256 rows 225-242 against 95-141. A panel is at most PANEL_BYTES of
-# float32, so it stays in L2.
-PANEL_ROWS = 96
+# From this many rows a panel of W dequantized once, then oneDNN's register-blocked float32 GEMM,
+# beats dequantizing inside the product loop (whose rows of x, KP floats each, stop fitting in L1/L2).
+# Measured, 4096 x 4096, one thread, process CPU time (minimum of 15; the VM was loaded): in the
+# loop / by panels, 16 rows 4.8 / 8.8 ms, 32 rows 10.6-11.4 / 11.2-12.8, 64 rows 21.3 / 17.2-18.4,
+# 128 rows 53 / 29-31. A panel is at most PANEL_BYTES of float32, so it stays in L2.
+PANEL_ROWS = 48
 PANEL_BYTES = 1 << 21
 
 
@@ -57,6 +57,7 @@ class NBitsWeights:
         self._fn, self._dequant, self._permute = library()
         # panel rows: a panel of at most PANEL_BYTES, in whole multiples of 16
         self.panel = max(16, PANEL_BYTES // (4 * self.padded_k) // 16 * 16)
+        self._gemms: dict[tuple[int, int], object] = {}  # oneDNN products of panels, by (rows, width)
 
     def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         lead = x.shape[:-1]
@@ -65,7 +66,7 @@ class NBitsWeights:
         direct = out is not None and out.dtype == np.float32 and out.flags.c_contiguous
         target = out if direct else np.empty((*lead, self.n), np.float32)
         if m >= PANEL_ROWS:
-            self._panels(x2, target.reshape(m, self.n))
+            self._panels(x2, target.reshape(m, self.n))  # (a view: target is C-contiguous)
         else:
             xp = _aligned(m * self.padded_k)  # x permuted to the nibble order, zero-padded to whole blocks
             self._fn(x2.ctypes.data, target.ctypes.data, xp.ctypes.data, m, self.k, self.n, self.block,
@@ -78,19 +79,30 @@ class NBitsWeights:
 
 
     def _panels(self, x2: np.ndarray, y: np.ndarray) -> None:
-        """y = x2 @ W^T by panels of W's rows dequantized (in the permuted column order) into a
-        scratch panel, each multiplied by the BLAS: y^T's rows [n0, n1) = panel @ xp^T, in place."""
+        """y = x2 @ W^T by panels of W's rows dequantized (in xp's permuted column order) into a
+        scratch panel, each multiplied by oneDNN's float32 GEMM straight into y's columns."""
         m = x2.shape[0]
         xp = _aligned(m * self.padded_k).reshape(m, self.padded_k)
         self._permute(x2.ctypes.data, xp.ctypes.data, m, self.k, self.block)
-        y_t = np.empty((self.n, m), np.float32)
         panel = _aligned(self.panel * self.padded_k).reshape(self.panel, self.padded_k)
         for n0 in range(0, self.n, self.panel):
             n1 = min(n0 + self.panel, self.n)
             self._dequant(panel.ctypes.data, n0, n1, self.k, self.block, self.codes.ctypes.data,
                           self.scales.ctypes.data, self.zps.ctypes.data, self.float_zp, self.threads)
-            np.matmul(panel[:n1 - n0], xp.T, out=y_t[n0:n1])
-        y[...] = y_t.T
+            self._gemm(m, n1 - n0)(xp, panel[:n1 - n0].T, out=y[:, n0:n1])
+
+    def _gemm(self, m: int, width: int):
+        """oneDNN's xp [m, KP] @ panel^T [KP, width] into y's columns (a row stride of n), made once
+        per (m, width): a program of static shape uses two (full panels and the last one)."""
+        key = (m, width)
+        if key not in self._gemms:
+            from ..onednn.matmul import MatMul
+            from ..onednn.memory import MemDesc
+
+            kp = self.padded_k
+            self._gemms[key] = MatMul((m, kp), MemDesc.plain((kp, width), strides=(1, kp)),
+                                      dst=MemDesc.plain((m, width), strides=(self.n, 1)), threads=self.threads)
+        return self._gemms[key]
 
 
 @lowering("matmul_nbits")
