@@ -36,28 +36,43 @@ def _aligned(count: int) -> np.ndarray:
     return raw[start:start + count]
 
 
-class NBitsWeights:
-    """W [n, k] as 4-bit codes with per-block scales and zero points; `__call__(x, out)` computes
-    x @ W^T for x [..., k] in float32."""
+LINEAR = np.arange(16, dtype=np.float32)  # MatMulNBits' codes are their own values
 
-    def __init__(self, op, b: np.ndarray, scales: np.ndarray, zps: np.ndarray | None, threads: int):
-        self.k, self.n, self.block = op.k, op.n, op.block_size
-        blocks = op.blocks
-        self.codes = np.ascontiguousarray(b, np.uint8).reshape(self.n, blocks * self.block // 2)
+
+class NibbleWeights:
+    """W [n, k] as 4-bit codes q, W[n, k] = (table[q] - zp) * scale with a scale and zero point per
+    block of `block` columns; the even column's code in bits [even_shift, even_shift + 4) of its
+    byte. `__call__(x, out)` computes x @ W^T for x [..., k] in float32."""
+
+    def __init__(self, codes: np.ndarray, scales: np.ndarray, zps: np.ndarray, k: int, block: int,
+                 table: np.ndarray, even_shift: int, threads: int):
+        self.n, self.k, self.block = codes.shape[0], k, block
+        blocks = -(-k // block)
+        self.codes = np.ascontiguousarray(codes, np.uint8).reshape(self.n, blocks * block // 2)
         self.scales = np.ascontiguousarray(scales, np.float32).reshape(self.n, blocks)
-        if zps is None:
-            self.zps, self.float_zp = np.full((self.n, blocks), 8, np.uint8), 0
-        elif zps.dtype == np.uint8:
-            self.zps = np.ascontiguousarray(unpack_codes(zps.reshape(self.n, -1), 4)[:, :blocks])
-            self.float_zp = 0
-        else:
-            self.zps, self.float_zp = np.ascontiguousarray(zps, np.float32).reshape(self.n, blocks), 1
-        self.padded_k = blocks * self.block
+        self.float_zp = int(zps.dtype != np.uint8)
+        self.zps = np.ascontiguousarray(zps).reshape(self.n, blocks)
+        self.table = _aligned(16)  # read as whole vectors
+        self.table[:] = table
+        self.even_shift = even_shift
+        self.padded_k = blocks * block
         self.threads = threads
         self._fn, self._dequant, self._permute = library()
         # panel rows: a panel of at most PANEL_BYTES, in whole multiples of 16
         self.panel = max(16, PANEL_BYTES // (4 * self.padded_k) // 16 * 16)
         self._gemms: dict[tuple[int, int], object] = {}  # oneDNN products of panels, by (rows, width)
+
+    @classmethod
+    def nbits(cls, op, b: np.ndarray, scales: np.ndarray, zps: np.ndarray | None, threads: int) -> NibbleWeights:
+        """matmul_nbits' operands: zero points made one uint8 (packed or absent: 8) or float per block."""
+        blocks = op.blocks
+        if zps is None:
+            zps = np.full((op.n, blocks), 8, np.uint8)
+        elif zps.dtype == np.uint8:
+            zps = unpack_codes(zps.reshape(op.n, -1), 4)[:, :blocks]
+        else:
+            zps = np.asarray(zps, np.float32)
+        return cls(np.asarray(b).reshape(op.n, -1), scales, zps, op.k, op.block_size, LINEAR, 0, threads)
 
     def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         lead = x.shape[:-1]
@@ -71,7 +86,7 @@ class NBitsWeights:
             xp = _aligned(m * self.padded_k)  # x permuted to the nibble order, zero-padded to whole blocks
             self._fn(x2.ctypes.data, target.ctypes.data, xp.ctypes.data, m, self.k, self.n, self.block,
                      self.codes.ctypes.data, self.scales.ctypes.data, self.zps.ctypes.data, self.float_zp,
-                     self.threads)
+                     self.table.ctypes.data, self.even_shift, self.threads)
         if out is not None and not direct:
             out[...] = target
             return out
@@ -83,12 +98,13 @@ class NBitsWeights:
         scratch panel, each multiplied by oneDNN's float32 GEMM straight into y's columns."""
         m = x2.shape[0]
         xp = _aligned(m * self.padded_k).reshape(m, self.padded_k)
-        self._permute(x2.ctypes.data, xp.ctypes.data, m, self.k, self.block)
+        self._permute(x2.ctypes.data, xp.ctypes.data, m, self.k, self.block, self.even_shift)
         panel = _aligned(self.panel * self.padded_k).reshape(self.panel, self.padded_k)
         for n0 in range(0, self.n, self.panel):
             n1 = min(n0 + self.panel, self.n)
             self._dequant(panel.ctypes.data, n0, n1, self.k, self.block, self.codes.ctypes.data,
-                          self.scales.ctypes.data, self.zps.ctypes.data, self.float_zp, self.threads)
+                          self.scales.ctypes.data, self.zps.ctypes.data, self.float_zp, self.table.ctypes.data,
+                          self.even_shift, self.threads)
             self._gemm(m, n1 - n0)(xp, panel[:n1 - n0].T, out=y[:, n0:n1])
 
     def _gemm(self, m: int, width: int):
@@ -119,5 +135,5 @@ def matmul_nbits(ins, ctx) -> Callable:
     # a dynamic row count may be large: every thread
     threads = ctx.threads if ins.shape.is_dynamic else \
         ctx.threads_for(2.0 * ins.shape.elements * op.k)
-    kernel = NBitsWeights(op, consts[0], consts[1], consts[2] if len(consts) > 2 else None, threads)
+    kernel = NibbleWeights.nbits(op, consts[0], consts[1], consts[2] if len(consts) > 2 else None, threads)
     return lambda args, out: kernel(args[0], out)
