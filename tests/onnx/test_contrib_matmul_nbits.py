@@ -122,3 +122,19 @@ def test_matmul_nbits_many_rows_by_panels(block, zero_points):
 
     model, a = nbits_model(PANEL_ROWS + 3, 200, 25, block, zero_points)
     assert_close(run_fusegraph(model, {"a": a}, "cpu"), run_ort(model, {"a": a}), **TOL)
+
+
+@pytest.mark.parametrize("target", ["ref", "cpu"])
+@pytest.mark.parametrize("quant_type", [0, 1])
+@pytest.mark.parametrize("m,block", [(1, 16), (7, 64), (64, 32)])
+def test_matmul_bnb4_packed_vs_ort(target, quant_type, m, block):
+    """MatMulBnb4 with K a multiple of the block stays packed (`matmul_bnb4`) and runs the nibble
+    kernel with bitsandbytes' code book; every code (FP4's -0.0 included) appears."""
+    k, n = 128, 21
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.integers(0, 256, n * k // 2).astype(np.uint8)
+    absmax = rng.uniform(0.5, 2, n * k // block).astype(np.float32)
+    model = contrib_model("MatMulBnb4", {"a": a}, {"K": k, "N": n, "block_size": block, "quant_type": quant_type},
+                          initializers={"b": b, "absmax": absmax})
+    assert "matmul_bnb4" in {i.name for i in fusegraph.parse_onnx(model).main}
+    assert_close(run_fusegraph(model, {"a": a}, target), run_ort(model, {"a": a}), **TOL)

@@ -13,6 +13,7 @@ import pytest
 from onnx import numpy_helper
 
 import fusegraph
+from tests.onnx.contrib_util import contrib_model
 from tests.onnx.test_contrib_matmul_nbits import TOL, nbits_model
 from tests.util import assert_close, run_ort
 
@@ -55,3 +56,17 @@ def test_llm_sized_matmul_nbits_on_device(m, n):
     w = dequantize(op, inits["b"], inits["scales"], inits["zp"]).astype(np.float64)
     want = a.astype(np.float64) @ w.T
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("quant_type,m,block", [(0, 1, 16), (1, 20, 64)])
+def test_matmul_bnb4_vs_ort(gpu_target, quant_type, m, block):
+    """MatMulBnb4 kept packed: the same kernel with bitsandbytes' code book, high nibbles first."""
+    k, n = 128, 21
+    rng = np.random.default_rng(quant_type)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    init = {"b": rng.integers(0, 256, n * k // 2).astype(np.uint8),
+            "absmax": rng.uniform(0.5, 2, n * k // block).astype(np.float32)}
+    model = contrib_model("MatMulBnb4", {"a": a}, {"K": k, "N": n, "block_size": block, "quant_type": quant_type},
+                          initializers=init)
+    got = fusegraph.parse_onnx(model).compile(gpu_target).run({"a": a})
+    assert_close(got, run_ort(model, {"a": a}), **TOL)

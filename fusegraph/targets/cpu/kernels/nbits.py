@@ -1,11 +1,12 @@
-"""`matmul_nbits` (ops/nbits.py) on the cpu target: the int4 weights stay packed in memory and are
-dequantized inside the product (codegen/nbits.py), which reads an eighth of a float32 weight's bytes:
-the decode-sized products (a few rows) that are bound by reading the weight run that much less.
+"""`matmul_nbits` and `matmul_bnb4` (ops/nbits.py) on the cpu target: the 4-bit weights stay packed in
+memory and are dequantized inside the product (codegen/nbits.py), which reads an eighth of a float32
+weight's bytes: the decode-sized products (a few rows), bound by reading the weight, run that much less.
 
-Packed at compile: the codes as given (ORT's [N, blocks, block/2] bytes), the scales in float32 and
-the zero points as one uint8 per block (packed ones unpacked; absent ones 8) or one float per block.
-A float32 product; a half-precision input is computed in float32 and its result rounded back, as the
-op's reference does. Only 4-bit weights take this op (the frontend dequantizes 2 and 8 bits).
+Both are one kernel: W[n, k] = (table[q] - zp) * scale per block, the table 0..15 for MatMulNBits
+(zero points: one uint8 per block, packed ones unpacked and absent ones 8, or one float) and the
+FP4 / NF4 code book for MatMulBnb4 (zero points 0, absmax the scale, high nibbles first). Packed at
+compile: the codes as given, scales in float32. A float32 product; a half-precision input is
+computed in float32 and its result rounded back, as the ops' references do.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from ....errors import CompileError
 from ....ir.provenance import describe
-from ....ops.nbits import unpack_codes
+from ....ops.nbits import BNB4_TABLES, unpack_codes
 from ..codegen.nbits import library
 from ..lowering import lowering
 
@@ -74,6 +75,15 @@ class NibbleWeights:
             zps = np.asarray(zps, np.float32)
         return cls(np.asarray(b).reshape(op.n, -1), scales, zps, op.k, op.block_size, LINEAR, 0, threads)
 
+    @classmethod
+    def bnb4(cls, op, b: np.ndarray, absmax: np.ndarray, threads: int) -> NibbleWeights:
+        """matmul_bnb4's operands: its code book as the table, zero points 0 (table[q] - 0 is
+        table[q] exactly), the even column's code in the high nibble."""
+        blocks = op.k // op.block_size
+        zeros = np.zeros((op.n, blocks), np.uint8)
+        return cls(np.asarray(b).reshape(op.n, op.k // 2), absmax, zeros, op.k, op.block_size,
+                   BNB4_TABLES[op.quant_type], 4, threads)
+
     def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         lead = x.shape[:-1]
         m = int(np.prod(lead)) if lead else 1
@@ -121,19 +131,34 @@ class NibbleWeights:
         return self._gemms[key]
 
 
+def _constants(ins, ctx) -> list[np.ndarray]:
+    """The op's weight operands (every input but a), which must be constants: the model's initializers."""
+    consts = [ctx.const(w) for w in ins.inputs[1:]]
+    if any(c is None for c in consts):
+        raise CompileError(f"cpu target: {ins.op} (ONNX node {describe(ins.origin) or '?'}): its weights, scales "
+                           "and zero points must be constants (computed at run time is not supported)")
+    return consts
+
+
+def _threads(ins, ctx) -> int:
+    # a dynamic row count may be large: every thread
+    return ctx.threads if ins.shape.is_dynamic else ctx.threads_for(2.0 * ins.shape.elements * ins.op.k)
+
+
 @lowering("matmul_nbits")
 def matmul_nbits(ins, ctx) -> Callable:
-    """The fused int4 kernel; its weights must be constants (they are the model's initializers)."""
-    op = ins.op
-    consts = [ctx.const(w) for w in ins.inputs[1:]]
-    where = f"cpu target: {op} (ONNX node {describe(ins.origin) or '?'})"
-    if op.bits != 4:
-        raise CompileError(f"{where}: {op.bits}-bit weights have no cpu kernel (4 bits only)")
-    if any(c is None for c in consts):
-        raise CompileError(f"{where}: its weights, scales and zero points must be constants "
-                           "(computed at run time is not supported)")
-    # a dynamic row count may be large: every thread
-    threads = ctx.threads if ins.shape.is_dynamic else \
-        ctx.threads_for(2.0 * ins.shape.elements * op.k)
-    kernel = NibbleWeights.nbits(op, consts[0], consts[1], consts[2] if len(consts) > 2 else None, threads)
+    """The fused nibble kernel over MatMulNBits' 4-bit codes."""
+    if ins.op.bits != 4:
+        raise CompileError(f"cpu target: {ins.op} (ONNX node {describe(ins.origin) or '?'}): {ins.op.bits}-bit "
+                           "weights have no cpu kernel (4 bits only)")
+    b, scales, *zps = _constants(ins, ctx)
+    kernel = NibbleWeights.nbits(ins.op, b, scales, zps[0] if zps else None, _threads(ins, ctx))
+    return lambda args, out: kernel(args[0], out)
+
+
+@lowering("matmul_bnb4")
+def matmul_bnb4(ins, ctx) -> Callable:
+    """The same kernel over bitsandbytes' codes: a code book for a table, high nibbles first."""
+    b, absmax = _constants(ins, ctx)
+    kernel = NibbleWeights.bnb4(ins.op, b, absmax, _threads(ins, ctx))
     return lambda args, out: kernel(args[0], out)
