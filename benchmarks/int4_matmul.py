@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import write_results  # noqa: E402
+from benchmarks._common import ort_session, run_child, write_results  # noqa: E402
 from benchmarks.quantization import _best_round, _peak_rss_mb  # noqa: E402
 
 ENGINES = ("fusegraph-int4", "fusegraph-fp32", "ort-int4", "ort-int4-acc4")
@@ -83,11 +82,7 @@ def child(a: argparse.Namespace) -> int:
         def run():
             return p.run(x)
     else:
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.intra_op_num_threads, so.inter_op_num_threads = a.threads, 1
-        sess = ort.InferenceSession(a.model_file, so, providers=["CPUExecutionProvider"])
+        sess = ort_session(a.model_file, a.threads)
 
         def run():
             return sess.run(None, x)
@@ -106,15 +101,10 @@ def child(a: argparse.Namespace) -> int:
     return 0
 
 
-def run_child(engine: str, model: Path, k: int, rows: int, a: argparse.Namespace, out: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", engine, "--model-file", str(model),
-           "--k", str(k), "--rows", str(rows), "--runs", str(a.runs), "--warmup", str(a.warmup),
-           "--threads", str(a.threads), "--out-npy", str(out)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
-    if done.returncode != 0:
-        return {"error": (done.stderr.strip().splitlines() or ["?"])[-1]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def run_engine(engine: str, model: Path, k: int, rows: int, a: argparse.Namespace, out: Path) -> dict:
+    return run_child(__file__, ["--child", engine, "--model-file", str(model), "--k", str(k), "--rows", str(rows),
+                                "--runs", str(a.runs), "--warmup", str(a.warmup), "--threads", str(a.threads),
+                                "--out-npy", str(out)])
 
 
 def main() -> int:
@@ -152,7 +142,7 @@ def main() -> int:
                 for _ in range(a.rounds):
                     for e in engines:
                         out = Path(tmp) / f"{e}.npy"
-                        rounds[e].append(run_child(e, files[e], k, rows, a, out))
+                        rounds[e].append(run_engine(e, files[e], k, rows, a, out))
                         if out.exists():
                             outs[e] = np.load(out)
                 row = {"k": k, "n": n, "rows": rows, "block": a.block,
