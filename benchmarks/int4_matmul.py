@@ -1,7 +1,7 @@
 """int4 weight-only products on the cpu (issue 17): one com.microsoft.MatMulNBits, each engine in its own process.
 
     python benchmarks/int4_matmul.py [--shapes 4096x4096,4096x11008] [--rows 1,8,64] [--block 32]
-                                     [--runs 30] [--warmup 5] [--rounds 1] [--threads N] [--no-write]
+                                     [--runs 30] [--warmup 5] [--rounds 1] [--threads N] [--tag T] [--no-write]
 
 A K x N weight (an LLM projection: 4096 x 4096, 4096 x 11008) quantized to 4 bits in blocks of
 `--block` along K with packed uint8 zero points (what ORT's MatMul4BitsQuantizer writes by default),
@@ -16,7 +16,7 @@ multiplied by M = `--rows` rows. Engines:
 Every (engine, shape, M) runs alone in a fresh process: median / p90 latency, the process's CPU time
 per run (`cpu_ms`) and peak RSS (compile included); with `--rounds R` the least disturbed round
 (lowest median) counts. Outputs come back and are compared with fusegraph-fp32 (max relative error).
-Ratios: fusegraph-int4 / other (< 1: fusegraph int4 faster). Writes benchmarks/results/int4_matmul-<host>.json.
+Ratios: fusegraph-int4 / other (< 1: fusegraph int4 faster). Writes benchmarks/results/int4_matmul[-TAG]-<host>.json.
 """
 
 from __future__ import annotations
@@ -120,6 +120,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1, help="processes per engine, in turns; the best round is kept")
     ap.add_argument("--threads", type=int, default=usable_cores())
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--tag", default="", help="results file int4_matmul-TAG-<host>.json (e.g. t1 for --threads 1)")
     ap.add_argument("--child", default=None)
     ap.add_argument("--model-file", default=None)
     ap.add_argument("--k", type=int, default=0)
@@ -160,7 +161,7 @@ def main() -> int:
                 print(json.dumps({key: (v["median_ms"] if isinstance(v, dict) and "median_ms" in v else v)
                                   for key, v in row.items() if key != "max_rel_err_vs_fp32"}), flush=True)
     if not a.no_write:
-        path = write_results("int4_matmul", {"threads": a.threads, "runs": a.runs, "rounds": a.rounds,
+        path = write_results("int4_matmul" + (f"-{a.tag}" if a.tag else ""), {"threads": a.threads, "runs": a.runs, "rounds": a.rounds,
                                              "load_before": os.getloadavg(), "results": results})
         print(f"wrote {path}")
     return 0
