@@ -138,3 +138,20 @@ def test_matmul_bnb4_packed_vs_ort(target, quant_type, m, block):
                           initializers={"b": b, "absmax": absmax})
     assert "matmul_bnb4" in {i.name for i in fusegraph.parse_onnx(model).main}
     assert_close(run_fusegraph(model, {"a": a}, target), run_ort(model, {"a": a}), **TOL)
+
+
+@pytest.mark.parametrize("target", ["ref", "cpu"])
+def test_matmul_nbits_float16(target):
+    """float16 a and scales (ORT's T1): computed in float32, the result rounded to float16. The
+    tolerance is test_gemm's float16 MatMul's (2e-3): ORT may round the weights or the sums to
+    float16 on the way, an ulp of float16 being 1e-3 relative."""
+    k, n, block = 96, 12, 32
+    blocks = -(-k // block)
+    init = {"b": rng.integers(0, 256, (n, blocks, block // 2)).astype(np.uint8),
+            "scales": rng.uniform(0.01, 0.1, n * blocks).astype(np.float16)}
+    a = rng.standard_normal((5, k)).astype(np.float16)
+    model = contrib_model("MatMulNBits", {"a": a}, {"K": k, "N": n, "bits": 4, "block_size": block},
+                          initializers=init)
+    got = run_fusegraph(model, {"a": a}, target)
+    assert got[0].dtype == np.float16
+    assert_close(got, run_ort(model, {"a": a}), rtol=2e-3, atol=2e-3)

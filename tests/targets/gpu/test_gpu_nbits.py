@@ -26,6 +26,20 @@ def test_matmul_nbits_vs_ort(gpu_target, m, block, zero_points):
     assert_close(p.run({"a": a}), run_ort(model, {"a": a}), **TOL)
 
 
+def test_matmul_nbits_float16(gpu_target):
+    """float16 a and scales: the dequantized tile rounded to float16 into the dot (as ORT's CUDA
+    kernel), summed in float32; tolerance as the cpu test's float16 case (2e-3: a float16 ulp)."""
+    k, n, block = 96, 12, 32
+    rng = np.random.default_rng(16)
+    init = {"b": rng.integers(0, 256, (n, k // block, block // 2)).astype(np.uint8),
+            "scales": rng.uniform(0.01, 0.1, n * k // block).astype(np.float16)}
+    a = rng.standard_normal((5, k)).astype(np.float16)
+    model = contrib_model("MatMulNBits", {"a": a}, {"K": k, "N": n, "bits": 4, "block_size": block},
+                          initializers=init)
+    got = fusegraph.parse_onnx(model).compile(gpu_target).run({"a": a})
+    assert_close(got, run_ort(model, {"a": a}), rtol=2e-3, atol=2e-3)
+
+
 def test_matmul_nbits_edge_values(gpu_target):
     """All-15 codes under scales from 1e-30 to 1e30, one magnitude per row of W (no cancellation:
     a relative tolerance alone holds)."""
