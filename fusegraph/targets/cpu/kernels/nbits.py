@@ -25,9 +25,10 @@ _ALIGN = 64  # bytes: the permuted rows are read as whole vectors
 # From this many rows a panel of W dequantized once, then oneDNN's register-blocked float32 GEMM,
 # beats dequantizing inside the product loop (whose rows of x, KP floats each, stop fitting in L1/L2).
 # Measured, 4096 x 4096, one thread, process CPU time (minimum of 15; the VM was loaded): in the
-# loop / by panels, 16 rows 4.8 / 8.8 ms, 32 rows 10.6-11.4 / 11.2-12.8, 64 rows 21.3 / 17.2-18.4,
-# 128 rows 53 / 29-31. A panel is at most PANEL_BYTES of float32, so it stays in L2.
-PANEL_ROWS = 48
+# loop / by panels, 8 rows 2.3 / 5.0 ms, 16 rows 5.0 / 5.3, 24 rows 8.8 / 9.1, 32 rows 11.5 / 7.3,
+# 64 rows 21.4 / 12.4 (oneDNN's float32 GEMM of the dequantized weight: 11.4). A panel is at most
+# PANEL_BYTES of float32, so it stays in L2.
+PANEL_ROWS = 32
 PANEL_BYTES = 1 << 21
 
 
@@ -105,29 +106,31 @@ class NibbleWeights:
 
     def _panels(self, x2: np.ndarray, y: np.ndarray) -> None:
         """y = x2 @ W^T by panels of W's rows dequantized (in xp's permuted column order) into a
-        scratch panel, each multiplied by oneDNN's float32 GEMM straight into y's columns."""
+        scratch panel, each the A of oneDNN's float32 GEMM: y^T's rows [n0, n1) = panel @ xp^T.
+        (W^T as oneDNN's B, a transposed runtime operand, ran 1.5x slower: it is reordered first.)"""
         m = x2.shape[0]
         xp = _aligned(m * self.padded_k).reshape(m, self.padded_k)
         self._permute(x2.ctypes.data, xp.ctypes.data, m, self.k, self.block, self.even_shift)
+        xp_t = np.ascontiguousarray(xp.T)
+        y_t = np.empty((self.n, m), np.float32)
         panel = _aligned(self.panel * self.padded_k).reshape(self.panel, self.padded_k)
         for n0 in range(0, self.n, self.panel):
             n1 = min(n0 + self.panel, self.n)
             self._dequant(panel.ctypes.data, n0, n1, self.k, self.block, self.codes.ctypes.data,
                           self.scales.ctypes.data, self.zps.ctypes.data, self.float_zp, self.table.ctypes.data,
                           self.even_shift, self.threads)
-            self._gemm(m, n1 - n0)(xp, panel[:n1 - n0].T, out=y[:, n0:n1])
+            self._gemm(n1 - n0, m)(panel[:n1 - n0], xp_t, out=y_t[n0:n1])
+        y[...] = y_t.T
 
-    def _gemm(self, m: int, width: int):
-        """oneDNN's xp [m, KP] @ panel^T [KP, width] into y's columns (a row stride of n), made once
-        per (m, width): a program of static shape uses two (full panels and the last one)."""
-        key = (m, width)
+    def _gemm(self, rows: int, m: int):
+        """oneDNN's panel [rows, KP] @ xp^T [KP, m], made once per (rows, m): a program of static
+        shape uses two (full panels and the last one)."""
+        key = (rows, m)
         if key not in self._gemms:
             from ..onednn.matmul import MatMul
             from ..onednn.memory import MemDesc
 
-            kp = self.padded_k
-            self._gemms[key] = MatMul((m, kp), MemDesc.plain((kp, width), strides=(1, kp)),
-                                      dst=MemDesc.plain((m, width), strides=(self.n, 1)), threads=self.threads)
+            self._gemms[key] = MatMul((rows, self.padded_k), MemDesc.plain((self.padded_k, m)), threads=self.threads)
         return self._gemms[key]
 
 
