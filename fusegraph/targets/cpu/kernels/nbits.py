@@ -27,9 +27,10 @@ _ALIGN = 64  # bytes: the permuted rows are read as whole vectors
 # Measured, 4096 x 4096, one thread, process CPU time (minimum of 15; the VM was loaded): in the
 # loop / by panels, 8 rows 2.3 / 5.0 ms, 16 rows 5.0 / 5.3, 24 rows 8.8 / 9.1, 32 rows 11.5 / 7.3,
 # 64 rows 21.4 / 12.4 (oneDNN's float32 GEMM of the dequantized weight: 11.4). A panel is at most
-# PANEL_BYTES of float32, so it stays in L2.
+# PANEL_BYTES of float32: 128, 256 and 512 rows of K = 4096 measured alike (10.8-11.4 ms for the GEMMs
+# alone), and fewer panels are fewer OpenMP regions (two per panel), each a wait for every thread.
 PANEL_ROWS = 32
-PANEL_BYTES = 1 << 21
+PANEL_BYTES = 1 << 22
 
 
 def _aligned(count: int) -> np.ndarray:
