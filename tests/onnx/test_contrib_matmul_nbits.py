@@ -155,3 +155,17 @@ def test_matmul_nbits_float16(target):
     got = run_fusegraph(model, {"a": a}, target)
     assert got[0].dtype == np.float16
     assert_close(got, run_ort(model, {"a": a}), rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("target", ["ref", "cpu"])
+def test_matmul_nbits_dynamic_rows(target):
+    """A dynamic row count: one compiled program serves decode-sized and panel-sized inputs."""
+    from fusegraph.ir import Dim
+
+    model, _ = nbits_model(1, 200, 24, 32, "packed")
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "M"
+    p = fusegraph.parse_onnx(model, map_dyn_input_dims={"a": [Dim(1, 128), 200]})
+    p.compile(fusegraph.get_target(target))
+    for m in (1, 7, 64):
+        a = rng.standard_normal((m, 200)).astype(np.float32)
+        assert_close(p.run({"a": a}), run_ort(model, {"a": a}), **TOL)
