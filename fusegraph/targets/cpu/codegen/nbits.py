@@ -1,17 +1,21 @@
-"""C text of the int4 weight-only product (`matmul_nbits`, ops/nbits.py): y = x @ W^T with W's 4-bit
-codes dequantized in registers, block by block, inside the product loop.
+"""C text of the 4-bit weight-only product (`matmul_nbits`, `matmul_bnb4`: ops/nbits.py): y = x @ W^T
+with W's 4-bit codes dequantized in registers, block by block, inside the product loop.
 
 Layout trick: a chunk of C codes (C = 32, or 16 for 16-wide blocks) is C/2 bytes whose low nibbles
-are the even columns k and whose high nibbles the odd ones. Instead of interleaving the nibbles,
-each run permutes x once (`xp`: per chunk the C/2 even columns, then the C/2 odd ones, zero-padded
-to whole blocks), so a chunk is two vectors of C/2 weights, `lo` and `hi`, with no shuffle. Each
-weight is (float(q) - zp) * scale in float32, exactly the reference's dequantized value; the
-product sums in a different order (vectors, FMA), so results agree with it to float rounding.
+hold one half of its columns (the even ones for MatMulNBits, the odd ones for bnb4, whose high
+nibble comes first) and whose high nibbles the other half. Instead of interleaving the nibbles, each
+run permutes x once (`xp`: per chunk the columns of the low nibbles, then those of the high ones,
+zero-padded to whole blocks), so a chunk is two vectors of C/2 weights, `lo` and `hi`, with no
+shuffle. A block's 16 possible weights, (table[q] - zp) * scale (table: 0..15, or bnb4's code book
+with zp 0), are made once as a vector table, and a vector of codes becomes its weights in one
+permute: exactly the reference's dequantized values. The product sums in another order (vectors,
+FMA), so results agree with the reference to float rounding.
 
-Work: columns n split over the OpenMP threads; for each column the rows go in groups of 8, 4, 2, 1
-(register accumulators, one vector per row), so a column's bytes are read from memory once and its
-dequantized chunk serves every row of the group. Columns k past K in the last block are never read
-from x's padding: whole chunks below K run vectorized, the rest of the last block scalar in k order.
+Work: pairs of columns n handed out to the OpenMP threads dynamically; for each the rows go in
+groups of 8, 4, 2, 1 (one vector accumulator per row and column), so a column's bytes are read from
+memory once and its chunk of weights serves every row of the group. Columns k past K in the last
+block are never read from x's padding: whole chunks below K run vectorized, the rest of the last
+block scalar in k order.
 """
 
 from __future__ import annotations
@@ -102,7 +106,9 @@ static void fg_nb4_##SUFFIX(const float* xp, const float* x, float* y, int64_t M
     const ZT* zp = (const ZT*)zpv;                                                                  \
     const int64_t nb = (K + BS - 1) / BS, KP = nb * BS;                                             \
     const int so = 4 - se;                                                                          \
-    _Pragma("omp parallel for num_threads(threads) schedule(static)")                               \
+    /* dynamic: a thread that starts late (another process held its core) finds the work taken and
+       only has to arrive; a static half would make the others wait for it to do that half */       \
+    _Pragma("omp parallel for num_threads(threads) schedule(dynamic, 16)")                          \
     for (int64_t p = 0; p < (N + 1) / 2; p++) { /* pairs of columns; an odd N's last one alone */   \
         const int64_t n = 2 * p;                                                                    \
         int64_t m0 = 0;                                                                             \
@@ -124,7 +130,7 @@ static void fg_nb4_deq_##SUFFIX(float* w, int64_t n0, int64_t n1, int64_t K, int
                                 int se, int threads) {                                              \
     const ZT* zp = (const ZT*)zpv;                                                                  \
     const int64_t nb = (K + BS - 1) / BS, KP = nb * BS;                                             \
-    _Pragma("omp parallel for num_threads(threads) schedule(static)")                               \
+    _Pragma("omp parallel for num_threads(threads) schedule(dynamic, 16)")                          \
     for (int64_t n = n0; n < n1; n++) {                                                             \
         const uint8_t* row = b + n * nb * (BS / 2);                                                 \
         float* out = w + (n - n0) * KP;                                                             \
