@@ -11,6 +11,7 @@ computed in float32 and its result rounded back, as the ops' references do.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -28,7 +29,7 @@ _ALIGN = 64  # bytes: the permuted rows are read as whole vectors
 # loop / by panels, 8 rows 2.3 / 5.0 ms, 16 rows 5.0 / 5.3, 24 rows 8.8 / 9.1, 32 rows 11.5 / 7.3,
 # 64 rows 21.4 / 12.4 (oneDNN's float32 GEMM of the dequantized weight: 11.4). A panel is at most
 # PANEL_BYTES of float32: 128, 256 and 512 rows of K = 4096 measured alike (10.8-11.4 ms for the GEMMs
-# alone), and fewer panels are fewer OpenMP regions (two per panel), each a wait for every thread.
+# alone) and 4 MiB beat 16 and 64 MiB by 20-30 % with the dequantization (the panel stays in L2/L3).
 PANEL_ROWS = 32
 PANEL_BYTES = 1 << 22
 
@@ -40,6 +41,21 @@ def _aligned(count: int) -> np.ndarray:
 
 
 LINEAR = np.arange(16, dtype=np.float32)  # MatMulNBits' codes are their own values
+
+
+_local = threading.local()
+
+
+def _scratch(name: str, count: int) -> np.ndarray:
+    """This thread's buffer `name` of at least `count` floats (64-byte aligned), kept between calls
+    and shared by every product the thread runs: fresh buffers were mapped and page-faulted in at
+    every call, and with two threads on a loaded machine that made 64 rows of 4096 x 4096 take
+    450 ms instead of 16-20 (oneDNN's float32 GEMM: 10-16)."""
+    buf = getattr(_local, name, None)
+    if buf is None or buf.size < count:
+        buf = _aligned(count)
+        setattr(_local, name, buf)
+    return buf[:count]
 
 
 class NibbleWeights:
@@ -62,7 +78,7 @@ class NibbleWeights:
         self.threads = threads
         self._fn, self._dequant, self._permute = library()
         # panel rows: a panel of at most PANEL_BYTES, in whole multiples of 16
-        self.panel = max(16, PANEL_BYTES // (4 * self.padded_k) // 16 * 16)
+        self.panel = min(max(16, PANEL_BYTES // (4 * self.padded_k) // 16 * 16), self.n)
         self._gemms: dict[tuple[int, int], object] = {}  # oneDNN products of panels, by (rows, width)
 
     @classmethod
@@ -95,7 +111,7 @@ class NibbleWeights:
         if m >= PANEL_ROWS:
             self._panels(x2, target.reshape(m, self.n))  # (a view: target is C-contiguous)
         else:
-            xp = _aligned(m * self.padded_k)  # x permuted to the nibble order, zero-padded to whole blocks
+            xp = _scratch("xp", m * self.padded_k)  # x permuted to the nibble order, zero-padded to whole blocks
             self._fn(x2.ctypes.data, target.ctypes.data, xp.ctypes.data, m, self.k, self.n, self.block,
                      self.codes.ctypes.data, self.scales.ctypes.data, self.zps.ctypes.data, self.float_zp,
                      self.table.ctypes.data, self.even_shift, self.threads)
@@ -110,11 +126,12 @@ class NibbleWeights:
         scratch panel, each the A of oneDNN's float32 GEMM: y^T's rows [n0, n1) = panel @ xp^T.
         (W^T as oneDNN's B, a transposed runtime operand, ran 1.5x slower: it is reordered first.)"""
         m = x2.shape[0]
-        xp = _aligned(m * self.padded_k).reshape(m, self.padded_k)
+        xp = _scratch("xp", m * self.padded_k).reshape(m, self.padded_k)
         self._permute(x2.ctypes.data, xp.ctypes.data, m, self.k, self.block, self.even_shift)
-        xp_t = np.ascontiguousarray(xp.T)
-        y_t = np.empty((self.n, m), np.float32)
-        panel = _aligned(self.panel * self.padded_k).reshape(self.panel, self.padded_k)
+        xp_t = _scratch("xp_t", m * self.padded_k).reshape(self.padded_k, m)
+        xp_t[...] = xp.T
+        y_t = _scratch("y_t", self.n * m).reshape(self.n, m)
+        panel = _scratch("panel", self.panel * self.padded_k).reshape(self.panel, self.padded_k)
         for n0 in range(0, self.n, self.panel):
             n1 = min(n0 + self.panel, self.n)
             self._dequant(panel.ctypes.data, n0, n1, self.k, self.block, self.codes.ctypes.data,
