@@ -169,3 +169,24 @@ def test_matmul_nbits_dynamic_rows(target):
     for m in (1, 7, 64):
         a = rng.standard_normal((m, 200)).astype(np.float32)
         assert_close(p.run({"a": a}), run_ort(model, {"a": a}), **TOL)
+
+
+def test_matmul_nbits_weights_computed_at_run_time_are_refused_on_cpu():
+    """The cpu kernel packs its weights at compile: codes fed as a model input are a typed error
+    naming the ONNX node, not a slow path."""
+    from onnx import TensorProto, helper
+
+    from fusegraph.errors import CompileError
+
+    k, n, block = 64, 8, 32
+    node = helper.make_node("MatMulNBits", ["a", "b", "scales"], ["y"], domain="com.microsoft", name="proj",
+                            K=k, N=n, bits=4, block_size=block)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, k]),
+                      helper.make_tensor_value_info("b", TensorProto.UINT8, [n, k // block, block // 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
+        [onnx.numpy_helper.from_array(np.ones(n * k // block, np.float32), "scales")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    p = fusegraph.parse_onnx(model)
+    with pytest.raises(CompileError, match="proj.*must be constants"):
+        p.compile(fusegraph.get_target("cpu"))

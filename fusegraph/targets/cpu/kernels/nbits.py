@@ -120,7 +120,6 @@ class NibbleWeights:
             return out
         return target if x.dtype == np.float32 else target.astype(x.dtype)
 
-
     def _panels(self, x2: np.ndarray, y: np.ndarray) -> None:
         """y = x2 @ W^T by panels of W's rows dequantized (in xp's permuted column order) into a
         scratch panel, each the A of oneDNN's float32 GEMM: y^T's rows [n0, n1) = panel @ xp^T.
