@@ -1,11 +1,12 @@
 """`matmul_nbits` and `matmul_bnb4` (ops/nbits.py) on the gpu: one Triton kernel that reads the packed
 4-bit codes and dequantizes each [BLOCK_K, BLOCK_N] tile of W^T in registers, (q - zp) * scale in
-float32 (bnb4: table[q] * absmax, FP4/NF4's code book, high nibbles first), right before its tl.dot; the weight never exists in float in device memory (the device holds its codes:
-an eighth of the float32 bytes), and a decode step (a few rows) reads only those.
+float32 (bnb4: table[q] * absmax, FP4/NF4's code book, high nibbles first), right before its tl.dot:
+the weight never exists in float in device memory (the device holds its codes, an eighth of the
+float32 bytes), and a decode step (a few rows) reads only those.
 
 A float32 input multiplies in exact float32 (input_precision="ieee", never TF32, as the GEMM
-template); a half-precision one multiplies its dequantized tile rounded to its own type (what ORT's
-CUDA kernel does), accumulating in float32. Zero points are made one per block at build: packed
+template); a half-precision one multiplies its dequantized tile rounded to its own type (as ORT's
+CUDA dequantize-then-GEMM path), accumulating in float32. Zero points are made one per block at build: packed
 ones unpacked to uint8, absent ones 8, float ones kept float. Only 4-bit codes take this op.
 """
 
