@@ -6,8 +6,8 @@ float32 bytes), and a decode step (a few rows) reads only those.
 
 A float32 input multiplies in exact float32 (input_precision="ieee", never TF32, as the GEMM
 template); a half-precision one multiplies its dequantized tile rounded to its own type (as ORT's
-CUDA dequantize-then-GEMM path), accumulating in float32. Zero points are made one per block at build: packed
-ones unpacked to uint8, absent ones 8, float ones kept float. Only 4-bit codes take this op.
+CUDA dequantize-then-GEMM path), accumulating in float32. Zero points are made one per block at
+build: packed ones unpacked to uint8, absent ones 8, float ones kept float. 4-bit codes only.
 """
 
 from __future__ import annotations
