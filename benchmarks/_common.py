@@ -9,6 +9,7 @@ import shutil
 import socket
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +44,28 @@ def write_results(name: str, payload: dict[str, Any]) -> Path:
     payload = {"benchmark": name, "machine": machine(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **payload}
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
+
+
+def run_child(script: str | Path, args: list[str]) -> dict[str, Any]:
+    """Run `python script *args` in a fresh process (the repository on its path) and return the JSON
+    object its last line of output holds, or {"error": its last line of stderr}: how the benchmarks
+    run each engine alone in its own process."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(Path(script).resolve()), *args], env=env, capture_output=True,
+                          text=True, cwd=root)
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def ort_session(model_file: str | Path, threads: int) -> Any:
+    """An ONNX Runtime CPU session at its defaults but for `threads` intra-op threads (one inter-op)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    return ort.InferenceSession(str(model_file), so, providers=["CPUExecutionProvider"])
 
 
 def median_time(fn: Callable[[], Any], repeat: int) -> float:

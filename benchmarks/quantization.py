@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +38,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import write_results  # noqa: E402
+from benchmarks._common import ort_session, write_results  # noqa: E402
+from benchmarks._common import run_child as child_json  # noqa: E402
 
 MODELS = ("resnet50", "yolov8n", "ppocr_det", "bert_base")
 ENGINES = ("fusegraph-fp32", "fusegraph-int8", "ort-int8")
@@ -143,11 +142,7 @@ def child(a: argparse.Namespace) -> int:
         def run():
             return p.run(feeds)
     else:
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.intra_op_num_threads, so.inter_op_num_threads = a.threads, 1
-        sess = ort.InferenceSession(a.model_file, so, providers=["CPUExecutionProvider"])
+        sess = ort_session(a.model_file, a.threads)
         kernels, n_int8 = [], None
 
         def run():
@@ -171,14 +166,9 @@ def child(a: argparse.Namespace) -> int:
 
 
 def run_child(engine: str, model_file: Path, feeds: Path, batch: int, a: argparse.Namespace, out: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", engine, "--model-file", str(model_file),
-           "--feeds", str(feeds), "--batch", str(batch), "--runs", str(a.runs), "--warmup", str(a.warmup),
-           "--threads", str(a.threads), "--out-npy", str(out)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
-    if done.returncode != 0:
-        return {"error": (done.stderr.strip().splitlines() or ["?"])[-1]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return child_json(__file__, ["--child", engine, "--model-file", str(model_file), "--feeds", str(feeds),
+                                 "--batch", str(batch), "--runs", str(a.runs), "--warmup", str(a.warmup),
+                                 "--threads", str(a.threads), "--out-npy", str(out)])
 
 
 def _best_round(rounds: list[dict]) -> dict:

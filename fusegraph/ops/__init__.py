@@ -14,6 +14,7 @@ from . import (  # noqa: F401
     ml,
     movement,
     movement_dynamic,
+    nbits,
     nn,
     opaque,
     optional,

@@ -51,7 +51,7 @@ def _fused_body(ins: Instruction) -> int:
 
 
 BY_NAME: dict[str, Callable[[Instruction], int]] = {
-    "dot": _dot, "quant_dot": _dot, "convolution": _conv, "deconvolution": _deconv, "pooling": _pool,
+    "dot": _dot, "quant_dot": _dot, "matmul_nbits": _dot, "convolution": _conv, "deconvolution": _deconv, "pooling": _pool,
     "softmax": _softmax, "log_softmax": _softmax, "fused_reduce": _fused_body,
 }
 

@@ -21,6 +21,8 @@ from ...ir.shape import Shape
 HALF = (DType.float16, DType.bfloat16)
 _HEAVY_KINDS = (OpKind.GEMM, OpKind.CONV)
 _HEAVY_OPAQUE = frozenset({"lstm", "gru", "rnn"})
+# products whose cpu kernels take half-precision inputs into float32 themselves (kernels/nbits.py)
+_HALF_IN_FLOAT32 = frozenset({"matmul_nbits", "matmul_bnb4"})
 
 
 class HalfPrecisionWarning(UserWarning):
@@ -31,7 +33,7 @@ def half_precision_ops(module: Module) -> Counter:
     """Op name -> count of the products, convolutions and recurrent layers that compute in a half type."""
     found: Counter = Counter()
     for ins in module.instructions:
-        heavy = ins.op.kind in _HEAVY_KINDS or ins.op.name in _HEAVY_OPAQUE
+        heavy = (ins.op.kind in _HEAVY_KINDS or ins.op.name in _HEAVY_OPAQUE) and ins.op.name not in _HALF_IN_FLOAT32
         dtype = ins.inputs[0].shape.dtype if ins.inputs and isinstance(ins.inputs[0].shape, Shape) else None
         if heavy and dtype in HALF:
             found[ins.op.name] += 1

@@ -87,7 +87,16 @@ def load_tables() -> None:
     """Import the lower_* modules, which fill LOWERINGS."""
     global _loaded
     if not _loaded:
-        from . import lower_custom, lower_math, lower_movement, lower_nms, lower_nn, lower_quant, lower_tensor  # noqa: F401  (register entries)
+        from . import (  # noqa: F401  (register entries)
+            lower_custom,
+            lower_math,
+            lower_movement,
+            lower_nbits,
+            lower_nms,
+            lower_nn,
+            lower_quant,
+            lower_tensor,
+        )
         from .lower_sparse import SPARSE  # noqa: F401  (registers the 2:4 sparse matmuls)
 
         _loaded = True

@@ -8,9 +8,15 @@ weights), MatMulBnb4 (bitsandbytes FP4/NF4 weights) and the channels-last com.mi
                  without y_scale the float32 acc * (alpha * sa * sb)
     MatMulNBits  Y = A @ W^T + bias, W[n, k] = (q[n, k] - zp[n, g(k)]) * scale[n, g(k)] with
                  g(k) = k // block_size (or g_idx[k]); q packed low bits first, zp packed the same
-                 way per row of blocks (or float, the scales' type), 2^(bits-1) when absent
+                 way per row of blocks (or float, the scales' type), 2^(bits-1) when absent.
+                 4 bits with blocks in order (no g_idx, or the trivial one) stay packed as the
+                 `matmul_nbits` op (ops/nbits.py), which the cpu and gpu targets run with the
+                 dequantization fused into their product; 2 and 8 bits and a reordering g_idx
+                 are dequantized here, at compile (no kernel reads them packed yet)
     MatMulBnb4   Y = A @ W^T, W the [N, K] row-major weight whose 4-bit codes (high nibble first,
-                 as bitsandbytes packs them) index the FP4 or NF4 table, times absmax per block
+                 as bitsandbytes packs them) index the FP4 or NF4 table, times absmax per block;
+                 with K a multiple of the block it stays packed as `matmul_bnb4` (ops/nbits.py,
+                 the same kernels as matmul_nbits with a code table), else dequantized here
 
 The weight-only formats dequantize in float32 as ORT's CPU kernel does (accuracy_level 0: float
 compute); the matmul itself is a float matmul, so results agree with ORT to float rounding only.
@@ -22,6 +28,7 @@ import numpy as np
 
 from ....ir.dtypes import DType
 from ....ir.module import Instruction
+from ....ops.nbits import BNB4_TABLES
 from ...registry import converter
 from ..conv import arg, qlinear_conv
 from ..gemm import matmul
@@ -30,17 +37,6 @@ from .quantized import scalar_scale
 
 MS = "com.microsoft"
 F32 = DType.float32
-
-# bitsandbytes' code books (ORT's fp4_qaunt_map / nf4_qaunt_map), indexed by the 4-bit code.
-BNB4_TABLES = {
-    0: np.array([0.0, 0.005208333333, 0.666666667, 1.0, 0.333333333, 0.5, 0.1666666667, 0.25,
-                 -0.0, -0.005208333333, -0.666666667, -1.0, -0.333333333, -0.5, -0.1666666667, -0.25], np.float32),
-    1: np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
-                 -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
-                 0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
-                 0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0], np.float32),
-}
-
 
 def _transposed(ctx, x: Instruction, trans: bool) -> Instruction:
     return ctx.add("transpose", x, perm=(1, 0)) if trans else x
@@ -95,9 +91,12 @@ def matmul_nbits(ctx, node, args):
     blocks = -(-k // block)
     if b.shape.is_dynamic or b.shape.elements != n * blocks * block * bits // 8:
         raise ctx.error(f"B {b.shape} does not hold N={n} x {blocks} blocks of {block} {bits}-bit codes")
-    q = _take_columns(ctx, _unpack(ctx, ctx.reshape(b, [n, blocks * block * bits // 8]), bits, False), k)
-    # which block's scale and zero point each column k uses
     group = ctx.require_const(g_idx, "g_idx").astype(np.int64) if g_idx is not None else np.arange(k) // block
+    if bits == 4 and np.array_equal(group, np.arange(k) // block):
+        y = ctx.add("matmul_nbits", a, b, scales, *([] if zps is None else [zps]), k=k, n=n, bits=bits,
+                    block_size=block)
+        return y if bias is None else ctx.pointwise("add", y, ctx.convert(bias, y.shape.dtype))
+    q = _take_columns(ctx, _unpack(ctx, ctx.reshape(b, [n, blocks * block * bits // 8]), bits, False), k)
     group = ctx.literal(group.astype(np.int64))
     scale = ctx.add("gather", ctx.convert(ctx.reshape(scales, [n, blocks]), F32), group, axis=1)
     if zps is None:
@@ -123,6 +122,8 @@ def matmul_bnb4(ctx, node, args):
     total = n * k
     if b.shape.is_dynamic or b.shape.elements != (total + 1) // 2:
         raise ctx.error(f"B {b.shape} does not hold N*K = {total} 4-bit codes")
+    if k % block == 0:  # every block inside one row of W: the packed op its kernels run
+        return ctx.add("matmul_bnb4", a, b, absmax, k=k, n=n, block_size=block, quant_type=quant_type)
     codes = _take_columns(ctx, _unpack(ctx, ctx.reshape(b, [(total + 1) // 2]), 4, True), total)
     values = ctx.add("gather", ctx.literal(BNB4_TABLES[quant_type]), ctx.convert(codes, DType.int64), axis=0)
     per_block = ctx.add("gather", ctx.convert(ctx.reshape(absmax, [-(-total // block)]), F32),
