@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from ...ir.dtypes import DType
-from ...ops.scalar import Expr
+from ...ops.scalar import Expr, fold
 from .kernels import Launcher, load_kernel, source_hash
 from .layout import index_space, merge_dims
 from .triton_pointwise import HEADER, PointwiseSpec, operand_mode, pointwise_source
@@ -25,6 +25,11 @@ MIN_PROGRAMS = 264      # ~2 waves over the H200's 132 multiprocessors
 
 def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def rounds_to_integers(body: Expr) -> bool:
+    """Whether `body` rounds a float result to an integer (QuantizeLinear's round, the QLinear ops)."""
+    return fold(body, lambda e: False, lambda e, args: e.fn == "round" or any(args))
 
 
 class PointwiseLauncher(Launcher):
@@ -52,6 +57,10 @@ class PointwiseLauncher(Launcher):
         self.launch = fn[((numel + block - 1) // block,)]
         self.args = args
         self.meta = {"BLOCK": block, "num_warps": 4 if block >= 512 else (2 if block >= 128 else 1)}
+        if out.is_cuda and rounds_to_integers(self.body):
+            # a quantization: each float op rounds on its own, as ONNX defines it (and ORT and the
+            # reference compute it); a fused multiply-add moves values across the rounding edges
+            self.meta["enable_fp_fusion"] = False
 
     def __call__(self, out: Any, *inputs: Any) -> None:
         key = (out.stride(), tuple(x.stride() for x in inputs), tuple(out.shape))
