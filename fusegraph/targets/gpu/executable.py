@@ -16,6 +16,7 @@ runs and graph replays alike.
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -119,7 +120,7 @@ class GpuExecutable(DeviceDoor, Executable):
             t.cuda.current_stream(self.device).wait_stream(side)
             if self.graph_mode:
                 graph = t.cuda.CUDAGraph()
-                with _own_cublas_workspace(t), t.cuda.graph(graph):
+                with _own_cublas_workspace(t), no_collection(), t.cuda.graph(graph):
                     self._run_steps()
                 self.graph = graph
         self._warm = True
@@ -269,6 +270,21 @@ class _LibraryFlags:
     def __exit__(self, *exc):
         self.t.backends.cuda.matmul.allow_tf32 = self.old
         return self.cudnn.__exit__(*exc)
+
+
+@contextlib.contextmanager
+def no_collection():
+    """Python's cyclic garbage collector held off during a CUDA-graph capture: a collection then can
+    destroy an earlier program's graph or stream objects, a CUDA call that invalidates the capture
+    ("operation failed due to a previous error during capture", seen on the H200 when tests compile
+    program after program in one process). torch.cuda.graph collects before it starts."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 @contextlib.contextmanager

@@ -52,6 +52,8 @@ class GraphedNms:
     def __init__(self, boxes: Any, flat: Any, classes: int, limit: int, iou: float, score: float, center: bool):
         import torch
 
+        from .executable import no_collection
+
         self.boxes, self.scores = boxes.clone(), flat.clone()
         self.out = torch.empty((flat.shape[0] * limit, 3), dtype=torch.int64, device=boxes.device)
         self._args = (classes, limit, iou, score, center)
@@ -62,7 +64,7 @@ class GraphedNms:
             self._launch()  # compiles the kernels, outside the capture
         current.wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        with no_collection(), torch.cuda.graph(self.graph):
             self.sums = self._launch()
 
     def _launch(self) -> Any:
