@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 from tests.onnx.contrib_util import contrib_model, randn, rng
-from tests.util import assert_close, run_fusegraph, run_ort
+from tests.util import check_on_every_target, run_fusegraph, run_ort
 
 
-def _both(model, inputs):
+def _both(model, inputs, **tol):
+    """ref's outputs and ORT's, after checking every target here (every_target) against ORT's."""
+    check_on_every_target(model, inputs, **tol)
     return run_fusegraph(model, inputs), run_ort(model, inputs)
 
 
@@ -40,8 +42,7 @@ def test_qgemm(b_type, per_column, trans_b, out):
         names += ["sy", "zy"]
     model = contrib_model("QGemm", {"a": a}, {"transB": int(trans_b), "alpha": 0.75}, initializers=params,
                           input_names=names)
-    got, expected = _both(model, {"a": a})
-    assert_close(got, expected, rtol=1e-6, atol=0)
+    got, expected = _both(model, {"a": a}, rtol=1e-6, atol=0)
     if out != "float":  # the range is used, saturation ends included
         assert got[0].min() < 20 or got[0].max() > 235
 
@@ -70,8 +71,7 @@ def test_matmul_nbits(bits, zero_points):
     names += ["", "bias"]
     model = contrib_model("MatMulNBits", {"a": a}, {"K": k, "N": n, "bits": bits, "block_size": block},
                           initializers=params, input_names=names)
-    got, expected = _both(model, {"a": a})
-    assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    got, expected = _both(model, {"a": a}, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("quant_type", [0, 1])
@@ -82,8 +82,7 @@ def test_matmul_bnb4(quant_type):
     absmax = rng.uniform(0.5, 2, -(-n * k // block)).astype(np.float32)
     model = contrib_model("MatMulBnb4", {"a": a}, {"K": k, "N": n, "block_size": block, "quant_type": quant_type},
                           initializers={"b": b, "absmax": absmax})
-    got, expected = _both(model, {"a": a})
-    assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    got, expected = _both(model, {"a": a}, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("per_column", [False, True])
@@ -94,15 +93,13 @@ def test_dynamic_quantize_matmul_and_integer_to_float(per_column):
     sb = rng.uniform(0.001, 0.01, 6 if per_column else 1).astype(np.float32)
     init = {"b": b, "sb": sb, "zb": np.zeros(sb.shape, np.int8), "bias": randn(6)}
     model = contrib_model("DynamicQuantizeMatMul", {"a": a}, initializers=init)
-    got, expected = _both(model, {"a": a})
-    assert_close(got, expected, rtol=1e-6, atol=1e-6)
+    got, expected = _both(model, {"a": a}, rtol=1e-6, atol=1e-6)
     qa = rng.integers(0, 256, (5, 32)).astype(np.uint8)
     init = {"b": b, "sa": np.array(0.02, np.float32), "sb": sb, "za": np.array(200, np.uint8),
             "zb": np.zeros(sb.shape, np.int8), "bias": randn(6)}
     model = contrib_model("MatMulIntegerToFloat", {"qa": qa}, initializers=init,
                           input_names=["qa", "b", "sa", "sb", "za", "zb", "bias"])
-    got, expected = _both(model, {"qa": qa})
-    assert_close(got, expected, rtol=1e-6, atol=1e-6)
+    got, expected = _both(model, {"qa": qa}, rtol=1e-6, atol=1e-6)
 
 
 def test_qlinear_conv_channels_last():
@@ -113,5 +110,4 @@ def test_qlinear_conv_channels_last():
             "ys": np.array(0.05, np.float32), "yz": np.array(110, np.uint8), "b": rng.integers(-500, 500, 4).astype(np.int32)}
     model = contrib_model("QLinearConv", {"x": x}, {"channels_last": 1, "pads": [1, 0, 1, 0]}, initializers=init,
                           input_names=["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"])
-    got, expected = _both(model, {"x": x})
-    assert_close(got, expected)
+    _both(model, {"x": x})
