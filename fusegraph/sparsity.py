@@ -54,13 +54,11 @@ def prune_2_4(w, *, skip_names=None, min_size=None):
     from .ir.program import Program
 
     if isinstance(w, Program):
-        import copy
-
         from .passes.prune_2_4 import DEFAULT_MIN_SIZE, prune_program_2_4
 
         if w.is_compiled:  # its executable holds compiled code and device memory: no copy of it
             raise ArgumentError("prune_2_4: prune a program before compiling it (parse_onnx, prune_2_4, compile)")
-        pruned = copy.deepcopy(w)
+        pruned = w.copy()
         prune_program_2_4(pruned, skip_names or (), DEFAULT_MIN_SIZE if min_size is None else min_size)
         return pruned
     if skip_names is not None or min_size is not None:

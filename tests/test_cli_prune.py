@@ -67,6 +67,8 @@ def test_compile_saves_the_pruned_weights(net, tmp_path):
     assert not np.allclose(got, dense.run({"x": x, "xi": xi})[0], rtol=1e-2)
     lits = [i.literal for i in loaded.main.instructions if i.is_literal and i.literal.shape == W["W1"].shape]
     assert lits and all(fusegraph.is_2_4(w) for w in lits)
+    r = fusegraph_cli("analyze", str(fgx), "--markdown")
+    assert r.returncode == 0 and "2:4: 4 product weight(s) pruned" in r.stdout, r.stderr
 
 
 def test_no_prunable_product_is_a_warning_and_bad_options_are_errors(net, tmp_path):
