@@ -3,6 +3,7 @@
     w = fusegraph.make_sparse((2048, 2048), density=0.3)      # a random float32 matrix, 70 % zeros
     w24 = fusegraph.prune_2_4(w_dense)                        # keep the 2 largest of every 4 along K
     fusegraph.is_2_4(w24)                                     # True
+    pruned = fusegraph.prune_2_4(program, skip_names=["fc"])  # a copy, every product weight pruned
 
 A MatMul whose weight is such a constant needs nothing else: the cpu target packs a weight with at
 most half its entries nonzero by output column and times the sparse product against oneDNN's dense one
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ArgumentError
+from .errors import ArgumentError, api_boundary
 
 
 def make_sparse(shape, density: float, seed: int = 0, dtype=np.float32, structure: str | None = None) -> np.ndarray:
@@ -28,7 +29,7 @@ def make_sparse(shape, density: float, seed: int = 0, dtype=np.float32, structur
     rng = np.random.default_rng(seed)
     w = rng.standard_normal(shape).astype(dtype)
     if structure == "2:4":
-        return prune_2_4(w)
+        return prune_2_4_array(w)
     if structure is not None:
         raise ArgumentError(f"structure must be None or '2:4', got {structure!r}")
     w[rng.random(shape) >= density] = 0
@@ -43,7 +44,29 @@ def _groups(w: np.ndarray) -> np.ndarray:
     return w.reshape(*w.shape[:-2], w.shape[-2] // 4, 4, w.shape[-1])
 
 
-def prune_2_4(w: np.ndarray) -> np.ndarray:
+@api_boundary
+def prune_2_4(w, *, skip_names=None, min_size=None):
+    """`w` pruned to 2:4 along K: an array (as `prune_2_4_array`), or a Program, whose product weights
+    are pruned in a copy, returned; the input is left as it was. For a Program: `skip_names`, ONNX
+    node names to leave dense; `min_size`, the fewest elements a pruned weight has (default 1024).
+    The copy's metadata lists each product, its weight's shape and whether it was pruned or found
+    2:4 already (`fusegraph.passes.prune_2_4.pruned_products`)."""
+    from .ir.program import Program
+
+    if isinstance(w, Program):
+        from .passes.prune_2_4 import DEFAULT_MIN_SIZE, prune_program_2_4
+
+        if w.is_compiled:  # its executable holds compiled code and device memory: no copy of it
+            raise ArgumentError("prune_2_4: prune a program before compiling it (parse_onnx, prune_2_4, compile)")
+        pruned = w.copy()
+        prune_program_2_4(pruned, skip_names or (), DEFAULT_MIN_SIZE if min_size is None else min_size)
+        return pruned
+    if skip_names is not None or min_size is not None:
+        raise ArgumentError("prune_2_4 of an array takes no skip_names / min_size (they are for a Program)")
+    return prune_2_4_array(np.asarray(w))
+
+
+def prune_2_4_array(w: np.ndarray) -> np.ndarray:
     """`w` with the two smallest-magnitude entries of every group of four along K set to zero (the
     pattern NVIDIA's sparse tensor cores run; prune, then fine-tune or check accuracy: `fusegraph
     verify` against the dense model)."""

@@ -183,7 +183,7 @@ def load(args: argparse.Namespace, *, target: str | None = None, options: Any = 
         if prepare is not None:
             from ..errors import InputError
 
-            raise InputError(f"{args.model} is compiled already: quantize the ONNX model instead")
+            raise InputError(f"{args.model} is compiled already: quantize or prune the ONNX model instead")
         return _load_compiled(args, source, files, target, load_s)
     return load_source(args, source, files, target=target, options=options, manager=manager,
                        warn_defaults=warn_defaults, prepare=prepare)

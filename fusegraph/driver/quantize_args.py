@@ -1,5 +1,6 @@
 """The quantization options `compile`, `verify` and `quantize-report` share (--int8, --fp8,
---calibration, ...), and the quantizer they ask for, run between parse and compile."""
+--calibration, ...), the 2:4 pruning options of `compile` and `verify` (--prune-2-4), and what they
+ask for, run between parse and compile (`preparer`: pruning, then quantization)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def add_calibration_options(p: argparse.ArgumentParser) -> None:
                    help="ops to quantize: IR names or ONNX op types (default convolution,dot: Conv, MatMul, Gemm)")
     g.add_argument("--skip-ops", metavar="OP[,OP...]", default="", help="op types to keep in float")
     g.add_argument("--skip-names", metavar="NAME[,NAME...]", default="",
-                   help="ONNX node or tensor names to keep in float (see `fusegraph quantize-report`)")
+                   help="ONNX node or tensor names to keep in float (see `fusegraph quantize-report`), and "
+                        "with --prune-2-4 dense")
     g.add_argument("--per-tensor", action="store_true", help="one weight scale per tensor, not per output channel")
     g.add_argument("--symmetric", action="store_true", help="symmetric activations (zero point 0)")
     g.add_argument("--activation-type", choices=("int8", "uint8"), default="int8",
@@ -44,6 +46,10 @@ def add_calibration_options(p: argparse.ArgumentParser) -> None:
 def add_quantize_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--int8", action="store_true", help="quantize to int8 with calibration (needs --calibration)")
     p.add_argument("--fp8", action="store_true", help="quantize to float8 e4m3fn with calibration (needs --calibration)")
+    p.add_argument("--prune-2-4", action="store_true",
+                   help="prune every product's constant weight to 2:4 along K (two largest of every four kept)")
+    p.add_argument("--prune-min-size", type=int, metavar="N", default=None,
+                   help="with --prune-2-4: leave weights of fewer than N elements dense (default 1024)")
     add_calibration_options(p)
 
 
@@ -71,3 +77,38 @@ def quantizer(args: argparse.Namespace) -> Callable[[Any], None] | None:
         return lambda program: quantize_int8(program, args.calibration, symmetric=args.symmetric,
                                              activation_type=args.activation_type, **kwargs)
     return lambda program: quantize_fp8(program, args.calibration, **kwargs)
+
+
+def pruner(args: argparse.Namespace) -> Callable[[Any], None] | None:
+    """What --prune-2-4 asks for, as a function of the parsed program (in place); None without it."""
+    from ..passes.prune_2_4 import DEFAULT_MIN_SIZE, prune_program_2_4, summary
+    from .report import note
+
+    if not getattr(args, "prune_2_4", False):
+        if getattr(args, "prune_min_size", None) is not None:
+            raise InputError("--prune-min-size sets what --prune-2-4 prunes: add --prune-2-4")
+        return None
+    min_size = DEFAULT_MIN_SIZE if args.prune_min_size is None else args.prune_min_size
+
+    def prune(program: Any) -> None:
+        rows = prune_program_2_4(program, _names(args.skip_names), min_size)
+        if not any(r.status in ("pruned", "found") for r in rows):
+            why = "; ".join(sorted({f"{r.name}: {r.status}" for r in rows})[:5]) or "no product reads a constant weight"
+            note(f"warning: --prune-2-4: no product weight of {args.model} can be 2:4 ({why})")
+        else:
+            note(f"note: {summary(rows)}")
+
+    return prune
+
+
+def preparer(args: argparse.Namespace) -> Callable[[Any], None] | None:
+    """--prune-2-4, then --int8 / --fp8 (calibrated on the pruned program), as one function; None without them."""
+    steps = [s for s in (pruner(args), quantizer(args)) if s is not None]
+    if not steps:
+        return None
+
+    def prepare(program: Any) -> None:
+        for step in steps:
+            step(program)
+
+    return prepare

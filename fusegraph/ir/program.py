@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CompileError, api_boundary
-from .module import Module
+from .module import Instruction, Module
 from .shape import AnyShape
 
 if TYPE_CHECKING:
@@ -64,6 +64,31 @@ class Program:
     def verify(self, check_shapes: bool = True) -> None:
         for mod in self.modules_in_order():
             mod.verify(check_shapes)
+
+    def copy(self) -> Program:
+        """An uncompiled copy to change without changing this one: new modules and instructions (their
+        provenance too), the same ops and literal values, which nothing changes in place (a pass
+        makes new ones). Built loop by loop: copy.deepcopy recurses along the use chains and
+        overflows Python's stack on a deep model (ResNet-50)."""
+        if self.is_compiled:
+            raise CompileError("copy a program before compiling it: its executable is not copied")
+        new = Program(empty=True)
+        new.metadata = dict(self.metadata)
+        for name in self.modules:
+            new.modules[name] = Module(name)
+            new.modules[name].program = new
+        made: dict[int, Instruction] = {}
+        for name, mod in self.modules.items():
+            new.modules[name].parent = None if mod.parent is None else new.modules[mod.parent.name]
+            for ins in mod.instructions:
+                made[ins.uid] = Instruction(ins.op, [], ins.shape, [new.modules[m.name] for m in ins.module_args])
+                made[ins.uid].origin, made[ins.uid].tensor = ins.origin, ins.tensor
+        for name, mod in self.modules.items():  # inputs once every instruction exists: a submodule reads outer values
+            for ins in mod.instructions:
+                copied = made[ins.uid]
+                copied.inputs = [made[x.uid] for x in ins.inputs]
+                new.modules[name]._attach(copied, None)
+        return new
 
     def remove_unused_modules(self) -> None:
         used = {m.name for m in self.modules_in_order()}

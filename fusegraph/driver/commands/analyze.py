@@ -37,6 +37,7 @@ COLUMNS = ["pass", "runs (changed)", "ms", "instructions", "kernels", "fused", "
 def run(args: argparse.Namespace) -> int:
     from ...passes import generic_pipeline
     from ...passes.analyze import analyze
+    from ...passes.prune_2_4 import pruned_products, summary
     from ..report import show, table
 
     loaded = load(args)
@@ -54,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
     rows.append(_row("total", "", f"{a.seconds * 1e3:.1f}", a.final))
     caption = (f"{fewer:.1%} fewer instructions, {fewer_k:.1%} fewer kernels; FLOPs {a.final.flops / max(a.parsed.flops, 1):.1%} of parsed; "
                f"arena / max-live = {(a.final.arena_bytes or 0) / max(a.final.max_live_bytes, 1):.3f}")
+    pruned = pruned_products(loaded.program)  # a file compiled with --prune-2-4 says what it pruned
+    if pruned is not None:
+        caption += f"; {summary(pruned)}"
     if args.markdown:
         print("| " + " | ".join(COLUMNS) + " |")
         print("|" + "---|" * len(COLUMNS))
@@ -63,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         show(table(f"analyze {args.model}" + (f" ({args.target} pipeline)" if args.target else ""), COLUMNS, rows, right=COLUMNS[1:], caption=caption))
     if args.json is not None:
-        args.json.write_text(json.dumps({"model": args.model, "pipeline": args.target or "generic", **a.as_dict()},
-                                        indent=2) + "\n")
+        pruning = {"pruned_2_4": [r.as_dict() for r in pruned]} if pruned is not None else {}
+        args.json.write_text(json.dumps({"model": args.model, "pipeline": args.target or "generic", **a.as_dict(),
+                                         **pruning}, indent=2) + "\n")
     return 0

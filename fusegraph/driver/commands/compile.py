@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from ..common import add_model_options, add_target_option, compile_options, load_on_target
-from ..quantize_args import add_quantize_options, quantizer
+from ..quantize_args import add_quantize_options, preparer
 
 HELP = "compile a model for a target and save it as an .fgx file that loads without recompiling"
 
@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from ..models import ZOO_MODEL_KEY
     from ..report import note, status
 
-    loaded = load_on_target(args, compile_options(args), prepare=quantizer(args))
+    loaded = load_on_target(args, compile_options(args), prepare=preparer(args))
     if loaded.source.builtin:  # so that commands run on the file can still make realistic inputs
         loaded.program.metadata[ZOO_MODEL_KEY] = loaded.source.builtin
     with status(f"writing {args.output}"):

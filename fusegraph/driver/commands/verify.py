@@ -29,7 +29,7 @@ from ..common import (
     load,
     load_on_target,
 )
-from . import verify_layers, verify_quantized
+from . import verify_layers, verify_pruned, verify_quantized
 
 HELP = "compare a target's outputs with ONNX Runtime's (or the ref target's); exit 1 on mismatch"
 DEFAULT_ATOL = 1e-4
@@ -122,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
     from .. import ort
     from ..report import fmt, note, show, status, table
 
+    if args.prune_2_4:
+        return verify_pruned.run(args)
     if args.int8 or args.fp8:
         return verify_quantized.run(args)
     if args.per_layer:

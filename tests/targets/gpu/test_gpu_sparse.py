@@ -116,6 +116,15 @@ def test_what_stays_dense(gpu_target, why):
         assert not any(k.startswith("sparse") for k in kinds)
 
 
+def test_a_program_pruned_by_prune_2_4_gets_the_sparse_kinds(gpu_target):
+    from fusegraph.passes.prune_2_4 import pruned_products
+
+    p = fusegraph.prune_2_4(fusegraph.parse_onnx(ffn_model(w1=randn(64, 128, scale=0.1))[0]))
+    assert [r.status for r in pruned_products(p)] == ["pruned", "found", "found"]  # w1 dense, w2 and w3 2:4
+    p.compile(gpu_target, fusegraph.CompileOptions(fp16=True))
+    assert sparse_kinds(p) == ["sparse_dot", "sparse_gemm_bias", "sparse_gemm_epilogue"]
+
+
 # -- results --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_sparse_steps_with_the_timed_choice(gpu_target, dtype):
