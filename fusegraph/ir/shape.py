@@ -291,7 +291,10 @@ def join_shapes(a: ValueShape, b: ValueShape, widen: bool = False) -> ValueShape
 
 
 def _join_elems(a: SequenceShape, b: SequenceShape, widen: bool) -> Shape | None:
-    # An empty sequence has no elements to constrain the element shape.
+    # An empty sequence has no elements to constrain the element shape; of two empty ones, an
+    # element shape one of them knows is kept (so joining the result with either again changes nothing).
+    if a.known_empty and b.known_empty and (a.elem is None or b.elem is None):
+        return a.elem if b.elem is None else b.elem
     if a.known_empty:
         return b.elem
     if b.known_empty:

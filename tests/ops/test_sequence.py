@@ -152,3 +152,16 @@ def test_join_covers_both(a, b, widen):
     j = join_shapes(a, b, widen)
     assert shape_covers(j, a) and shape_covers(j, b)
     assert join_shapes(j, a, widen) == j  # a fixpoint: loop-carried shapes settle
+
+
+def test_join_of_two_empty_sequences_is_a_fixpoint():
+    """Found by hypothesis: an empty sequence of unknown elements joined with an empty one of known
+    elements gave the known shape one way and None the other, so loop-carried shapes never settled."""
+
+    unknown = SequenceShape(DType.float32, None, Dim.fixed(0))
+    known = SequenceShape(DType.float32, Shape.dynamic(DType.float32, [Dim(0, None), Dim(0, None)]), Dim.fixed(0))
+    for widen in (False, True):
+        for a, b in ((unknown, known), (known, unknown)):
+            j = join_shapes(a, b, widen)
+            assert j.elem == known.elem
+            assert join_shapes(j, a, widen) == j and join_shapes(j, b, widen) == j
