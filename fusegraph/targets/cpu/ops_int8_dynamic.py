@@ -25,14 +25,15 @@ import numpy as np
 
 from ...errors import ShapeError
 from ...ir.dtypes import DType
-from ...ir.op import Op, OpKind, register_op
+from ...ir.op import OpKind, register_op
 from ...ir.shape import Shape
+from ...ops.gemm import QuantDot
 from .ops_int8 import ACT_TYPES
 
 
 @register_op
 @dataclasses.dataclass(frozen=True)
-class Int8DynamicDot(Op):
+class Int8DynamicDot(QuantDot):  # a quant_dot with its epilogue (reports count its FLOPs as one)
     """float32((x - x_zero_point) @ w) * scale (+ bias), x's zero point and the scale given at run time."""
 
     name = "int8_dynamic_dot"
