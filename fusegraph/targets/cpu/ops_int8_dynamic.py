@@ -25,7 +25,7 @@ import numpy as np
 
 from ...errors import ShapeError
 from ...ir.dtypes import DType
-from ...ir.op import OpKind, register_op
+from ...ir.op import Op, OpKind, register_op
 from ...ir.shape import Shape
 from ...ops.gemm import QuantDot
 from .ops_int8 import ACT_TYPES
@@ -70,3 +70,23 @@ class Int8DynamicDot(QuantDot):  # a quant_dot with its epilogue (reports count 
         if self.has_bias:
             y = y + args[4]
         return y.reshape(self.out_lens) if self.out_lens else y
+
+
+@register_op
+@dataclasses.dataclass(frozen=True)
+class MinMax(Op):
+    """[min(x), max(x)] over every element of a float32 x, in one pass (DynamicQuantizeLinear's two
+    reductions, passes/fuse_dynamic_int8.py); NaN anywhere makes both NaN, as numpy's do."""
+
+    name = "min_max"
+    kind = OpKind.OPAQUE  # one kernel reading x once; no pass may split it back into reductions
+
+    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
+        (x,) = inputs
+        if x.dtype != DType.float32 or x.elements == 0:
+            raise ShapeError(f"{self}: x must be a non-empty float32 tensor, got {x}")
+        return Shape.of(DType.float32, [2])
+
+    def compute(self, args):
+        x = np.asarray(args[0])
+        return np.array([x.min(), x.max()], np.float32)

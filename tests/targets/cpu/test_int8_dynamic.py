@@ -152,3 +152,25 @@ def test_runs_from_many_threads():
             got = list(pool.map(lambda x: p.run({"x": x})[0], inputs))
             for g, w in zip(got, want):
                 np.testing.assert_array_equal(g, w)
+
+
+def _min_max_model(shape):
+    nodes = [helper.make_node("ReduceMax", ["x"], ["hi"], keepdims=0),
+             helper.make_node("ReduceMin", ["x"], ["lo"], keepdims=0)]
+    return make_model(nodes, {"x": np.zeros(shape, np.float32)}, ["hi", "lo"], opset=13)
+
+
+@pytest.mark.parametrize("shape, poison", [((1, 128, 768), None), ((3, 70001), None), ((4, 50000), np.nan),
+                                           ((7,), -np.inf), ((2, 9), np.nan)])
+def test_min_and_max_of_one_tensor_are_one_pass(shape, poison):
+    """DynamicQuantizeLinear's reduce_max and reduce_min of one tensor run as one min_max kernel, with
+    numpy's answers: NaN anywhere (in any thread's share) makes both NaN."""
+    p = _compiled(_min_max_model(shape))
+    names = [i.op.name for i in p.main]
+    assert "min_max" in names and "reduce_max" not in names and "reduce_min" not in names
+    x = np.random.default_rng(10).standard_normal(shape).astype(np.float32)
+    if poison is not None:
+        x.flat[x.size * 3 // 4] = poison
+    hi, lo = p.run({"x": x})
+    np.testing.assert_array_equal(hi, x.max())
+    np.testing.assert_array_equal(lo, x.min())

@@ -16,6 +16,9 @@ Legality (anything else keeps quant_dot and its pointwise chain, which is right)
   which oneDNN's integer sums are exact on this machine (onednn.quant.exact_here);
 - each link reads the one before it alone (the int32 product is nobody else's).
 
+DynamicQuantizeLinear's two reductions of one tensor (reduce_max and reduce_min over all its axes)
+become one min_max: one pass over the tensor instead of two.
+
 Runs first in the cpu pipeline, with fuse_int8: the chain is still unfused then.
 """
 
@@ -25,11 +28,11 @@ import numpy as np
 
 from ....ir.dtypes import DType
 from ....ir.module import Instruction, Module
-from ....ops.movement import Broadcast, Reshape
+from ....ops.movement import Broadcast, Reshape, Slice
 from ....quantize.qdq_match import constant_value, per_axis
 from ....quantize.qdq_match import uniform as _uniform
 from ..ops_int8 import ACT_TYPES
-from ..ops_int8_dynamic import Int8DynamicDot
+from ..ops_int8_dynamic import Int8DynamicDot, MinMax
 from .fuse_int8 import _sole_user
 
 
@@ -148,10 +151,33 @@ def _fuse(module: Module, ins: Instruction, memo) -> bool:
     return True
 
 
+def _whole(ins: Instruction, name: str) -> bool:
+    """Whether `ins` is reduction `name` over every axis of a static float32 tensor."""
+    x = ins.inputs[0].shape if ins.inputs else None
+    return (ins.op.name == name and x is not None and x.dtype == DType.float32 and not x.is_dynamic
+            and x.elements > 0 and tuple(sorted(ins.op.axes)) == tuple(range(x.ndim)))
+
+
+def _fuse_min_max(module: Module, ins: Instruction) -> bool:
+    """reduce_max(x) with a reduce_min(x) beside it -> both read off one min_max(x)."""
+    if not _whole(ins, "reduce_max"):
+        return False
+    x = ins.inputs[0]
+    low = next((u for u in x.users if u.users and _whole(u, "reduce_min")), None)
+    if low is None:
+        return False
+    first = min((ins, low), key=module.index)
+    both = module.insert(first, MinMax(), x)
+    for k, red in enumerate((low, ins)):  # [min, max]
+        one = module.insert(first, Slice(axes=(0,), starts=(k,), ends=(k + 1,), steps=(1,)), both)
+        module.replace(red, module.insert(first, Reshape(dims=red.shape.lens), one))
+    return True
+
+
 def fuse_dynamic_int8(module: Module) -> bool:
     memo: dict[int, np.ndarray | None] = {}
     changed = False
     for ins in list(module):
         if ins.users:
-            changed |= _fuse(module, ins, memo)
+            changed |= _fuse(module, ins, memo) or _fuse_min_max(module, ins)
     return changed
