@@ -174,3 +174,29 @@ def test_min_and_max_of_one_tensor_are_one_pass(shape, poison):
     hi, lo = p.run({"x": x})
     np.testing.assert_array_equal(hi, x.max())
     np.testing.assert_array_equal(lo, x.min())
+
+
+def test_products_of_one_quantized_input_merge():
+    """A BERT layer's Q, K and V: three products of one DynamicQuantizeLinear become one matmul over
+    the weights side by side, each column with its own product's run-time scale and bias."""
+    rng = np.random.default_rng(12)
+    k, n = 96, 40
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"])]
+    inits, outs = {}, []
+    for j, per_channel in enumerate((False, True, False)):
+        inits |= {f"w{j}": rng.integers(-128, 128, (k, n)).astype(np.int8), f"wz{j}": np.array(0, np.int8),
+                  f"ws{j}": rng.uniform(0.001, 0.01, n if per_channel else ()).astype(np.float32),
+                  f"b{j}": rng.standard_normal(n).astype(np.float32)}
+        nodes += [helper.make_node("MatMulInteger", ["xq", f"w{j}", "xz", f"wz{j}"], [f"acc{j}"]),
+                  helper.make_node("Cast", [f"acc{j}"], [f"f{j}"], to=1),
+                  helper.make_node("Mul", ["xs", f"ws{j}"], [f"s{j}"]),
+                  helper.make_node("Mul", [f"f{j}", f"s{j}"], [f"m{j}"]),
+                  helper.make_node("Add", [f"m{j}", f"b{j}"], [f"y{j}"])]
+        outs.append(f"y{j}")
+    x = rng.standard_normal((2, 9, k)).astype(np.float32)
+    model = make_model(nodes, {"x": x}, outs, inits, opset=13)
+    p = _compiled(model)
+    products = [i for i in p.main if i.op.name == "int8_dynamic_dot"]
+    assert len(products) == 1 and products[0].inputs[2].shape.lens == (k, 3 * n)
+    for got, want in zip(p.run({"x": x}), run_ort(model, {"x": x}, optimize=False), strict=True):
+        np.testing.assert_array_equal(got, want)
