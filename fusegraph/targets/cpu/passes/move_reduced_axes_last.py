@@ -1,8 +1,9 @@
-"""A fused_reduce or softmax over axes that are not the trailing ones (YOLOv8's DFL softmax over the 16
+"""A fused_reduce over axes that are not the trailing ones (YOLOv8's Q/DQ'd DFL softmax over the 16
 bins of [1, 16, 4, 8400]) reads its inputs transposed so that the reduced axes come last, copied
 contiguous, and its result is transposed back (a view). The generated reduction kernels take rows of
-contiguous elements only (codegen/reduce.py); before, numpy ran the body: 15.8 of YOLOv8n int8's
-38 ms, where its Q/DQ'd softmax is a fused_reduce (float32: numpy's softmax, several passes).
+contiguous elements only (codegen/reduce.py); before, the ref interpreter ran the body op by op in
+numpy: 15.8 of YOLOv8n int8's 38 ms. A lone softmax stays (numpy's softmax along any axis is a few
+vectorized passes; choose_layout keeps the float DFL convolution N, C, H, W around it).
 
     fused_reduce[axes=(1,)](x: [1, 16, 4, 8400], s)
         -> transpose[perm=(0, 2, 3, 1)](fused_reduce[axes=(3,)](contiguous(transpose(x)), s))
@@ -73,12 +74,9 @@ def _body(module: Module, body: Module, params: list[Shape], ops: list[Op]) -> M
 
 
 def _rewrite(module: Module, ins: Instruction) -> bool:
-    if ins.op.name == "fused_reduce":
-        axes = ins.op.axes
-    elif ins.op.name in NORMALIZATIONS:
-        axes = (ins.op.axis % ins.shape.ndim,)
-    else:
+    if ins.op.name != "fused_reduce":
         return False
+    axes = ins.op.axes
     if ins.shape.is_dynamic or any(not isinstance(x.shape, Shape) or x.shape.is_dynamic for x in ins.inputs):
         return False
     ranked = [x.shape.lens for x in ins.inputs if x.shape.ndim]
@@ -89,16 +87,13 @@ def _rewrite(module: Module, ins: Instruction) -> bool:
     if nd < 2 or _trailing(full, axes) or any(len(r) != nd for r in ranked):
         return False
     perm = [a for a in range(nd) if a not in axes] + sorted(axes)
-    ops = _ops(ins.module_args[0], perm) if ins.module_args else []
+    ops = _ops(ins.module_args[0], perm)
     if ops is None:
         return False
     inputs = [x if x.shape.ndim == 0 else
               module.insert(ins, Contiguous(), module.insert(ins, Transpose(perm=tuple(perm)), x)) for x in ins.inputs]
-    if ins.module_args:
-        body = _body(module, ins.module_args[0], [x.shape for x in inputs], ops)
-        new = module.insert(ins, FusedReduce(axes=tuple(range(nd - len(axes), nd))), *inputs, module_args=[body])
-    else:
-        new = module.insert(ins, dataclasses.replace(ins.op, axis=nd - 1), *inputs)
+    body = _body(module, ins.module_args[0], [x.shape for x in inputs], ops)
+    new = module.insert(ins, FusedReduce(axes=tuple(range(nd - len(axes), nd))), *inputs, module_args=[body])
     inverse = tuple(perm.index(a) for a in range(nd))
     module.replace(ins, module.insert(ins, Transpose(perm=inverse), new))
     return True
