@@ -39,10 +39,12 @@ def int8_dynamic_dot(ins: Instruction, ctx: LowerContext) -> Kernel:
         xq, zp, _, scale = args[:4]
         if shift:
             xq = xq.view(np.uint8) ^ np.uint8(0x80)
-        zero = np.array([int(np.asarray(zp).reshape(())) + offset], np.int32)
+        xq = np.ascontiguousarray(xq)  # the primitive reads rows of K bytes (a no-op for the usual input)
+        zero = np.array([int(np.asarray(zp).reshape(())) + offset], np.int32)  # per call: thread-safe
         scales = np.ascontiguousarray(scale, np.float32).reshape(n_scales)
-        if out is None:
-            out = np.empty(lens, np.float32)
+        if out is None or not out.flags.c_contiguous:  # a strided destination: written through a copy
+            y = prim(xq, scales, zero, out=np.empty(product, np.float32)).reshape(lens)
+            return y if out is None else np.copyto(out, y) or out
         prim(xq, scales, zero, out=out.reshape(product))
         return out
 
