@@ -15,7 +15,8 @@ from ....ir.module import Instruction
 from ..codegen.kernels import KernelSource
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
 
-_GRAIN = 1 << 15  # elements a thread gets at least: below, forking costs more than the pass
+_GRAIN = 1 << 17  # elements a thread gets at least: below, forking (and, on a busy machine, waiting for
+#                   the other thread at the barrier) costs more than the pass saves
 
 _CODE = r"""
 FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {
