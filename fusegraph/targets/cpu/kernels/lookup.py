@@ -29,28 +29,20 @@ FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {
     const WORD *const table = (const WORD *)p[2];
     const int64_t n = d[0];
     const int use = fg_threads(nt, n, GRAIN);
-    #pragma omp parallel for num_threads(use) schedule(static) if (use > 1)
-    for (int64_t i = 0; i < n; ++i)
-        out[i] = table[x[i]];
-}
-"""
-
-# bytes from bytes: 64 per step with vpermi2b (each thread's share; its tail one by one)
-_CODE_BYTES = r"""
-#if defined(__AVX512VBMI__) && defined(__AVX512BW__)
-#include <immintrin.h>
-#endif
-FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {
-    uint8_t *const out = (uint8_t *)p[0];
-    const uint8_t *const x = (const uint8_t *)p[1];
-    const uint8_t *const table = (const uint8_t *)p[2];
-    const int64_t n = d[0];
-    const int use = fg_threads(nt, n, GRAIN);
     #pragma omp parallel num_threads(use) if (use > 1)
     {
         const int t = omp_get_thread_num(), k = omp_get_num_threads();
         int64_t i = n * t / k;
         const int64_t end = n * (t + 1) / k;
+VECTOR
+        for (; i < end; ++i)
+            out[i] = table[x[i]];
+    }
+}
+"""
+
+# bytes from bytes: 64 per step with vpermi2b (each thread's share; its tail one by one)
+_VBMI = r"""
 #if defined(__AVX512VBMI__) && defined(__AVX512BW__)
         const __m512i t0 = _mm512_loadu_si512(table), t1 = _mm512_loadu_si512(table + 64);
         const __m512i t2 = _mm512_loadu_si512(table + 128), t3 = _mm512_loadu_si512(table + 192);
@@ -60,15 +52,13 @@ FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {
             _mm512_storeu_si512(out + i, _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi));
         }
 #endif
-        for (; i < end; ++i)
-            out[i] = table[x[i]];
-    }
-}
 """
+_INCLUDE = "#if defined(__AVX512VBMI__) && defined(__AVX512BW__)\n#include <immintrin.h>\n#endif\n"
 
 
 def lookup_kernel(itemsize: int) -> KernelSource:
-    code = (_CODE_BYTES if itemsize == 1 else _CODE.replace("WORD", _WORDS[itemsize])).replace("GRAIN", str(_GRAIN))
+    code = _CODE.replace("WORD", _WORDS[itemsize]).replace("GRAIN", str(_GRAIN))
+    code = _INCLUDE + code.replace("VECTOR", _VBMI.strip("\n")) if itemsize == 1 else code.replace("VECTOR\n", "")
     name = "fg_lookup_" + hashlib.sha256(code.encode()).hexdigest()[:16]
     return KernelSource(name=name, code=code.replace("KNAME", name), helpers=(),
                         in_dtypes=(DType.uint8, DType.uint8), out_dtype=DType.uint8)
