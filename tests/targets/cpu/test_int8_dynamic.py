@@ -52,6 +52,11 @@ def _ops(p) -> list[str]:
     return [i.op.name for i in p.main if i.op.name in ("int8_dynamic_dot", "quant_dot")]
 
 
+def _kernels(p) -> list[str]:
+    """The kernel factory of each step (`reference_kernel` where numpy's reference runs)."""
+    return [s.fn.__qualname__.split(".")[0] for s in p.executable.steps]
+
+
 CASES = {
     "per-tensor s8 weights, bias": {},
     "batched rows": {"rows": (3, 4, 7)},
@@ -72,7 +77,8 @@ def test_dynamic_product_is_the_models_arithmetic(case):
         kw["w"] = rng.integers(-128, 125, (64, 24)).astype(np.int8)
     model, feeds = _model(rng, **kw)
     p = _compiled(model)
-    assert _ops(p) == ["int8_dynamic_dot"], "not lowered to oneDNN's int8 matmul"
+    assert _ops(p) == ["int8_dynamic_dot"], "not rewritten to the int8 op"
+    assert "int8_dynamic_dot" in _kernels(p) and "min_max" in _kernels(p), "not oneDNN's int8 matmul"
     got = p.run(feeds)[0]
     np.testing.assert_array_equal(got, run_ort(model, feeds, optimize=False)[0])
     np.testing.assert_array_equal(got, _compiled(model, "ref").run(feeds)[0])
@@ -90,7 +96,7 @@ def test_sums_float32_cannot_hold_stay_exact():
     w = (-128 + rng.integers(0, 2, (k, n))).astype(np.int8)
     model, feeds = _model(rng, k=k, n=n, w=w, x=x, bias=False)
     p = _compiled(model)
-    assert _ops(p) == ["int8_dynamic_dot"]
+    assert _ops(p) == ["int8_dynamic_dot"] and "int8_dynamic_dot" in _kernels(p)
     xq = np.full((8, k), 255, np.int64)
     xq[:, :5] = 0
     exact = xq @ w.astype(np.int64)
