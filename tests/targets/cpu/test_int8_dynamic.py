@@ -206,3 +206,21 @@ def test_products_of_one_quantized_input_merge():
     assert len(products) == 1 and products[0].inputs[2].shape.lens == (k, 3 * n)
     for got, want in zip(p.run({"x": x}), run_ort(model, {"x": x}, optimize=False), strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("a_type, a_zp", [(np.uint8, 120), (np.int8, -3)])
+def test_qlinear_matmul_product_takes_the_same_kernel(a_type, a_zp):
+    """QLinearMatMul's integer sum and its scaling (constants here) are the same chain: one
+    int8_dynamic_dot, its requantization after it, bit for bit ORT's."""
+    rng = np.random.default_rng(13)
+    info = np.iinfo(a_type)
+    a = rng.integers(info.min, info.max + 1, (32, 700)).astype(a_type)
+    inits = {"as": np.array(0.02, np.float32), "az": np.array(a_zp, a_type),
+             "b": rng.integers(-128, 128, (700, 20)).astype(np.int8),
+             "bs": rng.uniform(0.001, 0.01, 20).astype(np.float32), "bz": np.zeros(20, np.int8),
+             "ys": np.array(0.5, np.float32), "yz": np.array(7, a_type)}
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    model = make_model([node], {"a": a}, ["y"], inits, opset=13)
+    p = _compiled(model)
+    assert _ops(p) == ["int8_dynamic_dot"] and "int8_dynamic_dot" in _kernels(p)
+    np.testing.assert_array_equal(p.run({"a": a})[0], run_ort(model, {"a": a}, optimize=False)[0])
