@@ -18,8 +18,10 @@ from .passes import (
     choose_layout,
     fuse_conv_epilogue,
     fuse_dot_epilogue,
+    fuse_dynamic_int8,
     fuse_int8,
     merge_parallel_dots,
+    move_reduced_axes_last,
     plan_memory,
     split_sliced_conv,
     tabulate_int8,
@@ -37,8 +39,9 @@ class CpuTarget(Target):
         assert generic[-1] is memory_coloring
         # epilogues fuse in N, C, H, W, then layouts change; the plan must come last: both change
         # which buffers exist (and it is the cpu's: epilogues write over their dying residuals)
-        # int8 regions first: the generic passes fold dequantize(int8 weights) into float weights
-        return [fuse_int8] + generic[:-1] + [fuse_conv_epilogue, fuse_dot_epilogue, merge_parallel_dots, split_sliced_conv,
+        # int8 regions first: the generic passes fold dequantize(int8 weights) into float weights (and
+        # fuse a dynamic product's float epilogue away from it)
+        return [fuse_int8, fuse_dynamic_int8] + generic[:-1] + [move_reduced_axes_last, fuse_conv_epilogue, fuse_dot_epilogue, merge_parallel_dots, split_sliced_conv,
                                choose_layout, tabulate_int8, eliminate_dead_code, plan_memory]
 
     def lower(self, program: Program, options: CompileOptions) -> Executable:

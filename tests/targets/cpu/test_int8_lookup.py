@@ -96,3 +96,25 @@ def test_lookup_program_saves_and_loads(tmp_path):
     fusegraph.save(p, str(path))
     q = fusegraph.load(str(path))
     np.testing.assert_array_equal(q.run(feeds)[0], p.run(feeds)[0])
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 64 * 1000 + 37, 3 * (1 << 16) + 5])
+def test_byte_table_kernel_reads_every_entry(n):
+    """The byte-table kernel (64 lookups per step with AVX-512 VBMI, one by one in each thread's tail)
+    gives table[x] for every index value, at every length around its steps and thread shares."""
+    target_or_skip("cpu")
+    import ctypes
+
+    from fusegraph.targets.cpu.codegen import build_library
+    from fusegraph.targets.cpu.kernels.lookup import lookup_kernel
+
+    src = lookup_kernel(1)
+    kernel = build_library([src], threads=2)[src.name]
+    rng = np.random.default_rng(n)
+    table = rng.integers(0, 256, 256).astype(np.uint8)
+    x = np.resize(np.arange(256, dtype=np.uint8), n)  # every value, in and across the 64-byte steps
+    rng.shuffle(x[n // 2:])
+    out = np.zeros(n, np.uint8)
+    ptrs = (ctypes.c_void_p * 3)(out.ctypes.data, x.ctypes.data, table.ctypes.data)
+    kernel._fn(ptrs, (ctypes.c_int64 * 1)(n), 2)
+    np.testing.assert_array_equal(out, table[x])

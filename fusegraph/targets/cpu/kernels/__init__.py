@@ -1,3 +1,17 @@
 """Kernel factories of the cpu target, registered in the lowering table on import."""
 
-from . import control, custom, dense, int8, lookup, movement, nbits, nms, pointwise, recurrent, sparse  # noqa: F401
+from . import (  # noqa: F401
+    control,
+    custom,
+    dense,
+    int8,
+    int8_dynamic,
+    lookup,
+    min_max,
+    movement,
+    nbits,
+    nms,
+    pointwise,
+    recurrent,
+    sparse,
+)

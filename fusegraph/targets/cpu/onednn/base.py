@@ -123,8 +123,10 @@ class Primitive:
         self._prim = prim
         self.scratchpad_bytes = int(lib.dnnl_memory_desc_get_size(lib.dnnl_primitive_desc_query_md(
             pd, _lib.Q_SCRATCHPAD_MD, 0)))
-        # the descriptors the primitive settled on: what was passed as `any` is concrete now
-        slots = [(arg, self._settled(arg, given), *rest) for arg, given, *rest in slots]
+        # the descriptors the primitive settled on: what was passed as `any` is concrete now (run-time
+        # scales and zero points are the caller's plain vectors: the primitive describes none)
+        quant_args = _lib.ARG_ATTR_SCALES | _lib.ARG_ATTR_ZERO_POINTS
+        slots = [(arg, given if arg & quant_args else self._settled(arg, given), *rest) for arg, given, *rest in slots]
         if self.scratchpad_bytes:
             slots.append((_lib.ARG_SCRATCHPAD, self.query_md(_lib.Q_SCRATCHPAD_MD), "scratchpad"))
         self._slots = [_Slot(*s) for s in slots]

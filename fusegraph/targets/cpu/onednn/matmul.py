@@ -39,7 +39,8 @@ def _with_rank(desc: MemDesc, rank: int) -> MemDesc:
 
 
 class MatMul(Primitive):
-    """`MatMul(a, b, bias)(a_array[, b_array], *binary_operands, out=...)`."""
+    """`MatMul(a, b, bias)(a_array[, weight_scales, src_zero_point][, b_array], *binary_operands, out=...)`:
+    the run-time scales and zero point of a `runtime` quant (quant.Quant.runtime_slots) follow `a`."""
 
     def __init__(self, a: Sequence[int] | MemDesc, b: np.ndarray | Sequence[int] | MemDesc,
                  bias: np.ndarray | None = None, *, post_ops: Sequence[PostOp] = (),
@@ -83,11 +84,11 @@ class MatMul(Primitive):
         w_md = MemDesc.any(b_r.shape, "s8" if quant else "f32") if const_b else b_r
         # scales per output column: the last weights dim
         with Attr(binaries, src1, fpmath, quant, 1 << (rank - 1)) as attr:
-            consts = list(attr.constants)
+            consts, runtime = list(attr.constants), list(attr.runtime)
             pd = self._create(f"matmul {list(a_md.shape)} @ {list(b_md.shape)}",
                               lib.dnnl_matmul_primitive_desc_create, lib.engine, a_r.handle, w_md.handle,
                               bias_md.handle if bias_md else None, dst_md.handle, attr.handle)
-        slots = [(_lib.ARG_SRC, a_r, "a", len(a_md.shape))]
+        slots = [(_lib.ARG_SRC, a_r, "a", len(a_md.shape)), *runtime]
         if const_b:
             packed = self.query_md(_lib.Q_WEIGHTS_MD)
             self.weights = pack(b.reshape(b_r.shape), packed, threads)
@@ -98,7 +99,7 @@ class MatMul(Primitive):
             consts.append((_lib.ARG_BIAS, bias_md, bias_arr))
         slots += [(*slot, nd) for slot, nd in zip(binary_slots(src1), binary_ndims)]
         slots.append((_lib.ARG_DST, dst_md, "dst"))
-        self.n_inputs = 1 if const_b else 2
+        self.n_inputs = (1 if const_b else 2) + len(runtime)
         self.out_shape = out_shape
         self._needs_out = any(isinstance(p, Sum) for p in post_ops)
         self._finish(pd, slots, consts)

@@ -120,6 +120,7 @@ class Attr:
             raise CompileError(f"oneDNN: unknown fpmath mode {fpmath!r}; choose one of {list(_lib.FPMATH)}")
         _lib.check(lib.dnnl_primitive_attr_set_fpmath_mode(self.handle, _lib.FPMATH[fpmath]), "fpmath mode")
         self.constants = quant.configure(self.handle, weights_channel_mask) if quant is not None else []
+        self.runtime = quant.runtime_slots() if quant is not None else []  # per-call scales / zero points
         if not post_ops:
             return
         ops = c_void_p()

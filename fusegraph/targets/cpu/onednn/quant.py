@@ -63,7 +63,10 @@ def exact_here(weights: np.ndarray) -> bool:
 class Quant:
     """One int8 primitive's numbers. `weight_scales`: one float32 per output channel, or one value.
     `dst`: "u8"/"s8" (requantized with dst_scale/dst_zero_point), "f32" (the dequantized result) or
-    "s32" (the integer sum: exact while it stays below 2**24, as oneDNN converts it through float32)."""
+    "s32" (the integer sum: exact while it stays below 2**24, as oneDNN converts it through float32).
+    `runtime`: the source zero point and the weight scales are arguments of every call (`runtime_slots`),
+    not constants: DynamicQuantizeLinear's, known only then; `weight_scales` then only says how many
+    (one, or one per output channel) and the destination is f32."""
 
     src: str
     src_scale: float
@@ -72,10 +75,13 @@ class Quant:
     dst: str = "f32"
     dst_scale: float = 1.0
     dst_zero_point: int = 0
+    runtime: bool = False
 
     def __post_init__(self):
         if self.src not in INT8 or self.dst not in DST_TYPES:
             raise CompileError(f"oneDNN int8: src {self.src!r} must be one of {INT8}, dst {self.dst!r} of {DST_TYPES}")
+        if self.runtime and self.dst != "f32":
+            raise CompileError(f"oneDNN int8: run-time scales and zero points need an f32 dst, not {self.dst!r}")
 
     @property
     def per_channel(self) -> bool:
@@ -96,6 +102,11 @@ class Quant:
                 _lib.check(lib.dnnl_primitive_attr_set_zero_points_mask(attr, arg, 0), f"zero point of {arg}")
                 consts.append(_const(_lib.ARG_ATTR_ZERO_POINTS | arg, np.asarray([value], np.int32)))
 
+        if self.runtime:  # the values come with every call (runtime_slots); src scale 1
+            mask = weights_channel_mask if self.per_channel else 0
+            _lib.check(lib.dnnl_primitive_attr_set_scales_mask(attr, _lib.ARG_WEIGHTS, mask), "run-time scales")
+            _lib.check(lib.dnnl_primitive_attr_set_zero_points_mask(attr, _lib.ARG_SRC, 0), "run-time zero point")
+            return consts
         scales(_lib.ARG_SRC, [self.src_scale], 0)
         scales(_lib.ARG_WEIGHTS, self.weight_scales, weights_channel_mask if self.per_channel else 0)
         zero_point(_lib.ARG_SRC, self.src_zero_point)
@@ -104,6 +115,14 @@ class Quant:
             zero_point(_lib.ARG_DST, self.dst_zero_point)
         return consts
 
+    def runtime_slots(self) -> list[tuple[int, MemDesc, str]]:
+        """The per-call arguments of a `runtime` Quant, in call order after the source: the weight
+        scales (float32, as many as `weight_scales`) and the source zero point (int32, one)."""
+        if not self.runtime:
+            return []
+        n = np.asarray(self.weight_scales).size
+        return [(_lib.ARG_ATTR_SCALES | _lib.ARG_WEIGHTS, MemDesc.plain((n,), "f32"), "weight scales"),
+                (_lib.ARG_ATTR_ZERO_POINTS | _lib.ARG_SRC, MemDesc.plain((1,), "s32"), "source zero point")]
 
 
 def _const(arg: int, values: np.ndarray) -> tuple[int, MemDesc, np.ndarray]:
