@@ -101,7 +101,7 @@ def test_views_of_arena_buffers_are_made_once_per_thread():
     model = make_model(nodes, {"x": x}, ["out"], init)
     p, got = _compile(model, {"x": x})
     assert_close(got, run_ort(model, {"x": x}), rtol=1e-5, atol=1e-5)
-    rows, static = p.executable.main.thread_plan()
+    rows, static = p.executable.main.step_plan()  # (one row a step: no native programs)
     assert len(static) == 2 and len(rows) == len(p.executable.steps) - 2
     again = p.run({"x": 2 * x})  # the fixed views see each run's values
     assert_close(again, run_ort(model, {"x": 2 * x}), rtol=1e-5, atol=1e-5)
