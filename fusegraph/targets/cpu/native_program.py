@@ -13,7 +13,8 @@ with the step's fixed arrays (None: not for these buffers, the step stays a Pyth
   binding calls through ctypes, with the thread's memory objects bound once;
 - `guard`: a float32 buffer must hold no NaN or infinity, else the region stops there and the
   rest of it runs as Python steps (which then take their exact, non-finite-safe paths);
-- `copy`: a memcpy into a dense buffer, from a dense or a row-strided one (a column slice).
+- `copy`: a memcpy into a dense buffer, from a dense or a row-strided one (a column slice);
+- `take`: elements gathered by a table of offsets (a small pad, gather or resize), fills copied in.
 The results are bit for bit the Python steps': the same kernels on the same buffers, in order.
 """
 
@@ -29,6 +30,8 @@ import numpy as np
 from ...errors import FusegraphError
 
 KERNEL, PRIMITIVE, GUARD, COPY, COPY_ROWS = 0, 1, 2, 3, 4
+TAKE = {1: 5, 2: 6, 4: 7, 8: 8}  # by element size
+TAKE_LIMIT = 1 << 16  # elements: a take's table is 16 bytes an element
 MIN_STEPS = 2  # a region of one step costs what the step's own Python call does
 
 RUNNER = r"""
@@ -39,6 +42,10 @@ RUNNER = r"""
 typedef struct { int32_t kind, threads; void *fn, *a, *b, *c; int64_t n; } fg_call;
 typedef void (*fg_kernel)(void *const *, const int64_t *, int);
 typedef int (*fg_execute)(void *, void *, int, void *);
+
+#define FG_TAKE(W) { \
+    const int64_t *g = (const int64_t *)c->c; \
+    for (int64_t k = 0; k < c->n; k++) ((W *)c->a)[g[c->n + k]] = *(const W *)((const char *)c->b + g[k]); }
 
 static int fg_all_finite(const uint32_t *x, int64_t n) {
     uint32_t bad = 0;
@@ -66,6 +73,12 @@ FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status)
             for (int64_t r = 0; r < c->n; r++) memcpy((char *)c->a + r * g[2], (const char *)c->b + r * g[1], (size_t)g[0]);
             break;
         }
+        /* n elements of 1, 2, 4 or 8 bytes: the destination's k-th is the source's element at byte
+           offset c[k] (c[n + k] its place in the destination, in elements) */
+        case 5: FG_TAKE(uint8_t) break;
+        case 6: FG_TAKE(uint16_t) break;
+        case 7: FG_TAKE(uint32_t) break;
+        case 8: FG_TAKE(uint64_t) break;
         }
     }
     return n;
@@ -147,6 +160,39 @@ def copy(dst: np.ndarray, src: np.ndarray) -> Call | None:
     geometry = (ctypes.c_int64 * 3)(inner * src.itemsize, s_row, d_row)
     return ((COPY_ROWS, 1, 0, dst.ctypes.data, src.ctypes.data, ctypes.addressof(geometry), rows),
             (dst, src, geometry))
+
+
+def take(dst: np.ndarray, src: np.ndarray, index: np.ndarray, fill: np.ndarray | None = None) -> list[Call] | None:
+    """dst (dense) = src's elements at `index` (dst's shape: flat positions in src, C order); where
+    an index is negative, `fill`'s element (an array like dst) instead. None where dst is not dense,
+    the element size not 1, 2, 4 or 8 bytes, or the table would be over TAKE_LIMIT elements."""
+    if (dst.shape != index.shape or dst.dtype != src.dtype or not dst.flags.c_contiguous or not dst.flags.writeable
+            or dst.itemsize not in TAKE or dst.size > TAKE_LIMIT or src.size == 0):
+        return None
+    flat = index.ravel()
+    places = np.flatnonzero(flat >= 0)
+    coords = np.unravel_index(flat[places], src.shape)
+    offsets = sum((c.astype(np.int64) * s for c, s in zip(coords, src.strides)), np.zeros(len(places), np.int64))
+    table = np.ascontiguousarray(np.concatenate([offsets, places]), np.int64)
+    calls: list[Call] = []
+    if len(places) < dst.size:
+        image = np.ascontiguousarray(fill, dst.dtype)  # the filled elements (the others overwritten)
+        calls.append(((COPY, 1, 0, dst.ctypes.data, image.ctypes.data, 0, dst.nbytes), (dst, image)))
+    if len(places):
+        calls.append(((TAKE[dst.itemsize], 1, 0, dst.ctypes.data, src.ctypes.data, table.ctypes.data, len(places)),
+                      (dst, src, table)))
+    return calls
+
+
+def dense(src: np.ndarray) -> tuple[np.ndarray, list[Call]] | None:
+    """`src` as a C-contiguous array: itself, or a scratch array of this thread's and the calls that
+    copy `src` into it (a memcpy, rows of them, or a table); None where no call can."""
+    if src.flags.c_contiguous:
+        return src, []
+    out = np.empty(src.shape, src.dtype)
+    c = copy(out, src)
+    calls = [c] if c is not None else take(out, src, np.arange(src.size).reshape(src.shape))
+    return None if calls is None else (out, calls)
 
 
 class Region:

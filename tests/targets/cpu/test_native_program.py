@@ -221,3 +221,67 @@ def test_copy_calls_copy_what_numpy_copies(make, native):
     run(copy(part, dense))
     np.testing.assert_array_equal(part, dense)
     assert not out[:, 0].any() and not out[:, 1 + dense.shape[1]:].any()
+
+
+def _streaming_model():
+    """silero-vad in small: an If whose body pads the graph input (reflect), convolves it, runs an
+    LSTM from the state input's two halves (constant-index gathers) and returns the LSTM's last
+    hidden state through a convolution and its new state (a concat): graph inputs, a tuple of
+    results and outputs in one body."""
+    h = 8
+    then = helper.make_graph(
+        [n("Pad", ["x", "pads"], ["p"], mode="reflect"), n("Unsqueeze", ["p", "ax1"], ["p3"]),
+         n("Conv", ["p3", "wc"], ["c"], strides=[4]), n("Relu", ["c"], ["r"]),
+         n("Transpose", ["r"], ["rt"], perm=[2, 0, 1]),
+         n("Gather", ["state", "i0"], ["h0"]), n("Gather", ["state", "i1"], ["c0"]),
+         n("Unsqueeze", ["h0", "ax0"], ["h0u"]), n("Unsqueeze", ["c0", "ax0"], ["c0u"]),
+         n("LSTM", ["rt", "W", "R", "B", "", "h0u", "c0u"], ["Y", "Yh", "Yc"], hidden_size=h),
+         n("Concat", ["Yh", "Yc"], ["new_state"], axis=0), n("Transpose", ["Yh"], ["yt"], perm=[1, 2, 0]),
+         n("Conv", ["yt", "wo"], ["o"]), n("Sigmoid", ["o"], ["prob"])],
+        "then", [], [helper.make_tensor_value_info("prob", TensorProto.FLOAT, None),
+                     helper.make_tensor_value_info("new_state", TensorProto.FLOAT, None)])
+    other = helper.make_graph(
+        [n("Constant", [], ["z"], value=helper.make_tensor("z", TensorProto.FLOAT, [1, 1, 1], [0.0])),
+         n("Identity", ["state"], ["s2"])],
+        "else", [], [helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+                     helper.make_tensor_value_info("s2", TensorProto.FLOAT, None)])
+    init = {"k": np.array(16000, np.int64), "pads": np.array([0, 4, 0, 4], np.int64),
+            "ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64),
+            "i0": np.array(0, np.int64), "i1": np.array(1, np.int64),
+            "wc": (rng.standard_normal((6, 1, 8)) * 0.3).astype(np.float32),
+            "W": (rng.standard_normal((1, 4 * h, 6)) * 0.3).astype(np.float32),
+            "R": (rng.standard_normal((1, 4 * h, h)) * 0.3).astype(np.float32),
+            "B": (rng.standard_normal((1, 8 * h)) * 0.1).astype(np.float32),
+            "wo": (rng.standard_normal((1, h, 1)) * 0.3).astype(np.float32)}
+    nodes = [n("Equal", ["sr", "k"], ["cond"]),
+             n("If", ["cond"], ["prob", "state_out"], then_branch=then, else_branch=other)]
+    feeds = {"x": rng.standard_normal((1, 32)).astype(np.float32),
+             "state": rng.standard_normal((2, 1, h)).astype(np.float32), "sr": np.array(16000, np.int64)}
+    return make_model(nodes, feeds, ["prob", "state_out"], init), feeds
+
+
+def test_a_streaming_if_body_is_one_native_program(monkeypatch):
+    # its inputs are staged into the arena, the LSTM writes its tuple into planned buffers, the pad
+    # and gathers are tables of offsets, the outputs are copied out: the body is one C call
+    model, feeds = _streaming_model()
+    p, ref = _compile(model), _compile(model, "ref")
+    (step,) = [s for s in p.executable.steps if s.name == "if"]
+    bodies = [c.cell_contents for c in step.fn.__closure__ if isinstance(c.cell_contents, dict)][0]
+    then = next(b for b in bodies.values() if any(s.name == "lstm" for s in b.steps))
+    runs = []
+    for k in range(3):  # each run's inputs reach the kernels; each run's outputs are arrays of its own
+        f = {**feeds, "x": feeds["x"] * (k + 1), "state": feeds["state"] - k}
+        got = p.run(f)
+        for g, w in zip(got, ref.run(f), strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+        runs.append((f, got))
+    rows, _ = then.thread_plan()
+    assert len(rows) == 1 and isinstance(rows[0][0], Region)
+    assert runs[0][1][1] is not runs[1][1][1] and not np.array_equal(runs[0][1][1], runs[1][1][1])
+    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")  # bit for bit the step-by-step run
+    steps = _compile(model)
+    for f, got in runs:
+        for g, w in zip(got, steps.run(f), strict=True):
+            np.testing.assert_array_equal(g, w)
+    f = {**feeds, "sr": np.array(8000, np.int64)}  # the other branch returns the state it was given
+    np.testing.assert_array_equal(p.run(f)[1], feeds["state"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....errors import CompileError, ExecutionError, InputError
+from ....errors import CompileError, ExecutionError, FusegraphError, InputError
 from ....ir.module import Instruction
 from ....ir.shape import Shape, same_steps
 from ....ops.indexing import check_range
@@ -91,18 +91,18 @@ def pad(ins: Instruction, ctx: LowerContext) -> Kernel:
 
         def run_constant(args, out):
             if out is None:
-                out = np.empty(ins.shape.lens, x.dtype.np)
+                out = np.empty(ins.shape.lens, args[0].dtype)
             out.fill(fill)
             out[inner] = args[0]
             return out
 
-        return run_constant
+        return with_take(run_constant, ins)
     # source index of each output position along every padded axis (numpy's own rule, on a ramp)
     gathers = [(axis, np.pad(np.arange(n), (b, e), mode=op.mode).astype(np.intp))
                for axis, (n, b, e) in enumerate(zip(lens, begins, ends)) if b or e]
     if not gathers:
         return reference_kernel(ins, ctx)
-    return _gather_axes(gathers)
+    return with_take(_gather_axes(gathers), ins)
 
 
 @lowering("resize")
@@ -125,8 +125,40 @@ def resize(ins: Instruction, ctx: LowerContext) -> Kernel:
         return reference_kernel(ins, ctx)
     if all(len(i) % x.lens[a] == 0 and np.array_equal(i, np.repeat(np.arange(x.lens[a]), len(i) // x.lens[a]))
            for a, i in gathers):
-        return _repeat(x.lens, ins.shape.lens, [a for a, _ in gathers], ins.shape.dtype.np)
-    return _gather_axes(gathers)
+        return with_take(_repeat(x.lens, ins.shape.lens, [a for a, _ in gathers]), ins)
+    return with_take(_gather_axes(gathers), ins)
+
+
+def with_take(run: Kernel, ins: Instruction, constants: list | None = None) -> Kernel:
+    """`run` (a kernel whose every output element is one element of its first input, or a constant)
+    with a C form for native programs: each output element's source, found once by running `run` on
+    two index ramps (where they differ by one: that element's; else a constant, which a run on zeros
+    gives), gathered through a table (native_program.take). `constants`: the other inputs' values,
+    when they are fixed (else `run` must take the first input alone)."""
+    from ..native_program import TAKE_LIMIT
+
+    x = ins.inputs[0].shape
+    if (not isinstance(x, Shape) or not isinstance(ins.shape, Shape) or x.is_dynamic or ins.shape.is_dynamic
+            or not 0 < ins.shape.elements <= TAKE_LIMIT or x.elements >= 1 << 62):
+        return run
+    rest = constants or []
+    ramp = np.arange(1, x.elements + 1, dtype=np.int64).reshape(x.lens)
+    try:
+        first, second = (np.asarray(run([r, *rest], None)) for r in (ramp, ramp + 1))
+        fill = np.asarray(run([np.zeros(x.lens, x.dtype.np), *rest], None))
+    except (ValueError, TypeError, FusegraphError):  # (a kernel that takes no integer ramp)
+        return run
+    if first.shape != ins.shape.lens or fill.shape != ins.shape.lens or first.dtype != np.int64:
+        return run
+    index = np.where(second - first == 1, first - 1, -1)
+
+    def native(args, out):
+        from ..native_program import take
+
+        return take(out, args[0], index, fill)
+
+    run.native = native  # type: ignore[attr-defined]
+    return run
 
 
 def _gather_axes(gathers: list[tuple[int, np.ndarray]]) -> Kernel:
@@ -142,7 +174,7 @@ def _gather_axes(gathers: list[tuple[int, np.ndarray]]) -> Kernel:
     return run
 
 
-def _repeat(in_lens, out_lens, axes, dtype) -> Kernel:
+def _repeat(in_lens, out_lens, axes) -> Kernel:
     """Every source element repeated k times along each resized axis (integer upsampling): one
     broadcasting copy, the output seen with a (n, k) pair of axes for each resized one."""
     out_view, in_view = [], []
@@ -152,7 +184,7 @@ def _repeat(in_lens, out_lens, axes, dtype) -> Kernel:
 
     def run(args, out):
         if out is None:
-            out = np.empty(out_lens, dtype)
+            out = np.empty(out_lens, args[0].dtype)
         np.copyto(out.reshape(out_view), args[0].reshape(in_view))
         return out
 
@@ -175,7 +207,7 @@ def gather(ins: Instruction, ctx: LowerContext) -> Kernel:
                 return np.take(args[0], index, axis=axis)
             return np.take(args[0], index, axis=axis, out=out)
 
-        return constant_index
+        return with_take(constant_index, ins)
 
     def run(args, out):
         check_range(op, args[1], n)

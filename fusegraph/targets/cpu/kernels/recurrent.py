@@ -84,28 +84,30 @@ def recurrent(ins: Instruction, ctx: LowerContext) -> Kernel:
     def native(args, out):
         """The C calls over fixed buffers: [the projection's oneDNN product,] the kernel; the
         elements nobody reads go to this thread's scratch arrays."""
-        from ..native_program import kernel_call, primitive_call
+        from ..native_program import dense, kernel_call, primitive_call
 
-        if out is None or any(a is not None and not (a.flags.c_contiguous and a.dtype == d)
-                              for a, d in zip((args[0], *optional(args)), (dtype, np.int64, dtype, dtype))):
+        given = [args[0]] + [args[k] if f else None for k, f in (
+            (k_lens, op.has_sequence_lens), (k_h0, op.has_initial_h), (k_c0, op.has_initial_c))]
+        if (out is None or (not inside and prim is None)
+                or any(a is not None and a.dtype != d for a, d in zip(given, (dtype, np.int64, dtype, dtype)))):
             return None
-        if any(a is not None and a is not b for a, b in zip(optional(args), [args[k] if f else None for k, f in (
-                (k_lens, op.has_sequence_lens), (k_h0, op.has_initial_h), (k_c0, op.has_initial_c))])):
-            return None  # (ascontiguousarray made a copy: not the buffer that stays)
-        if not inside and prim is None:
-            return None
+        calls, operands = [], []
+        for a in given:  # (a strided one, a transposed sequence, copied into a dense scratch first)
+            d = None if a is None else dense(a)
+            if a is not None and d is None:
+                return None
+            operands.append(None if d is None else d[0])
+            calls += [] if d is None else d[1]
         ys = [np.empty(sh, dtype) if out[k] is None else out[k] for k, sh in enumerate(shapes)]
-        x = args[0].reshape(t_len * batch, n_in)
-        calls = []
-        xw = x
+        x = xw = operands[0].reshape(t_len * batch, n_in)
         if not inside:
             xw = np.empty((t_len * batch, dirs * gh), dtype)
             calls.append(primitive_call(prim, x, out=xw))
         kernel = cell["kernel"]
         ptrs = [a.ctypes.data for a in fixed] + [
-            0 if a is None else a.ctypes.data for a in (*optional(args), *ys, None)[:6]] + list(tail)
+            0 if a is None else a.ctypes.data for a in (*operands[1:], *ys, None)[:6]] + list(tail)
         record, keep = kernel_call(kernel._fn, xw.ctypes.data, ptrs, dims, kernel.threads)
-        return [*calls, (record, (*keep, xw, ys))]
+        return [*calls, (record, (*keep, operands, xw, ys))]
 
     run.native = native  # type: ignore[attr-defined]
     return run
