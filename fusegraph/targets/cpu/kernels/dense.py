@@ -72,7 +72,11 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
     from .. import onednn
 
     w = ctx.const(ins.inputs[1])
-    if w is None or not _f32(ins) or ins.shape.ndim not in (3, 4, 5):
+    if w is None or ins.shape.ndim not in (3, 4, 5):
+        return reference_kernel(ins, ctx)
+    if ins.shape.dtype in (DType.float16, DType.bfloat16) and ins.op.name == "convolution":
+        return _widened_convolution(ins, w, ctx) or reference_kernel(ins, ctx)
+    if not _f32(ins):
         return reference_kernel(ins, ctx)
     op = ins.op
     fused = hasattr(op, "activations")
@@ -127,6 +131,60 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
         return out
 
     run.native = lambda args, out: _native(pick, src.exact(args[0]), dst.exact(out), args, out, n_res)  # type: ignore[attr-defined]
+    return run
+
+
+def _widened_convolution(ins: Instruction, w: np.ndarray, ctx: LowerContext) -> Kernel | None:
+    """A float16/bfloat16 convolution as ONNX Runtime's CPU provider runs one: its input widened to
+    float32 (exact), oneDNN's float32 convolution, the result rounded to the op's type, as the
+    reference (ops/conv.py: float32 accumulation, then a cast) rounds it; numpy's conversions in a
+    step, oneDNN's reorders (the same rounding, to nearest even) in a native program. Each thread
+    has its float32 scratch: a primitive's memory objects stay bound to the buffers it last ran on."""
+    import threading
+
+    from ....errors import CompileError, InputError
+    from .. import onednn
+
+    x, y, op = ins.inputs[0].shape, ins.shape, ins.op
+    if not isinstance(x, Shape) or x.is_dynamic or not x.standard or not y.standard:
+        return None
+    half = x.dtype.np
+    try:
+        dt = onednn.memory.dnnl_dtype(half)
+        x32, y32 = onednn.MemDesc.plain(x.lens, "f32"), onednn.MemDesc.plain(y.lens, "f32")
+        widen = onednn.Reorder(onednn.MemDesc.plain(x.lens, dt), x32, threads=1)
+        narrow = onednn.Reorder(y32, onednn.MemDesc.plain(y.lens, dt), threads=1)
+        prim = onednn.Convolution(x32, np.asarray(w, np.float32), None, stride=op.stride, padding=op.padding,
+                                  dilation=op.dilation, groups=op.group,
+                                  threads=ctx.threads_for(2.0 * y.elements * w.size / w.shape[0]))
+    except (CompileError, InputError):  # (a type or a geometry oneDNN has no kernel for)
+        return None
+    local = threading.local()
+
+    def scratch() -> tuple[np.ndarray, np.ndarray]:
+        if not hasattr(local, "xy"):
+            local.xy = (np.empty(x.lens, np.float32), np.empty(y.lens, np.float32))
+        return local.xy
+
+    def run(args, out):
+        xs, ys = scratch()
+        np.copyto(xs, args[0])
+        prim(xs, out=ys)
+        if out is None:
+            return ys.astype(half)
+        np.copyto(out, ys, casting="unsafe")
+        return out
+
+    def native(args, out):
+        from ..native_program import primitive_call
+
+        if not args[0].flags.c_contiguous or not out.flags.c_contiguous:
+            return None
+        xs, ys = scratch()
+        return [primitive_call(widen, args[0], out=xs), primitive_call(prim, xs, out=ys),
+                primitive_call(narrow, ys, out=out)]
+
+    run.native = native  # type: ignore[attr-defined]
     return run
 
 

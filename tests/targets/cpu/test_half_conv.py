@@ -1,0 +1,67 @@
+"""float16/bfloat16 convolutions on the cpu target (kernels/dense.py _widened_convolution): widened to
+float32 for oneDNN, each result rounded to the op's type, as the reference rounds it."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import fusegraph
+from fusegraph.targets.cpu.native_program import PRIMITIVE, Region
+from tests.util import make_model, run_ort, target_or_skip
+
+rng = np.random.default_rng(5)
+n = helper.make_node
+
+
+def _model():
+    x = rng.standard_normal((1, 8, 12, 12)).astype(np.float16)
+    init = {"w1": (rng.standard_normal((16, 8, 3, 3)) * 0.3).astype(np.float16),
+            "w2": (rng.standard_normal((16, 4, 3, 3)) * 0.3).astype(np.float16),  # 4 groups
+            "w3": (rng.standard_normal((4, 16, 1, 1)) * 0.3).astype(np.float16)}
+    nodes = [n("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"]),
+             n("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2], group=4),
+             n("Conv", ["c2", "w3"], ["out"])]
+    return make_model(nodes, {"x": x}, ["out"], init), x
+
+
+def test_half_convolutions_round_each_result_like_the_reference(monkeypatch):
+    model, x = _model()
+    p = fusegraph.parse_onnx(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "slow half precision" warning: these have fast kernels
+        p.compile(target_or_skip("cpu"))
+    ref = fusegraph.parse_onnx(model)
+    ref.compile(fusegraph.get_target("ref"))
+    got, want = p.run({"x": x})[0], ref.run({"x": x})[0]
+    assert got.dtype == np.float16
+    # float32 sums in another order than the reference's: a result may round to the next float16
+    ulp = np.spacing(np.abs(want).astype(np.float16)).astype(np.float32)
+    assert np.all(np.abs(got.astype(np.float32) - want.astype(np.float32)) <= ulp)
+    np.testing.assert_allclose(got.astype(np.float32), run_ort(model, {"x": x})[0].astype(np.float32), rtol=2e-3,
+                               atol=2e-3)
+    (row,) = p.executable.main.thread_plan()[0]  # the convolutions and the relu between: one C call
+    assert isinstance(row[0], Region) and PRIMITIVE in {c.kind for c in row[0].table}
+    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")  # numpy's conversions in the steps: the same bits
+    steps = fusegraph.parse_onnx(model)
+    steps.compile(target_or_skip("cpu"))
+    np.testing.assert_array_equal(steps.run({"x": x})[0], got)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_onednn_narrowing_rounds_as_numpy_does(dtype):
+    # the native program's reorder and the step's numpy cast give the same bits, ties and overflow included
+    from fusegraph.targets.cpu import onednn
+
+    np_type = np.float16 if dtype == "f16" else np.dtype("bfloat16")
+    v = np.concatenate([rng.standard_normal(4000).astype(np.float32) * 10 ** rng.uniform(-8, 6, 4000).astype(np.float32),
+                        np.array([65504, 65520, 70000, -65520, 1 + 2 ** -11, 1 + 3 * 2 ** -11, 2 ** -25, 3e38,
+                                  np.inf, -np.inf], np.float32)])
+    narrow = onednn.Reorder(onednn.MemDesc.plain(v.shape, "f32"), onednn.MemDesc.plain(v.shape, dtype))
+    got = narrow(v, out=np.empty(v.shape, np_type))
+    with np.errstate(over="ignore"):  # (past float16's range: infinity, as it should)
+        want = v.astype(np_type)
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
