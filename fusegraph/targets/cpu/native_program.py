@@ -32,7 +32,7 @@ from ...errors import FusegraphError
 KERNEL, PRIMITIVE, GUARD, COPY, COPY_ROWS = 0, 1, 2, 3, 4
 TAKE = {1: 5, 2: 6, 4: 7, 8: 8}  # by element size
 TAKE_LIMIT = 1 << 16  # elements: a take's table is 16 bytes an element
-MIN_STEPS = 2  # a region of one step costs what the step's own Python call does
+MIN_STEPS = 1  # one step too: a oneDNN step binds its buffers through ctypes on every Python call (~3 us), a region did once
 
 RUNNER = r"""
 #include <stdint.h>
