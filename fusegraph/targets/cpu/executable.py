@@ -154,6 +154,7 @@ class ModuleSteps:
             plan = self._local.plan = self.with_arena(raw[base:], native=debug.native_programs())
             self._local.step_plan = self.with_arena(raw[base:]) if debug.native_programs() else plan
             self._local.arena = raw
+            self._local.base = {**self.constants, **plan[1]}
         return plan
 
     def step_plan(self) -> tuple[list[tuple], dict[int, Any]]:
@@ -198,10 +199,10 @@ class ModuleSteps:
 
     def run_body(self, params: Mapping[str, Any] | Sequence[Any], outer: Mapping[int, Any]) -> list[Any]:
         """Run as a control-flow body: parameters by name or position, enclosing values from `outer`."""
-        rows, static = self.thread_plan()
-        env = {u: outer[u] for u in self.outer}
-        env.update(self.constants)
-        env.update(static)
+        rows, _ = self.thread_plan()
+        env = self._local.base.copy()  # constants and fixed views, gathered once per thread
+        for u in self.outer:
+            env[u] = outer[u]
         values = [params[name] for _, name in self.params] if isinstance(params, Mapping) else params
         for (uid, _), v in zip(self.params, values):
             # a scan slices numpy scalars out of its inputs; kernels take arrays

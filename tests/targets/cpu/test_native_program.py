@@ -113,7 +113,7 @@ def test_if_bodies_run_native_programs():
         feeds = {"x": x, "sr": np.array(sr, np.int64)}
         np.testing.assert_allclose(p.run(feeds)[0], ref.run(feeds)[0], rtol=1e-4, atol=1e-5)
     (step,) = [s for s in p.executable.steps if s.name == "if"]
-    bodies = [c.cell_contents for c in step.fn.__closure__ if isinstance(c.cell_contents, dict)][0]
+    bodies = step.fn.bodies
     then = next(b for b in bodies.values() if any(s.name == "conv_epilogue" for s in b.steps))
     assert _regions(then.thread_plan()[0])
 
@@ -266,7 +266,7 @@ def test_a_streaming_if_body_is_one_native_program(monkeypatch):
     model, feeds = _streaming_model()
     p, ref = _compile(model), _compile(model, "ref")
     (step,) = [s for s in p.executable.steps if s.name == "if"]
-    bodies = [c.cell_contents for c in step.fn.__closure__ if isinstance(c.cell_contents, dict)][0]
+    bodies = step.fn.bodies
     then = next(b for b in bodies.values() if any(s.name == "lstm" for s in b.steps))
     runs = []
     for k in range(3):  # each run's inputs reach the kernels; each run's outputs are arrays of its own
