@@ -1,5 +1,5 @@
 """float16/bfloat16 convolutions on the cpu target (kernels/dense.py _widened_convolution): widened to
-float32 for oneDNN, each result rounded to the op's type, as the reference rounds it."""
+float32 for oneDNN (codegen/convert.py), each result rounded to the op's type, as the reference rounds it."""
 
 from __future__ import annotations
 
@@ -45,23 +45,32 @@ def test_half_convolutions_round_each_result_like_the_reference(monkeypatch):
                                atol=2e-3)
     (row,) = p.executable.main.thread_plan()[0]  # the convolutions and the relu between: one C call
     assert isinstance(row[0], Region) and PRIMITIVE in {c.kind for c in row[0].table}
-    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")  # numpy's conversions in the steps: the same bits
+    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")  # the steps: the same bits
     steps = fusegraph.parse_onnx(model)
     steps.compile(target_or_skip("cpu"))
     np.testing.assert_array_equal(steps.run({"x": x})[0], got)
 
 
-@pytest.mark.parametrize("dtype", ["f16", "bf16"])
-def test_onednn_narrowing_rounds_as_numpy_does(dtype):
-    # the native program's reorder and the step's numpy cast give the same bits, ties and overflow included
-    from fusegraph.targets.cpu import onednn
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_generated_conversions_round_as_numpy_does(dtype):
+    # the conversions around the float32 convolution give numpy's bits, ties and overflow included
+    import ctypes
 
-    np_type = np.float16 if dtype == "f16" else np.dtype("bfloat16")
+    from fusegraph.ir.dtypes import DType
+    from fusegraph.targets.cpu.codegen import build_library
+    from fusegraph.targets.cpu.codegen.convert import convert_kernel
+
+    half = DType(dtype)
     v = np.concatenate([rng.standard_normal(4000).astype(np.float32) * 10 ** rng.uniform(-8, 6, 4000).astype(np.float32),
                         np.array([65504, 65520, 70000, -65520, 1 + 2 ** -11, 1 + 3 * 2 ** -11, 2 ** -25, 3e38,
                                   np.inf, -np.inf], np.float32)])
-    narrow = onednn.Reorder(onednn.MemDesc.plain(v.shape, "f32"), onednn.MemDesc.plain(v.shape, dtype))
-    got = narrow(v, out=np.empty(v.shape, np_type))
+    narrow, widen = convert_kernel(DType.float32, half), convert_kernel(half, DType.float32)
+    lib = build_library([narrow, widen], threads=1)
+    got, back = np.empty(v.shape, half.np), np.empty(v.shape, np.float32)
+    n = (ctypes.c_int64 * 1)(v.size)
+    lib[narrow.name]._fn((ctypes.c_void_p * 2)(got.ctypes.data, v.ctypes.data), n, 1)
+    lib[widen.name]._fn((ctypes.c_void_p * 2)(back.ctypes.data, got.ctypes.data), n, 1)
     with np.errstate(over="ignore"):  # (past float16's range: infinity, as it should)
-        want = v.astype(np_type)
+        want = v.astype(half.np)
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    np.testing.assert_array_equal(back, want.astype(np.float32))

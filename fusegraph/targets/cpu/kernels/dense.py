@@ -137,29 +137,32 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
 def _widened_convolution(ins: Instruction, w: np.ndarray, ctx: LowerContext) -> Kernel | None:
     """A float16/bfloat16 convolution as ONNX Runtime's CPU provider runs one: its input widened to
     float32 (exact), oneDNN's float32 convolution, the result rounded to the op's type, as the
-    reference (ops/conv.py: float32 accumulation, then a cast) rounds it; numpy's conversions in a
-    step, oneDNN's reorders (the same rounding, to nearest even) in a native program. Each thread
-    has its float32 scratch: a primitive's memory objects stay bound to the buffers it last ran on."""
+    reference (ops/conv.py: float32 accumulation, then a cast) rounds it: generated conversions
+    (codegen/convert.py) in a step and in a native program alike. Each thread has its float32
+    scratch: a primitive's memory objects stay bound to the buffers it last ran on."""
+    import ctypes
     import threading
 
-    from ....errors import CompileError, InputError
+    from ....errors import CompileError
     from .. import onednn
+    from ..codegen.convert import convert_kernel
 
     x, y, op = ins.inputs[0].shape, ins.shape, ins.op
     if not isinstance(x, Shape) or x.is_dynamic or not x.standard or not y.standard:
         return None
-    half = x.dtype.np
     try:
-        dt = onednn.memory.dnnl_dtype(half)
-        x32, y32 = onednn.MemDesc.plain(x.lens, "f32"), onednn.MemDesc.plain(y.lens, "f32")
-        widen = onednn.Reorder(onednn.MemDesc.plain(x.lens, dt), x32, threads=1)
-        narrow = onednn.Reorder(y32, onednn.MemDesc.plain(y.lens, dt), threads=1)
-        prim = onednn.Convolution(x32, np.asarray(w, np.float32), None, stride=op.stride, padding=op.padding,
+        prim = onednn.Convolution(x.lens, np.asarray(w, np.float32), None, stride=op.stride, padding=op.padding,
                                   dilation=op.dilation, groups=op.group,
                                   threads=ctx.threads_for(2.0 * y.elements * w.size / w.shape[0]))
-    except (CompileError, InputError):  # (a type or a geometry oneDNN has no kernel for)
+    except CompileError:  # (a geometry oneDNN has no fast kernel for)
         return None
+    sources = [convert_kernel(x.dtype, DType.float32), convert_kernel(DType.float32, y.dtype)]
+    ctx.kernel_sources.extend(sources)
+    cell: dict = {}
+    ctx.deferred.append(lambda: cell.update(widen=ctx.library[sources[0].name], narrow=ctx.library[sources[1].name]))
     local = threading.local()
+    half = y.dtype.np
+    ptrs, n_in, n_out = ctypes.c_void_p * 2, (ctypes.c_int64 * 1)(x.elements), (ctypes.c_int64 * 1)(y.elements)
 
     def scratch() -> tuple[np.ndarray, np.ndarray]:
         if not hasattr(local, "xy"):
@@ -168,21 +171,22 @@ def _widened_convolution(ins: Instruction, w: np.ndarray, ctx: LowerContext) -> 
 
     def run(args, out):
         xs, ys = scratch()
-        np.copyto(xs, args[0])
+        a = np.ascontiguousarray(args[0])
+        cell["widen"]._fn(ptrs(xs.ctypes.data, a.ctypes.data), n_in, 1)
         prim(xs, out=ys)
-        if out is None:
-            return ys.astype(half)
-        np.copyto(out, ys, casting="unsafe")
+        out = np.empty(y.lens, half) if out is None else out
+        cell["narrow"]._fn(ptrs(out.ctypes.data, ys.ctypes.data), n_out, 1)
         return out
 
     def native(args, out):
-        from ..native_program import primitive_call
+        from ..native_program import kernel_call, primitive_call
 
         if not args[0].flags.c_contiguous or not out.flags.c_contiguous:
             return None
         xs, ys = scratch()
-        return [primitive_call(widen, args[0], out=xs), primitive_call(prim, xs, out=ys),
-                primitive_call(narrow, ys, out=out)]
+        return [kernel_call(cell["widen"]._fn, xs.ctypes.data, [args[0].ctypes.data], [x.elements], 1),
+                primitive_call(prim, xs, out=ys),
+                kernel_call(cell["narrow"]._fn, out.ctypes.data, [ys.ctypes.data], [y.elements], 1)]
 
     run.native = native  # type: ignore[attr-defined]
     return run
