@@ -14,7 +14,9 @@ with the step's fixed arrays (None: not for these buffers, the step stays a Pyth
 - `guard`: a float32 buffer must hold no NaN or infinity, else the region stops there and the
   rest of it runs as Python steps (which then take their exact, non-finite-safe paths);
 - `copy`: a memcpy into a dense buffer, from a dense or a row-strided one (a column slice);
-- `take`: elements gathered by a table of offsets (a small pad, gather or resize), fills copied in.
+- `take`: elements gathered by a table of offsets (a small pad, gather or resize), fills copied in;
+- `gather`: blocks picked by run-time indices (an embedding lookup); an index out of range stops
+  the region like a guard, and the step's Python form raises its error.
 The results are bit for bit the Python steps': the same kernels on the same buffers, in order.
 """
 
@@ -31,6 +33,7 @@ from ...errors import FusegraphError
 
 KERNEL, PRIMITIVE, GUARD, COPY, COPY_ROWS = 0, 1, 2, 3, 4
 TAKE = {1: 5, 2: 6, 4: 7, 8: 8}  # by element size
+GATHER = 9
 TAKE_LIMIT = 1 << 16  # elements: a take's table is 16 bytes an element
 MIN_STEPS = 1  # one step too: a oneDNN step binds its buffers through ctypes on every Python call (~3 us), a region did once
 
@@ -54,7 +57,7 @@ static int fg_all_finite(const uint32_t *x, int64_t n) {
 }
 
 /* Runs calls[0..n) in order; returns n, or the index of the call that stopped it with *status set
-   (-1: a guard found a NaN or infinity; > 0: oneDNN's error status). */
+   (-1: a guard found a NaN or infinity, or a gather an index out of range; > 0: oneDNN's error status). */
 FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status) {
     for (int64_t i = 0; i < n; i++) {
         const fg_call *c = calls + i;
@@ -79,6 +82,22 @@ FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status)
         case 6: FG_TAKE(uint16_t) break;
         case 7: FG_TAKE(uint32_t) break;
         case 8: FG_TAKE(uint64_t) break;
+        case 9: {  /* gather: n indices (fn, int32 or int64) into an axis of a dense tensor; c: geometry
+                      [outer, block bytes, axis length, index size]; an index out of range stops here */
+            const int64_t *g = (const int64_t *)c->c;
+            const int64_t outer = g[0], block = g[1], len = g[2];
+            for (int64_t k = 0; k < c->n; k++) {
+                const int64_t j = g[3] == 8 ? ((const int64_t *)c->fn)[k] : ((const int32_t *)c->fn)[k];
+                if (j < -len || j >= len) { *status = -1; return i; }
+            }
+            for (int64_t o = 0; o < outer; o++)
+                for (int64_t k = 0; k < c->n; k++) {
+                    int64_t j = g[3] == 8 ? ((const int64_t *)c->fn)[k] : ((const int32_t *)c->fn)[k];
+                    j += j < 0 ? len : 0;
+                    memcpy((char *)c->a + (o * c->n + k) * block, (const char *)c->b + (o * len + j) * block, (size_t)block);
+                }
+            break;
+        }
         }
     }
     return n;
@@ -182,6 +201,20 @@ def take(dst: np.ndarray, src: np.ndarray, index: np.ndarray, fill: np.ndarray |
         calls.append(((TAKE[dst.itemsize], 1, 0, dst.ctypes.data, src.ctypes.data, table.ctypes.data, len(places)),
                       (dst, src, table)))
     return calls
+
+
+def gather(out: np.ndarray, data: np.ndarray, indices: np.ndarray, axis: int) -> Call | None:
+    """out = take(data, indices, axis) (negative indices from the end); an index out of range stops
+    the region there, so the step's Python form raises its error. None unless all three are dense
+    and the indices int32 or int64."""
+    if (not all(a.flags.c_contiguous for a in (out, data, indices)) or indices.dtype not in (np.int32, np.int64)
+            or out.dtype != data.dtype or out.size == 0 or indices.size == 0):
+        return None
+    outer = int(np.prod(data.shape[:axis]))
+    block = int(np.prod(data.shape[axis + 1:])) * data.itemsize
+    geometry = (ctypes.c_int64 * 4)(outer, block, data.shape[axis], indices.itemsize)
+    return ((GATHER, 1, indices.ctypes.data, out.ctypes.data, data.ctypes.data, ctypes.addressof(geometry),
+             indices.size), (out, data, indices, geometry))
 
 
 def dense(src: np.ndarray) -> tuple[np.ndarray, list[Call]] | None:

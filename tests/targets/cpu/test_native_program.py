@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import fusegraph
-from fusegraph.targets.cpu.native_program import GUARD, KERNEL, PRIMITIVE, Region
+from fusegraph.targets.cpu.native_program import GATHER, GUARD, KERNEL, PRIMITIVE, Region
 from tests.util import make_model, target_or_skip
 
 rng = np.random.default_rng(11)
@@ -285,3 +285,22 @@ def test_a_streaming_if_body_is_one_native_program(monkeypatch):
             np.testing.assert_array_equal(g, w)
     f = {**feeds, "sr": np.array(8000, np.int64)}  # the other branch returns the state it was given
     np.testing.assert_array_equal(p.run(f)[1], feeds["state"])
+
+
+@pytest.mark.parametrize("index_type", [np.int64, np.int32])
+def test_a_gather_by_run_time_indices_joins_the_region_and_checks_its_range(index_type):
+    # an embedding lookup (the input ids: a graph input, staged) between products: one C call; an
+    # index out of range stops the region there and the step raises its error, naming the op
+    table = rng.standard_normal((10, 6)).astype(np.float32)
+    w = (rng.standard_normal((6, 4)) * 0.3).astype(np.float32)
+    ids = np.array([[1, -1, 9, 0]], index_type)
+    nodes = [n("Gather", ["table", "ids"], ["e"]), n("MatMul", ["e", "w"], ["m"]), n("Tanh", ["m"], ["out"])]
+    model = make_model(nodes, {"ids": ids}, ["out"], {"table": table, "w": w})
+    p, ref = _compile(model), _compile(model, "ref")
+    for feeds in ({"ids": ids}, {"ids": ids[:, ::-1].copy()}):
+        np.testing.assert_allclose(p.run(feeds)[0], ref.run(feeds)[0], rtol=1e-5, atol=1e-6)
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and GATHER in _kinds(row[0])
+    with pytest.raises(fusegraph.errors.ExecutionError, match="(?i)gather"):
+        p.run({"ids": np.array([[1, 2, 10, 0]], index_type)})
+    np.testing.assert_allclose(p.run({"ids": ids})[0], ref.run({"ids": ids})[0], rtol=1e-5, atol=1e-6)
