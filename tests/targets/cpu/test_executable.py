@@ -42,7 +42,7 @@ def test_if_bodies_run_compiled_kernels():
         feeds = {"x": x, "sr": np.array(sr, np.int64)}
         assert_close(p.run(feeds), run_ort(model, feeds))
     (step,) = [s for s in p.executable.steps if s.name == "if"]
-    bodies = [c.cell_contents for c in step.fn.__closure__ if isinstance(c.cell_contents, dict)][0]
+    bodies = step.fn.bodies
     assert all(isinstance(b, ModuleSteps) for b in bodies.values())
     then = next(b for b in bodies.values() if any(s.name == "convolution" for s in b.steps))
     assert then.outer  # the body reads x from the enclosing module

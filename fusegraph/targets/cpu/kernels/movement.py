@@ -19,7 +19,9 @@ def contiguous(ins: Instruction, ctx: LowerContext) -> Kernel:
 
     x = ins.inputs[0].shape
     if not isinstance(x, Shape) or x.is_dynamic or x.standard or x.broadcasted or x.elements == 0:
-        return reference_kernel(ins, ctx)
+        run = reference_kernel(ins, ctx)  # in a native program: a table of offsets (a small broadcast)
+        run.native = lambda args, out: _copy_by_table(out, args[0])  # type: ignore[attr-defined]
+        return run
     try:
         dtype = onednn.memory.dnnl_dtype(x.dtype.np)
         src = onednn.MemDesc.plain(x.lens, dtype, x.strides)
@@ -38,10 +40,20 @@ def contiguous(ins: Instruction, ctx: LowerContext) -> Kernel:
     def native(args, out):
         from ..native_program import primitive_call
 
-        return [primitive_call(prim, args[0], out=out)] if same_steps(args[0].strides, strides, lens) else None
+        if same_steps(args[0].strides, strides, lens):
+            return [primitive_call(prim, args[0], out=out)]
+        return _copy_by_table(out, args[0])  # (a layout other than the one planned)
 
     run.native = native  # type: ignore[attr-defined]
     return run
+
+
+def _copy_by_table(out: np.ndarray, a: np.ndarray):
+    """The C calls copying `a` (any strides) into `out` (dense, alike) through a table of offsets
+    (native_program.take: small tensors only), or None."""
+    from ..native_program import take
+
+    return take(out, a, np.arange(a.size).reshape(a.shape)) if out.shape == a.shape else None
 
 
 def _copy(out: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -245,8 +257,10 @@ def slice_copy(ins: Instruction, ctx: LowerContext) -> Kernel:
 
     def native(args, out):
         view = compute([args[0]])
-        c = copy(out, view) if isinstance(view, np.ndarray) and np.shares_memory(view, args[0]) else None
-        return None if c is None else [c]
+        if not isinstance(view, np.ndarray) or not np.shares_memory(view, args[0]):
+            return None
+        c = copy(out, view)  # else (more than one strided level: a rotary embedding's halves) a table
+        return [c] if c is not None else _copy_by_table(out, view)
 
     run.native = native  # type: ignore[attr-defined]
     return run
@@ -265,4 +279,12 @@ def reshape(ins: Instruction, ctx: LowerContext) -> Kernel:
         np.copyto(out.reshape(np.shape(args[0])), args[0])
         return out
 
+    def native(args, out):  # the same copy in C: a memcpy, rows of them, or a table of offsets
+        from ..native_program import copy
+
+        dst, src = out.reshape(args[0].shape), args[0]
+        c = copy(dst, src)
+        return [c] if c is not None else _copy_by_table(dst, src)
+
+    run.native = native  # type: ignore[attr-defined]
     return run
