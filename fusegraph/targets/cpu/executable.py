@@ -99,11 +99,12 @@ class ModuleSteps:
         """Evaluate once the movement steps whose inputs are all constants."""
         kept = []
         by_uid = {i.uid: i for i in self.module.instructions}
+        known = {**self._outer_literals(), **self.constants}  # (a body's broadcast of its caller's bias too)
         for s in self.steps:
             ins = by_uid[s.out]
             if (ins.op.kind is OpKind.MOVEMENT and ins.op.deterministic and not s.needs_env and s.args
-                    and all(a in self.constants for a in s.args)):
-                self.constants[s.out] = _as_described(s.fn([self.constants[a] for a in s.args], None), ins.shape)
+                    and all(a in known for a in s.args)):
+                known[s.out] = self.constants[s.out] = _as_described(s.fn([known[a] for a in s.args], None), ins.shape)
             else:
                 kept.append(s)
         self.steps = kept

@@ -304,3 +304,38 @@ def test_a_gather_by_run_time_indices_joins_the_region_and_checks_its_range(inde
     with pytest.raises(fusegraph.errors.ExecutionError, match="(?i)gather"):
         p.run({"ids": np.array([[1, 2, 10, 0]], index_type)})
     np.testing.assert_allclose(p.run({"ids": ids})[0], ref.run({"ids": ids})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_loop_body_carrying_planned_values_is_one_native_program(monkeypatch):
+    # h <- tanh(h @ W + b) + 0.5 h, acc <- acc + h: the carried values are staged in, the results
+    # planned and copied out (each iteration writes over the buffers the last one's results were in),
+    # the broadcast of the enclosing graph's bias folded once
+    w = (rng.standard_normal((8, 8)) * 0.4).astype(np.float32)
+    body = helper.make_graph(
+        [n("MatMul", ["h", "W"], ["m"]), n("Add", ["m", "b"], ["a"]), n("Tanh", ["a"], ["t"]),
+         n("Mul", ["h", "half"], ["hh"]), n("Add", ["t", "hh"], ["h2"]), n("Add", ["acc", "h2"], ["acc2"]),
+         n("Identity", ["c"], ["c2"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("h", TensorProto.FLOAT, [2, 8]),
+                 helper.make_tensor_value_info("acc", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info(v, t, s) for v, t, s in
+         (("c2", TensorProto.BOOL, []), ("h2", TensorProto.FLOAT, [2, 8]), ("acc2", TensorProto.FLOAT, [2, 8]))])
+    nodes = [n("Loop", ["steps", "", "x", "zeros"], ["h_out", "acc_out"], body=body)]
+    feeds = {"x": rng.standard_normal((2, 8)).astype(np.float32), "steps": np.array(5, np.int64)}
+    model = make_model(nodes, feeds, ["h_out", "acc_out"],
+                       {"W": w, "b": rng.standard_normal(8).astype(np.float32), "half": np.array(0.5, np.float32),
+                        "zeros": np.zeros((2, 8), np.float32)})
+    p, ref = _compile(model), _compile(model, "ref")
+    for k in (5, 1, 7):
+        f = {**feeds, "steps": np.array(k, np.int64)}
+        for g, want in zip(p.run(f), ref.run(f), strict=True):
+            np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
+    (step,) = [s for s in p.executable.steps if s.name == "loop"]
+    (loop_body,) = step.fn.bodies.values()
+    rows, _ = loop_body.thread_plan()
+    assert len(rows) == 1 and isinstance(rows[0][0], Region)
+    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
+    steps = _compile(model)
+    for g, want in zip(p.run(feeds), steps.run(feeds), strict=True):
+        np.testing.assert_array_equal(g, want)
