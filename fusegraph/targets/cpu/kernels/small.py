@@ -163,10 +163,19 @@ def c_small_conv(ins, w: np.ndarray, bias: np.ndarray | None, activations: Seque
         return out
 
     def native(args, out):
-        if not all(a.flags.c_contiguous for a in (args[0], *args[k:])):
-            return None
-        return [kernel_call(cell["kernel"]._fn, out.ctypes.data, [a.ctypes.data for a in (args[0], *consts, *args[k:])],
-                            (), 1)]
+        from ..native_program import dense
+
+        calls, operands = [], []
+        for a in (args[0], *args[k:]):  # (a transposed input: copied into a dense scratch first)
+            d = dense(a)
+            if d is None:
+                return None
+            operands.append(d[0])
+            calls += d[1]
+        x, *residuals = operands
+        record, keep = kernel_call(cell["kernel"]._fn, out.ctypes.data,
+                                   [a.ctypes.data for a in (x, *consts, *residuals)], (), 1)
+        return [*calls, (record, (*keep, operands))]
 
     run.native = native  # type: ignore[attr-defined]
     return run
