@@ -74,3 +74,7 @@ def test_generated_conversions_round_as_numpy_does(dtype):
         want = v.astype(half.np)
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
     np.testing.assert_array_equal(back, want.astype(np.float32))
+    every = np.arange(1 << 16, dtype=np.uint16).view(half.np)  # every half value widens exactly
+    wide = np.empty(every.shape, np.float32)
+    lib[widen.name]._fn((ctypes.c_void_p * 2)(wide.ctypes.data, every.ctypes.data), (ctypes.c_int64 * 1)(every.size), 1)
+    np.testing.assert_array_equal(wide, every.astype(np.float32))
