@@ -135,20 +135,12 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
 
 
 def _widened_convolution(ins: Instruction, w: np.ndarray, ctx: LowerContext) -> Kernel | None:
-    """A float16/bfloat16 convolution as ONNX Runtime's CPU provider runs one: its input widened to
-    float32 (exact), oneDNN's float32 convolution, the result rounded to the op's type, as the
-    reference (ops/conv.py: float32 accumulation, then a cast) rounds it: generated conversions
-    (codegen/convert.py) in a step and in a native program alike. Each thread has its float32
-    scratch: a primitive's memory objects stay bound to the buffers it last ran on."""
-    import ctypes
-    import threading
-
+    """A float16/bfloat16 convolution as ONNX Runtime's CPU provider runs one (see `_widened`)."""
     from ....errors import CompileError
     from .. import onednn
-    from ..codegen.convert import convert_kernel
 
     x, y, op = ins.inputs[0].shape, ins.shape, ins.op
-    if not isinstance(x, Shape) or x.is_dynamic or not x.standard or not y.standard:
+    if not isinstance(x, Shape) or x.is_dynamic:
         return None
     try:
         prim = onednn.Convolution(x.lens, np.asarray(w, np.float32), None, stride=op.stride, padding=op.padding,
@@ -156,36 +148,79 @@ def _widened_convolution(ins: Instruction, w: np.ndarray, ctx: LowerContext) -> 
                                   threads=ctx.threads_for(2.0 * y.elements * w.size / w.shape[0]))
     except CompileError:  # (a geometry oneDNN has no fast kernel for)
         return None
-    sources = [convert_kernel(x.dtype, DType.float32), convert_kernel(DType.float32, y.dtype)]
+    return _widened(ins, prim, [0], ctx)
+
+
+def _widened_dot(ins: Instruction, ctx: LowerContext) -> Kernel | None:
+    """A float16/bfloat16 product (float32 accumulation, ops/gemm.py) as a float32 oneDNN MatMul
+    between conversions (see `_widened`): its constant weights widened once."""
+    from ....errors import CompileError
+    from .. import onednn
+
+    a, b = (i.shape for i in ins.inputs)
+    if any(s.is_dynamic for s in (a, b, ins.shape)) or a.ndim < 2:
+        return None
+    w = ctx.const(ins.inputs[1])
+    threads = ctx.threads_for(2.0 * ins.shape.elements * a.lens[-1])
+    try:
+        if w is not None:
+            prim = onednn.MatMul(onednn.MemDesc.plain(a.lens, "f32"), np.asarray(w, np.float32), threads=threads)
+            return _widened(ins, prim, [0], ctx)
+        if a.ndim != b.ndim:
+            return None
+        prim = onednn.MatMul(onednn.MemDesc.plain(a.lens, "f32"), onednn.MemDesc.plain(b.lens, "f32"), threads=threads)
+    except CompileError:
+        return None
+    return _widened(ins, prim, [0, 1], ctx)
+
+
+def _widened(ins: Instruction, prim, runtime: list[int], ctx: LowerContext) -> Kernel | None:
+    """A float16/bfloat16 op as ONNX Runtime's CPU provider runs one: its inputs `runtime` (indices)
+    widened to float32 (exact), `prim` (oneDNN, float32, standard layouts), the result rounded to the
+    op's type, as the reference (float32 accumulation, then a cast) rounds it: generated conversions
+    (codegen/convert.py) in a step and in a native program alike. Each thread has its float32
+    scratch: a primitive's memory objects stay bound to the buffers it last ran on."""
+    import ctypes
+    import threading
+
+    from ..codegen.convert import convert_kernel
+
+    shapes, y = [ins.inputs[k].shape for k in runtime], ins.shape
+    if not all(isinstance(s, Shape) and s.standard and s.dtype == y.dtype for s in shapes) or not y.standard:
+        return None
+    sources = [convert_kernel(y.dtype, DType.float32), convert_kernel(DType.float32, y.dtype)]
     ctx.kernel_sources.extend(sources)
     cell: dict = {}
     ctx.deferred.append(lambda: cell.update(widen=ctx.library[sources[0].name], narrow=ctx.library[sources[1].name]))
     local = threading.local()
-    half = y.dtype.np
-    ptrs, n_in, n_out = ctypes.c_void_p * 2, (ctypes.c_int64 * 1)(x.elements), (ctypes.c_int64 * 1)(y.elements)
+    ptrs = ctypes.c_void_p * 2
+    sizes = [(ctypes.c_int64 * 1)(s.elements) for s in shapes]
+    n_out = (ctypes.c_int64 * 1)(y.elements)
 
-    def scratch() -> tuple[np.ndarray, np.ndarray]:
-        if not hasattr(local, "xy"):
-            local.xy = (np.empty(x.lens, np.float32), np.empty(y.lens, np.float32))
-        return local.xy
+    def scratch() -> tuple[list[np.ndarray], np.ndarray]:
+        if not hasattr(local, "buffers"):
+            local.buffers = ([np.empty(s.lens, np.float32) for s in shapes], np.empty(y.lens, np.float32))
+        return local.buffers
 
     def run(args, out):
         xs, ys = scratch()
-        a = np.ascontiguousarray(args[0])
-        cell["widen"]._fn(ptrs(xs.ctypes.data, a.ctypes.data), n_in, 1)
-        prim(xs, out=ys)
-        out = np.empty(y.lens, half) if out is None else out
+        for k, x, n in zip(runtime, xs, sizes):
+            a = np.ascontiguousarray(args[k])
+            cell["widen"]._fn(ptrs(x.ctypes.data, a.ctypes.data), n, 1)
+        prim(*xs, out=ys)
+        out = np.empty(y.lens, y.dtype.np) if out is None else out
         cell["narrow"]._fn(ptrs(out.ctypes.data, ys.ctypes.data), n_out, 1)
         return out
 
     def native(args, out):
         from ..native_program import kernel_call, primitive_call
 
-        if not args[0].flags.c_contiguous or not out.flags.c_contiguous:
+        if not all(args[k].flags.c_contiguous for k in runtime) or not out.flags.c_contiguous:
             return None
         xs, ys = scratch()
-        return [kernel_call(cell["widen"]._fn, xs.ctypes.data, [args[0].ctypes.data], [x.elements], 1),
-                primitive_call(prim, xs, out=ys),
+        widen = [kernel_call(cell["widen"]._fn, x.ctypes.data, [args[k].ctypes.data], [x.size], 1)
+                 for k, x in zip(runtime, xs)]
+        return [*widen, primitive_call(prim, *xs, out=ys),
                 kernel_call(cell["narrow"]._fn, out.ctypes.data, [ys.ctypes.data], [y.elements], 1)]
 
     run.native = native  # type: ignore[attr-defined]
@@ -389,8 +424,8 @@ def _matmul(ins: Instruction, ctx: LowerContext, b, **kw):
 
 @lowering("dot")
 def dot(ins: Instruction, ctx: LowerContext) -> Kernel:
-    if ins.shape.dtype in (DType.float16, DType.bfloat16):
-        return reference_kernel(ins, ctx)  # accumulates in float32, as the reference defines
+    if ins.shape.dtype in (DType.float16, DType.bfloat16):  # accumulates in float32, as the reference defines
+        return _widened_dot(ins, ctx) or reference_kernel(ins, ctx)
     a, b = ins.inputs
     if any(x.shape.is_dynamic for x in (ins, a, b)):
         return reference_kernel(ins, ctx)  # oneDNN primitives are made for fixed shapes
