@@ -339,3 +339,15 @@ def test_a_loop_body_carrying_planned_values_is_one_native_program(monkeypatch):
     steps = _compile(model)
     for g, want in zip(p.run(feeds), steps.run(feeds), strict=True):
         np.testing.assert_array_equal(g, want)
+
+
+@pytest.mark.parametrize("op_type", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"])
+def test_a_lone_reduction_is_generated_c(op_type):
+    # nothing to fuse it with (fuse_reduce needs two ops): the fused reductions' generator on its own
+    x = rng.standard_normal((3, 5, 7)).astype(np.float32)
+    nodes = [n(op_type, ["x", "axes"], ["out"], keepdims=0)]
+    model = make_model(nodes, {"x": x}, ["out"], {"axes": np.array([2], np.int64)}, opset=18)
+    p, ref = _compile(model), _compile(model, "ref")
+    np.testing.assert_allclose(p.run({"x": x})[0], ref.run({"x": x})[0], rtol=1e-5, atol=1e-6)
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and _kinds(row[0]) == {KERNEL}

@@ -108,4 +108,17 @@ def reduction(ins: Instruction, ctx: LowerContext) -> Kernel:
 
 @lowering("reduce_sum", "reduce_mean", "reduce_max", "reduce_min")
 def plain_reduce(ins: Instruction, ctx: LowerContext) -> Kernel:
-    return reference_kernel(ins, ctx)  # numpy's reductions; fused ones are generated
+    """A reduction fuse_reduce left alone (nothing to fuse with, or in a control-flow body, which
+    the fusion passes do not visit): the generator of fused ones on a one-op body, as softmax's."""
+    from ....ir.module import Module
+
+    x = ins.inputs[0].shape
+    if not isinstance(x, Shape) or x.is_dynamic or not isinstance(ins.shape, Shape):
+        return reference_kernel(ins, ctx)
+    body = Module(ins.op.name)
+    body.add_return(body.add(ins.op, body.add_parameter("x0", x)))
+    try:
+        src = reduce_kernel(body, tuple(sorted(ins.op.axes)))
+    except CodegenUnsupported:
+        return reference_kernel(ins, ctx)  # (e.g. reductions over leading axes: numpy's)
+    return compiled_kernel(ins, ctx, src, ())
