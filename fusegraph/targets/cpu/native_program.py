@@ -182,16 +182,22 @@ def copy(dst: np.ndarray, src: np.ndarray) -> Call | None:
 
 
 def take(dst: np.ndarray, src: np.ndarray, index: np.ndarray, fill: np.ndarray | None = None) -> list[Call] | None:
-    """dst (dense) = src's elements at `index` (dst's shape: flat positions in src, C order); where
-    an index is negative, `fill`'s element (an array like dst) instead. None where dst is not dense,
-    the element size not 1, 2, 4 or 8 bytes, or the table would be over TAKE_LIMIT elements."""
-    if (dst.shape != index.shape or dst.dtype != src.dtype or not dst.flags.c_contiguous or not dst.flags.writeable
-            or dst.itemsize not in TAKE or dst.size > TAKE_LIMIT or src.size == 0):
-        return None
+    """dst = src's elements at `index` (dst's shape: flat positions in src, C order); where an index
+    is negative, `fill`'s element (an array like dst, dst dense) instead. Either may be strided (a
+    part of a concat's output). None where the element size is not 1, 2, 4 or 8 bytes, or the table
+    would be over TAKE_LIMIT elements."""
     flat = index.ravel()
+    if (dst.shape != index.shape or dst.dtype != src.dtype or not dst.flags.writeable or dst.itemsize not in TAKE
+            or dst.size > TAKE_LIMIT or src.size == 0 or (fill is None and (flat < 0).any())
+            or (fill is not None and not dst.flags.c_contiguous)):
+        return None
     places = np.flatnonzero(flat >= 0)
     coords = np.unravel_index(flat[places], src.shape)
     offsets = sum((c.astype(np.int64) * s for c, s in zip(coords, src.strides)), np.zeros(len(places), np.int64))
+    # where each goes, in dst's elements from its first
+    at = np.unravel_index(places, dst.shape)
+    places = sum((c.astype(np.int64) * (s // dst.itemsize) for c, s in zip(at, dst.strides)),
+                 np.zeros(len(places), np.int64))
     table = np.ascontiguousarray(np.concatenate([offsets, places]), np.int64)
     calls: list[Call] = []
     if len(places) < dst.size:
@@ -217,14 +223,22 @@ def gather(out: np.ndarray, data: np.ndarray, indices: np.ndarray, axis: int) ->
              indices.size), (out, data, indices, geometry))
 
 
+def copy_any(dst: np.ndarray, src: np.ndarray) -> list[Call] | None:
+    """`src` copied into `dst` (alike, any strides): a memcpy or rows of them where they do, else a
+    table of offsets (`take`: small tensors); None where neither can."""
+    c = copy(dst, src)
+    if c is not None:
+        return [c]
+    return take(dst, src, np.arange(src.size).reshape(src.shape)) if dst.shape == src.shape else None
+
+
 def dense(src: np.ndarray) -> tuple[np.ndarray, list[Call]] | None:
     """`src` as a C-contiguous array: itself, or a scratch array of this thread's and the calls that
     copy `src` into it (a memcpy, rows of them, or a table); None where no call can."""
     if src.flags.c_contiguous:
         return src, []
     out = np.empty(src.shape, src.dtype)
-    c = copy(out, src)
-    calls = [c] if c is not None else take(out, src, np.arange(src.size).reshape(src.shape))
+    calls = copy_any(out, src)
     return None if calls is None else (out, calls)
 
 

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import fusegraph
-from fusegraph.targets.cpu.native_program import GATHER, GUARD, KERNEL, PRIMITIVE, Region
+from fusegraph.targets.cpu.native_program import GATHER, GUARD, KERNEL, PRIMITIVE, TAKE, Region
 from tests.util import make_model, target_or_skip
 
 rng = np.random.default_rng(11)
@@ -351,3 +351,21 @@ def test_a_lone_reduction_is_generated_c(op_type):
     np.testing.assert_allclose(p.run({"x": x})[0], ref.run({"x": x})[0], rtol=1e-5, atol=1e-6)
     (row,) = p.executable.main.thread_plan()[0]
     assert isinstance(row[0], Region) and _kinds(row[0]) == {KERNEL}
+
+
+def test_a_column_of_a_concat_and_a_transposed_residual_go_through_tables():
+    # ViT's class token: a [1, C, 1] part of a [1, C, T+1] concat (one element a row: no memcpy
+    # fits), and a transposed residual added by a product's epilogue: both tables of offsets
+    x = rng.standard_normal((1, 4, 5)).astype(np.float32)
+    init = {"cls": rng.standard_normal((1, 1, 4)).astype(np.float32),
+            "w": (rng.standard_normal((4, 4)) * 0.3).astype(np.float32), "b": rng.standard_normal(4).astype(np.float32)}
+    nodes = [n("Transpose", ["cls"], ["ct"], perm=[0, 2, 1]), n("Sin", ["x"], ["s"]),
+             n("Concat", ["ct", "s"], ["c"], axis=2), n("Transpose", ["c"], ["t"], perm=[0, 2, 1]),
+             n("MatMul", ["t", "w"], ["m"]), n("Add", ["m", "b"], ["mb"]), n("Add", ["mb", "t"], ["out"])]
+    model = make_model(nodes, {"x": x}, ["out"], init)
+    p, ref = _compile(model), _compile(model, "ref")
+    for k in range(2):
+        f = {"x": x * (k + 1)}
+        np.testing.assert_allclose(p.run(f)[0], ref.run(f)[0], rtol=1e-5, atol=1e-6)
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and set(TAKE.values()) & _kinds(row[0])

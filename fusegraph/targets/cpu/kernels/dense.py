@@ -231,7 +231,7 @@ def _native(pick, a: np.ndarray | None, o: np.ndarray | None, args, out: np.ndar
     """The C calls of a oneDNN kernel step with an epilogue chain (native_program.py): the guard
     `pick` runs per call in Python (finite inputs: all post-ops), then the primitive; None where a
     part of the step is numpy's (the chain's tail) or an operand would need a copy."""
-    from ..native_program import copy, guard, primitive_call
+    from ..native_program import copy_any, guard, primitive_call
 
     chain, prim, guarded = pick.native
     if a is None or o is None or chain.after is not None:
@@ -244,10 +244,10 @@ def _native(pick, a: np.ndarray | None, o: np.ndarray | None, args, out: np.ndar
     if chain.residual_first:
         res = args[-1]
         if res.ctypes.data != out.ctypes.data or res.strides != out.strides:
-            c = copy(out, res)
+            c = copy_any(out, res)  # (a transposed residual: through a table of offsets)
             if c is None:
                 return None
-            calls.append(c)
+            calls += c
     return [*calls, primitive_call(prim, a, out=o)]
 
 

@@ -20,7 +20,7 @@ def contiguous(ins: Instruction, ctx: LowerContext) -> Kernel:
     x = ins.inputs[0].shape
     if not isinstance(x, Shape) or x.is_dynamic or x.standard or x.broadcasted or x.elements == 0:
         run = reference_kernel(ins, ctx)  # in a native program: a table of offsets (a small broadcast)
-        run.native = lambda args, out: _copy_by_table(out, args[0])  # type: ignore[attr-defined]
+        run.native = lambda args, out: _copy_any(out, args[0])  # type: ignore[attr-defined]
         return run
     try:
         dtype = onednn.memory.dnnl_dtype(x.dtype.np)
@@ -42,18 +42,16 @@ def contiguous(ins: Instruction, ctx: LowerContext) -> Kernel:
 
         if same_steps(args[0].strides, strides, lens):
             return [primitive_call(prim, args[0], out=out)]
-        return _copy_by_table(out, args[0])  # (a layout other than the one planned)
+        return _copy_any(out, args[0])  # (a layout other than the one planned)
 
     run.native = native  # type: ignore[attr-defined]
     return run
 
 
-def _copy_by_table(out: np.ndarray, a: np.ndarray):
-    """The C calls copying `a` (any strides) into `out` (dense, alike) through a table of offsets
-    (native_program.take: small tensors only), or None."""
-    from ..native_program import take
+def _copy_any(out: np.ndarray, a: np.ndarray):
+    from ..native_program import copy_any
 
-    return take(out, a, np.arange(a.size).reshape(a.shape)) if out.shape == a.shape else None
+    return copy_any(out, a)
 
 
 def _copy(out: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -73,15 +71,15 @@ def concat(ins: Instruction, ctx: LowerContext) -> Kernel:
         return np.concatenate(args, axis=axis, out=out)
 
     def native(args, out):
-        from ..native_program import copy
+        from ..native_program import copy_any
 
         calls, start = [], 0
         for a in args:  # each part into its slice of the output (YOLO's 18 concats between convs)
             part = out[(slice(None),) * axis + (slice(start, start + a.shape[axis]),)]
             start += a.shape[axis]
-            if a.size and (c := copy(part, a)) is None:
+            if a.size and (c := copy_any(part, a)) is None:
                 return None
-            calls += [c] if a.size else []
+            calls += c if a.size else []
         return calls
 
     run.native = native  # type: ignore[attr-defined]
@@ -250,8 +248,6 @@ def _in_range(op, index: np.ndarray, n: int) -> bool:
 def slice_copy(ins: Instruction, ctx: LowerContext) -> Kernel:
     """numpy's slice copied into the planned buffer; in a native program the copy is C's (memcpy per
     row: the query, key and value columns of BERT's merged projection, between its oneDNN products)."""
-    from ..native_program import copy
-
     run = reference_kernel(ins, ctx)
     compute = ins.op.compute
 
@@ -259,8 +255,7 @@ def slice_copy(ins: Instruction, ctx: LowerContext) -> Kernel:
         view = compute([args[0]])
         if not isinstance(view, np.ndarray) or not np.shares_memory(view, args[0]):
             return None
-        c = copy(out, view)  # else (more than one strided level: a rotary embedding's halves) a table
-        return [c] if c is not None else _copy_by_table(out, view)
+        return _copy_any(out, view)  # (more than one strided level, a rotary embedding's halves: a table)
 
     run.native = native  # type: ignore[attr-defined]
     return run
@@ -280,11 +275,7 @@ def reshape(ins: Instruction, ctx: LowerContext) -> Kernel:
         return out
 
     def native(args, out):  # the same copy in C: a memcpy, rows of them, or a table of offsets
-        from ..native_program import copy
-
-        dst, src = out.reshape(args[0].shape), args[0]
-        c = copy(dst, src)
-        return [c] if c is not None else _copy_by_table(dst, src)
+        return _copy_any(out.reshape(args[0].shape), args[0])
 
     run.native = native  # type: ignore[attr-defined]
     return run
