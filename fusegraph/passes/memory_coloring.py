@@ -90,7 +90,7 @@ def plan_buffers(module: Module, tuple_writers: frozenset[str] = frozenset(),
     # unless small enough that the target copies it out
     for o in module.outputs:
         b = buffers.get(owner.get(o.uid, -1))
-        if b is not None and b.size > outputs_up_to:
+        if b is not None and (b.size > outputs_up_to or o.shape.dtype.np == object):  # (strings: references)
             del buffers[b.uid]
     return list(buffers.values())
 

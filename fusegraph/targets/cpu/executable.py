@@ -84,7 +84,7 @@ class ModuleSteps:
         moving = [u for u, _ in self.params] + self.outer
         return [(u, shapes[u].lens, shapes[u].dtype.np) for u in moving
                 if u in read and u in shapes and u not in self.outputs and isinstance(shapes[u], Shape)
-                and not shapes[u].is_dynamic and 0 < shapes[u].bytes <= SMALL_STAGE]
+                and not shapes[u].is_dynamic and shapes[u].dtype.np != object and 0 < shapes[u].bytes <= SMALL_STAGE]
 
     def stage(self, env: dict[int, Any]) -> None:
         """Copy this run's moving values into their buffers (see `_staging`); call after `thread_plan`."""

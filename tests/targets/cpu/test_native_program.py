@@ -369,3 +369,33 @@ def test_a_column_of_a_concat_and_a_transposed_residual_go_through_tables():
         np.testing.assert_allclose(p.run(f)[0], ref.run(f)[0], rtol=1e-5, atol=1e-6)
     (row,) = p.executable.main.thread_plan()[0]
     assert isinstance(row[0], Region) and set(TAKE.values()) & _kinds(row[0])
+
+
+_MOMENTS = """module main
+  %0 = @param[param_name='x'] : float32[2,16,5]
+  %1 = transpose[perm=(0, 2, 1)](%0) : float32[2,5,16]@[80,1,5]
+  %2 = moments[axes=(2,), centered=CENTERED](%1) : (float32[2,5,1], float32[2,5,1])
+  %3 = get_tuple_elem[index=0](%2) : float32[2,5,1]
+  %4 = get_tuple_elem[index=1](%2) : float32[2,5,1]
+  %5 = sin(%3) : float32[2,5,1]
+  %6 = cos(%4) : float32[2,5,1]
+  @return(%5, %6)
+"""
+
+
+@pytest.mark.parametrize("centered", [True, False])
+def test_moments_are_generated_reductions_into_their_tuple(centered):
+    # moments of a transposed tensor (Swin's LayerNorm after its patch embedding, which no
+    # fused_reduce takes): two generated reductions reading it in place and writing its tuple's
+    # planned buffers, one region with the rest
+    text = _MOMENTS.replace("CENTERED", str(centered))
+    p, ref = fusegraph.Program.from_text(text), fusegraph.Program.from_text(text)
+    p.compile(target_or_skip("cpu"))
+    ref.compile(fusegraph.get_target("ref"))
+    assert any(i.op.name == "moments" for i in p.main.instructions)
+    x = rng.standard_normal((2, 16, 5)).astype(np.float32)
+    for k in range(2):
+        for g, w in zip(p.run({"x": x + k}), ref.run({"x": x + k}), strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and _kinds(row[0]) == {KERNEL}
