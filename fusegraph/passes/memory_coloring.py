@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..ir.dtypes import DType
 from ..ir.module import Instruction, Module
 from ..ir.op import OpKind
 from ..ir.shape import Shape
@@ -90,7 +91,7 @@ def plan_buffers(module: Module, tuple_writers: frozenset[str] = frozenset(),
     # unless small enough that the target copies it out
     for o in module.outputs:
         b = buffers.get(owner.get(o.uid, -1))
-        if b is not None and (b.size > outputs_up_to or o.shape.dtype.np == object):  # (strings: references)
+        if b is not None and (b.size > outputs_up_to or o.shape.dtype == DType.string):  # (references)
             del buffers[b.uid]
     return list(buffers.values())
 

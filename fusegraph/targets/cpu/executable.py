@@ -23,6 +23,7 @@ import numpy as np
 from ... import debug
 from ...ir import run_limits
 from ...ir.builtin import Literal, Param
+from ...ir.dtypes import DType
 from ...ir.module import Module
 from ...ir.op import OpKind
 from ...ir.program import Program
@@ -84,7 +85,7 @@ class ModuleSteps:
         moving = [u for u, _ in self.params] + self.outer
         return [(u, shapes[u].lens, shapes[u].dtype.np) for u in moving
                 if u in read and u in shapes and u not in self.outputs and isinstance(shapes[u], Shape)
-                and not shapes[u].is_dynamic and shapes[u].dtype.np != object and 0 < shapes[u].bytes <= SMALL_STAGE]
+                and not shapes[u].is_dynamic and shapes[u].dtype != DType.string and 0 < shapes[u].bytes <= SMALL_STAGE]
 
     def stage(self, env: dict[int, Any]) -> None:
         """Copy this run's moving values into their buffers (see `_staging`); call after `thread_plan`."""

@@ -399,3 +399,20 @@ def test_moments_are_generated_reductions_into_their_tuple(centered):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
     (row,) = p.executable.main.thread_plan()[0]
     assert isinstance(row[0], Region) and _kinds(row[0]) == {KERNEL}
+
+
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3], strides=[2], pads=[1, 1]),
+                                   dict(kernel_shape=[4], strides=[3], pads=[0, 2], ceil_mode=1, dilations=[2])])
+def test_a_small_max_pooling_of_a_signal_is_generated_c(attrs):
+    # (the second, dilated, oneDNN runs with a jit kernel: it stays oneDNN's, the results the same)
+    # oneDNN has only its plain C loop for N, C, W (an ECG's max pooling: 67 us): a tap table, as a
+    # small convolution's; a NaN in a window is the result there, as the reference's maximum keeps it
+    x = rng.standard_normal((2, 6, 31)).astype(np.float32)
+    model = make_model([n("MaxPool", ["x"], ["out"], **attrs)], {"x": x}, ["out"])
+    p, ref = _compile(model), _compile(model, "ref")
+    bad = x.copy()
+    bad[1, 2, 7] = np.nan
+    for f in ({"x": x}, {"x": bad}, {"x": -np.abs(x)}):
+        np.testing.assert_array_equal(p.run(f)[0], ref.run(f)[0])
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and (_kinds(row[0]) == {KERNEL} or "dilations" in attrs)

@@ -69,3 +69,38 @@ FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
     f32 = DType.float32
     ins = (f32, f32, f32, f32, DType.int64) + (f32,) * n_res
     return finish(template, r, "small_conv", in_dtypes=ins, out_dtype=f32)
+
+
+_MAX_POOL = r"""
+FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {
+    enum { ROWS = %(rows)d, S_IN = %(s_in)d, TAPS = %(taps)d, S_OUT = %(s_out)d };
+    float *o = (float *)p[0];
+    const float *x = (const float *)p[1];
+    const int64_t *tap = (const int64_t *)p[2];
+    (void)d; (void)nt;
+    for (int64_t r = 0; r < ROWS; r++)
+        for (int64_t q = 0; q < S_OUT; q++) {
+            float v = -INFINITY;
+            int nan = 0;
+            for (int64_t t = 0; t < TAPS; t++) {
+                const int64_t s = tap[t * S_OUT + q];
+                if (s == S_IN) continue;  /* padding: -infinity, never the maximum */
+                const float a = x[r * S_IN + s];
+                nan |= a != a;
+                v = a > v ? a : v;
+            }
+            o[r * S_OUT + q] = nan ? NAN : v;  /* numpy's maximum keeps a NaN */
+        }
+}
+"""
+
+
+def small_max_pool_kernel(rows: int, s_in: int, taps: int, s_out: int) -> KernelSource:
+    """Max pooling of `rows` (N * C) planes of s_in positions: each output the maximum of its taps
+    (a table as a small convolution's: S_IN marks padding), NaN if any tap is NaN, as the reference."""
+    from .kernels import _content_name
+
+    code = _MAX_POOL % {"rows": rows, "s_in": s_in, "taps": taps, "s_out": s_out}
+    fields = {"in_dtypes": (DType.float32, DType.int64), "out_dtype": DType.float32}
+    name = _content_name("small_max_pool", code, (), fields)
+    return KernelSource(name=name, code=code.replace("KNAME", name), helpers=(), **fields)

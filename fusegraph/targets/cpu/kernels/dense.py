@@ -13,7 +13,7 @@ from ....ir.module import Instruction
 from ....ir.shape import Shape, same_steps, standard_strides
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
 from ..ops import RESIDUAL, to_channels_first
-from .small import SMALL_CONV, c_small_conv, numpy_chain, small_conv
+from .small import SMALL_CONV, c_small_conv, numpy_chain, small_conv, small_max_pool
 
 
 def _f32(ins: Instruction) -> bool:
@@ -376,6 +376,9 @@ def pooling(ins: Instruction, ctx: LowerContext) -> Kernel:
                           dilation=() if op.global_pool else op.dilation, ceil_mode=op.ceil_mode and not op.global_pool,
                           count_include_pad=op.count_include_pad, dst_layout=dst.desc(),
                           threads=ctx.threads_for(ins.shape.elements * math.prod(kernel)))
+    if ("simple" in prim.impl and op.mode == "max" and not channels_last and not op.global_pool
+            and ins.inputs[0].shape.standard and ins.shape.elements * math.prod(kernel) < SMALL_CONV):
+        return small_max_pool(ins, kernel, ctx)  # oneDNN's plain C loop on N, C, *spatial: 67 us for 4000 values
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
     # oneDNN's max pooling skips a NaN (its max is vmaxps), where the reference's max is NaN: an input
     # that is not all finite goes to the reference kernel. Average pooling sums, so it keeps NaN itself.

@@ -181,6 +181,36 @@ def c_small_conv(ins, w: np.ndarray, bias: np.ndarray | None, activations: Seque
     return run
 
 
+def small_max_pool(ins, kernel: Sequence[int], ctx) -> Callable:
+    """A small max pooling on N, C, *spatial as generated C (codegen/small_conv.py): the windows as
+    a table of input positions, with its C form for native programs."""
+    from ..codegen.small_conv import small_max_pool_kernel
+    from ..native_program import kernel_call
+
+    x_lens, lens = ins.inputs[0].shape.lens, ins.shape.lens
+    idx = np.ascontiguousarray(tap_table(x_lens, (1, 1, *kernel), ins.op, lens), np.int64)
+    src = small_max_pool_kernel(x_lens[0] * x_lens[1], math.prod(x_lens[2:]), idx.shape[0], idx.shape[1])
+    ctx.kernel_sources.append(src)
+    cell: dict = {}
+    ctx.deferred.append(lambda: cell.update(kernel=ctx.library[src.name]))
+    dims = (ctypes.c_int64 * 1)(0)
+
+    def run(args, out):
+        out = np.empty(lens, np.float32) if out is None else out
+        x = np.ascontiguousarray(args[0])
+        cell["kernel"]._fn((ctypes.c_void_p * 3)(out.ctypes.data, x.ctypes.data, idx.ctypes.data), dims, 1)
+        return out
+
+    def native(args, out):
+        if not args[0].flags.c_contiguous:
+            return None
+        record, keep = kernel_call(cell["kernel"]._fn, out.ctypes.data, [args[0].ctypes.data, idx.ctypes.data], (), 1)
+        return [(record, (*keep, idx))]
+
+    run.native = native  # type: ignore[attr-defined]
+    return run
+
+
 def _unrolled(w: np.ndarray, idx: np.ndarray, s_in: int) -> np.ndarray:
     """The convolution with weights `w` [M, C, *kernel] (one group) and taps `idx` (see small_conv)
     as one matrix [C * s_in, M * s_out] over the whole flattened input. Where input and output
