@@ -78,3 +78,22 @@ def test_generated_conversions_round_as_numpy_does(dtype):
     wide = np.empty(every.shape, np.float32)
     lib[widen.name]._fn((ctypes.c_void_p * 2)(wide.ctypes.data, every.ctypes.data), (ctypes.c_int64 * 1)(every.size), 1)
     np.testing.assert_array_equal(wide, every.astype(np.float32))
+
+
+def test_half_average_poolings_round_like_the_reference():
+    x = rng.standard_normal((1, 8, 9, 9)).astype(np.float16)
+    nodes = [n("AveragePool", ["x"], ["a"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             n("GlobalAveragePool", ["a"], ["out"])]
+    model = make_model(nodes, {"x": x}, ["a", "out"])
+    p = fusegraph.parse_onnx(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "slow half precision" warning: these have fast kernels
+        p.compile(target_or_skip("cpu"))
+    ref = fusegraph.parse_onnx(model)
+    ref.compile(fusegraph.get_target("ref"))
+    for got, want in zip(p.run({"x": x}), ref.run({"x": x}), strict=True):
+        assert got.dtype == np.float16  # float32 sums in oneDNN's order: at most the next float16
+        ulp = np.spacing(np.abs(want)).astype(np.float32)
+        assert np.all(np.abs(got.astype(np.float32) - want.astype(np.float32)) <= ulp)
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region)

@@ -151,6 +151,27 @@ def _widened_convolution(ins: Instruction, w: np.ndarray, ctx: LowerContext) -> 
     return _widened(ins, prim, [0], ctx)
 
 
+def _widened_pooling(ins: Instruction, ctx: LowerContext) -> Kernel | None:
+    """A float16/bfloat16 average pooling (float32 sums, ops/pool.py) as oneDNN's float32 one
+    between conversions (see `_widened`; a max pooling would need its NaN guard: the reference's)."""
+    from ....errors import CompileError
+    from .. import onednn
+
+    x, op = ins.inputs[0].shape, ins.op
+    if not isinstance(x, Shape) or x.is_dynamic or x.ndim not in (3, 4, 5):
+        return None
+    kernel, stride, padding = ((x.lens[2:], (1,) * (x.ndim - 2), (0,) * (2 * (x.ndim - 2))) if op.global_pool
+                               else (op.lengths, op.stride, op.padding))
+    try:
+        prim = onednn.Pooling(x.lens, "average", kernel, stride=stride, padding=padding,
+                              dilation=() if op.global_pool else op.dilation,
+                              ceil_mode=op.ceil_mode and not op.global_pool, count_include_pad=op.count_include_pad,
+                              threads=ctx.threads_for(ins.shape.elements * math.prod(kernel)))
+    except CompileError:
+        return None
+    return _widened(ins, prim, [0], ctx)
+
+
 def _widened_dot(ins: Instruction, ctx: LowerContext) -> Kernel | None:
     """A float16/bfloat16 product (float32 accumulation, ops/gemm.py) as a float32 oneDNN MatMul
     between conversions (see `_widened`): its constant weights widened once."""
@@ -363,6 +384,8 @@ def pooling(ins: Instruction, ctx: LowerContext) -> Kernel:
     from .. import onednn
 
     op = ins.op
+    if ins.shape.dtype in (DType.float16, DType.bfloat16) and op.mode == "average" and op.name == "pooling":
+        return _widened_pooling(ins, ctx) or reference_kernel(ins, ctx)
     if not _f32(ins) or op.mode not in ("max", "average") or ins.shape.ndim not in (3, 4, 5):
         return reference_kernel(ins, ctx)
     channels_last = op.name == "pooling_channels_last"
