@@ -416,3 +416,27 @@ def test_a_small_max_pooling_of_a_signal_is_generated_c(attrs):
         np.testing.assert_array_equal(p.run(f)[0], ref.run(f)[0])
     (row,) = p.executable.main.thread_plan()[0]
     assert isinstance(row[0], Region) and (_kinds(row[0]) == {KERNEL} or "dilations" in attrs)
+
+
+def test_a_product_with_a_key_shared_by_the_heads_copies_it_into_scratch(monkeypatch):
+    # multi-query attention: one key for every head (a broadcast, stride 0, that oneDNN reads from a
+    # standard copy): the copy goes to this thread's scratch, in the region and in a step alike (the
+    # product's memory objects stay bound to it: a profile's step-by-step runs between native ones)
+    q = rng.standard_normal((1, 4, 16, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 1, 8, 16)).astype(np.float32)
+    nodes = [n("Sin", ["k"], ["ks"]), n("Expand", ["ks", "shape"], ["kb"]), n("MatMul", ["q", "kb"], ["s"]),
+             n("Tanh", ["s"], ["out"])]
+    model = make_model(nodes, {"q": q, "k": k}, ["out"], {"shape": np.array([1, 4, 8, 16], np.int64)})
+    p, ref = _compile(model), _compile(model, "ref")
+    feeds = [{"q": q * (j + 1), "k": k - j} for j in range(3)]
+    got = [p.run(f)[0] for f in feeds]
+    for g, f in zip(got, feeds):
+        np.testing.assert_allclose(g, ref.run(f)[0], rtol=1e-5, atol=1e-6)
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and PRIMITIVE in _kinds(row[0])
+    p.executable.profile(feeds[1], runs=1, warmup=0)  # the steps one by one, then native again
+    for g, f in zip(got, feeds):
+        np.testing.assert_array_equal(p.run(f)[0], g)
+    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
+    steps = _compile(model)
+    np.testing.assert_array_equal(steps.run(feeds[2])[0], got[2])

@@ -5,6 +5,8 @@ convolutions in numpy (small.py); numpy's matmul for the dtypes oneDNN lacks."""
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -202,7 +204,6 @@ def _widened(ins: Instruction, prim, runtime: list[int], ctx: LowerContext) -> K
     (codegen/convert.py) in a step and in a native program alike. Each thread has its float32
     scratch: a primitive's memory objects stay bound to the buffers it last ran on."""
     import ctypes
-    import threading
 
     from ..codegen.convert import convert_kernel
 
@@ -471,11 +472,16 @@ def dot(ins: Instruction, ctx: LowerContext) -> Kernel:
         return sparse_dot(ins, ctx, w, dense) or dense
     if _f32(ins) and a.shape.ndim == b.shape.ndim >= 2:
         prim, av, bv = _matmul(ins, ctx, b.shape)
+        operands = _Operands((av, bv))
 
         def product(args, out):
-            return prim(av.view(args[0]), bv.view(args[1]), out=out)
+            return prim(*operands.python(args), out=out)
 
-        product.native = lambda args, out: _native_product(prim, [av.exact(args[0]), bv.exact(args[1])], out)  # type: ignore[attr-defined]
+        def native(args, out):
+            calls, ops = operands.native(args)
+            return None if ops is None else [*calls, *_native_product(prim, ops, out)]
+
+        product.native = native  # type: ignore[attr-defined]
         return product
 
     def run(args, out):
@@ -524,6 +530,50 @@ def dot_epilogue(ins: Instruction, ctx: LowerContext) -> Kernel:
     if hasattr(pick, "native"):
         run.native = lambda args, out: _native(pick, av.exact(args[0]), out.reshape(product), args, out, op.n_residual)  # type: ignore[attr-defined]
     return run
+
+
+class _Operands:
+    """A primitive's run-time operands as it reads them: where they lie, or (a broadcast key shared
+    by the heads of multi-query attention, which oneDNN reads from standard copies) copied into this
+    thread's scratch, the same buffer in a step and in a native program (a primitive's memory objects
+    stay bound to the buffers it last ran on)."""
+
+    def __init__(self, views: Sequence[Operand]):
+        self.views = views
+        self.local = threading.local()
+
+    def _scratch(self, k: int, a: np.ndarray) -> np.ndarray | None:
+        v = self.views[k]
+        if v.strides != standard_strides(v.lens) or v.perm is not None:
+            return None
+        buffers = self.local.__dict__.setdefault("buffers", {})
+        if k not in buffers:
+            buffers[k] = np.empty(v.lens, a.dtype)
+        return buffers[k]
+
+    def python(self, args) -> list[np.ndarray]:
+        out = []
+        for k, (v, a) in enumerate(zip(self.views, args)):
+            x = v.exact(a)
+            if x is None and (s := self._scratch(k, a)) is not None:
+                np.copyto(s, a)
+                x = s
+            out.append(v.view(a) if x is None else x)
+        return out
+
+    def native(self, args) -> tuple[list, list | None]:
+        from ..native_program import copy_any
+
+        calls, out = [], []
+        for k, (v, a) in enumerate(zip(self.views, args)):
+            x = v.exact(a)
+            if x is None and (s := self._scratch(k, a)) is not None and (c := copy_any(s, a)) is not None:
+                calls += c
+                x = s
+            if x is None:
+                return [], None
+            out.append(x)
+        return calls, out
 
 
 def _native_product(prim, operands: list, out: np.ndarray):
