@@ -33,7 +33,7 @@ from ...errors import FusegraphError
 
 KERNEL, PRIMITIVE, GUARD, COPY, COPY_ROWS = 0, 1, 2, 3, 4
 TAKE = {1: 5, 2: 6, 4: 7, 8: 8}  # by element size
-GATHER = 9
+GATHER, GATHER_ND = 9, 10
 TAKE_LIMIT = 1 << 16  # elements: a take's table is 16 bytes an element
 MIN_STEPS = 1  # one step too: a oneDNN step binds its buffers through ctypes on every Python call (~3 us), a region did once
 
@@ -96,6 +96,24 @@ FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status)
                     j += j < 0 ? len : 0;
                     memcpy((char *)c->a + (o * c->n + k) * block, (const char *)c->b + (o * len + j) * block, (size_t)block);
                 }
+            break;
+        }
+        case 10: {  /* gather_nd: n tuples of K int64 indices (fn) into the leading axes of a dense
+                       tensor; c: [K, block bytes, the K axis lengths, their strides in blocks] */
+            const int64_t *g = (const int64_t *)c->c, *idx = (const int64_t *)c->fn;
+            const int64_t K = g[0], block = g[1];
+            for (int64_t k = 0; k < c->n * K; k++) {
+                const int64_t len = g[2 + k % K];
+                if (idx[k] < -len || idx[k] >= len) { *status = -1; return i; }
+            }
+            for (int64_t t = 0; t < c->n; t++) {
+                int64_t at = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    const int64_t j = idx[t * K + k];
+                    at += (j + (j < 0 ? g[2 + k] : 0)) * g[2 + K + k];
+                }
+                memcpy((char *)c->a + t * block, (const char *)c->b + at * block, (size_t)block);
+            }
             break;
         }
         }
@@ -230,6 +248,22 @@ def copy_any(dst: np.ndarray, src: np.ndarray) -> list[Call] | None:
     if c is not None:
         return [c]
     return take(dst, src, np.arange(src.size).reshape(src.shape)) if dst.shape == src.shape else None
+
+
+def gather_nd(out: np.ndarray, data: np.ndarray, indices: np.ndarray) -> Call | None:
+    """out = data[tuple(indices[..., k])] (ONNX GatherND, batch_dims 0; negative indices from the
+    end); an index out of range stops the region there, as `gather`. None unless all are dense and
+    the indices int64."""
+    if (not all(a.flags.c_contiguous for a in (out, data, indices)) or indices.dtype != np.int64
+            or out.dtype != data.dtype or out.size == 0 or indices.size == 0 or indices.ndim < 1):
+        return None
+    k = indices.shape[-1]
+    lens = data.shape[:k]
+    block = int(np.prod(data.shape[k:])) * data.itemsize
+    strides = [int(np.prod(lens[j + 1:])) for j in range(k)]
+    geometry = (ctypes.c_int64 * (2 + 2 * k))(k, block, *lens, *strides)
+    return ((GATHER_ND, 1, indices.ctypes.data, out.ctypes.data, data.ctypes.data, ctypes.addressof(geometry),
+             indices.size // k), (out, data, indices, geometry))
 
 
 def dense(src: np.ndarray) -> tuple[np.ndarray, list[Call]] | None:

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import fusegraph
-from fusegraph.targets.cpu.native_program import GATHER, GUARD, KERNEL, PRIMITIVE, TAKE, Region
+from fusegraph.targets.cpu.native_program import GATHER, GATHER_ND, GUARD, KERNEL, PRIMITIVE, TAKE, Region
 from tests.util import make_model, target_or_skip
 
 rng = np.random.default_rng(11)
@@ -440,3 +440,19 @@ def test_a_product_with_a_key_shared_by_the_heads_copies_it_into_scratch(monkeyp
     monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
     steps = _compile(model)
     np.testing.assert_array_equal(steps.run(feeds[2])[0], got[2])
+
+
+def test_a_gather_nd_by_run_time_indices_joins_the_region_and_checks_its_range():
+    # a graph network's edge lookup (the edges: a graph input, staged): one C call; an index out of
+    # range stops the region there and the step raises its error
+    x = rng.standard_normal((6, 5, 4)).astype(np.float32)
+    idx = np.array([[0, 1], [5, -1], [-6, 4], [3, 0]], np.int64)
+    model = make_model([n("GatherND", ["x", "i"], ["g"]), n("Tanh", ["g"], ["out"])], {"x": x, "i": idx}, ["out"])
+    p, ref = _compile(model), _compile(model, "ref")
+    for f in ({"x": x, "i": idx}, {"x": -x, "i": idx[::-1].copy()}):
+        np.testing.assert_allclose(p.run(f)[0], ref.run(f)[0], rtol=1e-5, atol=1e-6)
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and GATHER_ND in _kinds(row[0])
+    with pytest.raises(fusegraph.errors.ExecutionError):
+        p.run({"x": x, "i": np.array([[0, 1], [6, 0], [0, 0], [1, 1]], np.int64)})
+    np.testing.assert_allclose(p.run({"x": x, "i": idx})[0], ref.run({"x": x, "i": idx})[0], rtol=1e-5, atol=1e-6)

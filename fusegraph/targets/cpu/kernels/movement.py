@@ -235,6 +235,22 @@ def gather(ins: Instruction, ctx: LowerContext) -> Kernel:
     return run
 
 
+@lowering("gather_nd")
+def gather_nd(ins: Instruction, ctx: LowerContext) -> Kernel:
+    """The reference's gather (its range check raising the op's error); in a native program a C call
+    that checks the indices first and copies a block a tuple (a graph network's edge lookup)."""
+    run = reference_kernel(ins, ctx)
+    if ins.op.batch_dims == 0 and isinstance(ins.shape, Shape) and not ins.shape.is_dynamic:
+        def native(args, out):
+            from ..native_program import gather_nd as gather_nd_call
+
+            c = gather_nd_call(out, args[0], args[1])
+            return None if c is None else [c]
+
+        run.native = native  # type: ignore[attr-defined]
+    return run
+
+
 def _in_range(op, index: np.ndarray, n: int) -> bool:
     """Whether constant indices are all in range (else the run-time check raises, naming the op)."""
     try:
