@@ -33,7 +33,7 @@ from ...errors import FusegraphError
 
 KERNEL, PRIMITIVE, GUARD, COPY, COPY_ROWS = 0, 1, 2, 3, 4
 TAKE = {1: 5, 2: 6, 4: 7, 8: 8}  # by element size
-GATHER, GATHER_ND = 9, 10
+GATHER, GATHER_ND, SCATTER_ND = 9, 10, 11
 TAKE_LIMIT = 1 << 16  # elements: a take's table is 16 bytes an element
 MIN_STEPS = 1  # one step too: a oneDNN step binds its buffers through ctypes on every Python call (~3 us), a region did once
 
@@ -113,6 +113,35 @@ FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status)
                     at += (j + (j < 0 ? g[2 + k] : 0)) * g[2 + K + k];
                 }
                 memcpy((char *)c->a + t * block, (const char *)c->b + at * block, (size_t)block);
+            }
+            break;
+        }
+        case 11: {  /* scatter_nd of float32: out (a) holds the data already (a copy call before);
+                       n tuples of K int64 indices (fn); c: [K, block elements, the K axis lengths,
+                       their strides in blocks, reduction (0 none, 1 add, 2 mul, 3 max, 4 min),
+                       address of the updates]; applied in order, as numpy's ufunc.at */
+            const int64_t *g = (const int64_t *)c->c, *idx = (const int64_t *)c->fn;
+            const int64_t K = g[0], block = g[1], red = g[2 + 2 * K];
+            const float *u = (const float *)(intptr_t)g[3 + 2 * K];
+            float *o = (float *)c->a;
+            for (int64_t k = 0; k < c->n * K; k++) {
+                const int64_t len = g[2 + k % K];
+                if (idx[k] < -len || idx[k] >= len) { *status = -1; return i; }
+            }
+            for (int64_t t = 0; t < c->n; t++) {
+                int64_t at = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    const int64_t j = idx[t * K + k];
+                    at += (j + (j < 0 ? g[2 + k] : 0)) * g[2 + K + k];
+                }
+                float *dst = o + at * block;
+                const float *src = u + t * block;
+                for (int64_t e = 0; e < block; e++) {
+                    const float a = dst[e], b = src[e];
+                    dst[e] = red == 0 ? b : red == 1 ? a + b : red == 2 ? a * b
+                           : (a != a || b != b) ? a + b  /* numpy's maximum and minimum keep a NaN */
+                           : red == 3 ? (b > a ? b : a) : (b < a ? b : a);
+                }
             }
             break;
         }
@@ -264,6 +293,27 @@ def gather_nd(out: np.ndarray, data: np.ndarray, indices: np.ndarray) -> Call | 
     geometry = (ctypes.c_int64 * (2 + 2 * k))(k, block, *lens, *strides)
     return ((GATHER_ND, 1, indices.ctypes.data, out.ctypes.data, data.ctypes.data, ctypes.addressof(geometry),
              indices.size // k), (out, data, indices, geometry))
+
+
+_SCATTER = {"none": 0, "add": 1, "mul": 2, "max": 3, "min": 4}
+
+
+def scatter_nd(out: np.ndarray, data: np.ndarray, indices: np.ndarray, updates: np.ndarray,
+               reduction: str) -> list[Call] | None:
+    """out = data with `updates` written (or reduced) at the tuples of `indices` (ONNX ScatterND,
+    float32), in order like numpy's ufunc.at; an index out of range stops the region as `gather`."""
+    if (not all(a.flags.c_contiguous for a in (out, data, indices, updates)) or indices.dtype != np.int64
+            or not out.dtype == data.dtype == updates.dtype == np.float32 or reduction not in _SCATTER
+            or indices.size == 0 or indices.ndim < 1 or np.shares_memory(out, updates)):
+        return None
+    k = indices.shape[-1]
+    lens = data.shape[:k]
+    strides = [int(np.prod(lens[j + 1:])) for j in range(k)]
+    geometry = (ctypes.c_int64 * (4 + 2 * k))(k, int(np.prod(data.shape[k:])), *lens, *strides, _SCATTER[reduction],
+                                              updates.ctypes.data)
+    calls = [] if out.ctypes.data == data.ctypes.data else [copy(out, data)]
+    return [*calls, ((SCATTER_ND, 1, indices.ctypes.data, out.ctypes.data, 0, ctypes.addressof(geometry),
+                      indices.size // k), (out, data, indices, updates, geometry))]
 
 
 def dense(src: np.ndarray) -> tuple[np.ndarray, list[Call]] | None:

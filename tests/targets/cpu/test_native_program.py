@@ -11,7 +11,16 @@ import pytest
 from onnx import TensorProto, helper
 
 import fusegraph
-from fusegraph.targets.cpu.native_program import GATHER, GATHER_ND, GUARD, KERNEL, PRIMITIVE, TAKE, Region
+from fusegraph.targets.cpu.native_program import (
+    GATHER,
+    GATHER_ND,
+    GUARD,
+    KERNEL,
+    PRIMITIVE,
+    SCATTER_ND,
+    TAKE,
+    Region,
+)
 from tests.util import make_model, target_or_skip
 
 rng = np.random.default_rng(11)
@@ -456,3 +465,23 @@ def test_a_gather_nd_by_run_time_indices_joins_the_region_and_checks_its_range()
     with pytest.raises(fusegraph.errors.ExecutionError):
         p.run({"x": x, "i": np.array([[0, 1], [6, 0], [0, 0], [1, 1]], np.int64)})
     np.testing.assert_allclose(p.run({"x": x, "i": idx})[0], ref.run({"x": x, "i": idx})[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_a_scatter_nd_joins_the_region_applying_its_updates_in_order(reduction):
+    # a graph network's message aggregation: duplicate targets reduced in index order, as numpy's
+    # ufunc.at does (the same bits); a NaN update stays NaN under max and min; out of range raises
+    x = rng.standard_normal((6, 5, 4)).astype(np.float32)
+    idx = np.array([[0, 1], [5, -1], [0, 1], [3, 0], [-6, 1]], np.int64)
+    upd = rng.standard_normal((5, 4)).astype(np.float32)
+    upd[3, 2] = np.nan
+    attrs = {} if reduction == "none" else {"reduction": reduction}
+    model = make_model([n("Neg", ["x"], ["s"]), n("ScatterND", ["s", "i", "u"], ["out"], **attrs)],
+                       {"x": x, "i": idx, "u": upd}, ["out"], opset=18)
+    p, ref = _compile(model), _compile(model, "ref")
+    for f in ({"x": x, "i": idx, "u": upd}, {"x": -x, "i": idx[::-1].copy(), "u": upd * 2}):
+        np.testing.assert_array_equal(p.run(f)[0], ref.run(f)[0])
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and SCATTER_ND in _kinds(row[0])
+    with pytest.raises(fusegraph.errors.ExecutionError):
+        p.run({"x": x, "i": np.array([[0, 1], [6, 0], [0, 0], [1, 1], [2, 2]], np.int64), "u": upd})
