@@ -50,6 +50,26 @@ typedef int (*fg_execute)(void *, void *, int, void *);
     const int64_t *g = (const int64_t *)c->c; \
     for (int64_t k = 0; k < c->n; k++) ((W *)c->a)[g[c->n + k]] = *(const W *)((const char *)c->b + g[k]); }
 
+/* n tuples of g[0] int64 indices, each in [-length, length) of its axis (g[2 + k]) */
+static int fg_nd_in_range(const int64_t *idx, int64_t n, const int64_t *g) {
+    for (int64_t k = 0; k < n * g[0]; k++) {
+        const int64_t len = g[2 + k % g[0]];
+        if (idx[k] < -len || idx[k] >= len) return 0;
+    }
+    return 1;
+}
+
+/* the block tuple t addresses (negative indices from the end; g[2 + K + k]: axis k's stride) */
+static int64_t fg_nd_at(const int64_t *idx, int64_t t, const int64_t *g) {
+    const int64_t K = g[0];
+    int64_t at = 0;
+    for (int64_t k = 0; k < K; k++) {
+        const int64_t j = idx[t * K + k];
+        at += (j + (j < 0 ? g[2 + k] : 0)) * g[2 + K + k];
+    }
+    return at;
+}
+
 static int fg_all_finite(const uint32_t *x, int64_t n) {
     uint32_t bad = 0;
     for (int64_t i = 0; i < n; i++) bad |= (x[i] & 0x7f800000u) == 0x7f800000u;
@@ -101,19 +121,9 @@ FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status)
         case 10: {  /* gather_nd: n tuples of K int64 indices (fn) into the leading axes of a dense
                        tensor; c: [K, block bytes, the K axis lengths, their strides in blocks] */
             const int64_t *g = (const int64_t *)c->c, *idx = (const int64_t *)c->fn;
-            const int64_t K = g[0], block = g[1];
-            for (int64_t k = 0; k < c->n * K; k++) {
-                const int64_t len = g[2 + k % K];
-                if (idx[k] < -len || idx[k] >= len) { *status = -1; return i; }
-            }
-            for (int64_t t = 0; t < c->n; t++) {
-                int64_t at = 0;
-                for (int64_t k = 0; k < K; k++) {
-                    const int64_t j = idx[t * K + k];
-                    at += (j + (j < 0 ? g[2 + k] : 0)) * g[2 + K + k];
-                }
-                memcpy((char *)c->a + t * block, (const char *)c->b + at * block, (size_t)block);
-            }
+            if (!fg_nd_in_range(idx, c->n, g)) { *status = -1; return i; }
+            for (int64_t t = 0; t < c->n; t++)
+                memcpy((char *)c->a + t * g[1], (const char *)c->b + fg_nd_at(idx, t, g) * g[1], (size_t)g[1]);
             break;
         }
         case 11: {  /* scatter_nd of float32: out (a) holds the data already (a copy call before);
@@ -123,18 +133,9 @@ FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status)
             const int64_t *g = (const int64_t *)c->c, *idx = (const int64_t *)c->fn;
             const int64_t K = g[0], block = g[1], red = g[2 + 2 * K];
             const float *u = (const float *)(intptr_t)g[3 + 2 * K];
-            float *o = (float *)c->a;
-            for (int64_t k = 0; k < c->n * K; k++) {
-                const int64_t len = g[2 + k % K];
-                if (idx[k] < -len || idx[k] >= len) { *status = -1; return i; }
-            }
+            if (!fg_nd_in_range(idx, c->n, g)) { *status = -1; return i; }
             for (int64_t t = 0; t < c->n; t++) {
-                int64_t at = 0;
-                for (int64_t k = 0; k < K; k++) {
-                    const int64_t j = idx[t * K + k];
-                    at += (j + (j < 0 ? g[2 + k] : 0)) * g[2 + K + k];
-                }
-                float *dst = o + at * block;
+                float *dst = (float *)c->a + fg_nd_at(idx, t, g) * block;
                 const float *src = u + t * block;
                 for (int64_t e = 0; e < block; e++) {
                     const float a = dst[e], b = src[e];

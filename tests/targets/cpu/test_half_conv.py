@@ -28,19 +28,29 @@ def _model():
     return make_model(nodes, {"x": x}, ["out"], init), x
 
 
-def test_half_convolutions_round_each_result_like_the_reference(monkeypatch):
-    model, x = _model()
+def _compiled_quietly(model):
+    """The model on cpu (no "slow half precision" warning: these have fast kernels) and on ref."""
     p = fusegraph.parse_onnx(model)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no "slow half precision" warning: these have fast kernels
+        warnings.simplefilter("error")
         p.compile(target_or_skip("cpu"))
     ref = fusegraph.parse_onnx(model)
     ref.compile(fusegraph.get_target("ref"))
-    got, want = p.run({"x": x})[0], ref.run({"x": x})[0]
-    assert got.dtype == np.float16
-    # float32 sums in another order than the reference's: a result may round to the next float16
-    ulp = np.spacing(np.abs(want).astype(np.float16)).astype(np.float32)
+    return p, ref
+
+
+def _within_an_ulp(got, want):
+    # float32 sums in another order than the reference's: a result may round to the next half value
+    assert got.dtype == want.dtype and got.dtype in (np.float16, np.dtype("bfloat16"))
+    ulp = np.spacing(np.abs(want)).astype(np.float32)
     assert np.all(np.abs(got.astype(np.float32) - want.astype(np.float32)) <= ulp)
+
+
+def test_half_convolutions_round_each_result_like_the_reference(monkeypatch):
+    model, x = _model()
+    p, ref = _compiled_quietly(model)
+    got, want = p.run({"x": x})[0], ref.run({"x": x})[0]
+    _within_an_ulp(got, want)
     np.testing.assert_allclose(got.astype(np.float32), run_ort(model, {"x": x})[0].astype(np.float32), rtol=2e-3,
                                atol=2e-3)
     (row,) = p.executable.main.thread_plan()[0]  # the convolutions and the relu between: one C call
@@ -85,15 +95,8 @@ def test_half_average_poolings_round_like_the_reference():
     nodes = [n("AveragePool", ["x"], ["a"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
              n("GlobalAveragePool", ["a"], ["out"])]
     model = make_model(nodes, {"x": x}, ["a", "out"])
-    p = fusegraph.parse_onnx(model)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no "slow half precision" warning: these have fast kernels
-        p.compile(target_or_skip("cpu"))
-    ref = fusegraph.parse_onnx(model)
-    ref.compile(fusegraph.get_target("ref"))
+    p, ref = _compiled_quietly(model)
     for got, want in zip(p.run({"x": x}), ref.run({"x": x}), strict=True):
-        assert got.dtype == np.float16  # float32 sums in oneDNN's order: at most the next float16
-        ulp = np.spacing(np.abs(want)).astype(np.float32)
-        assert np.all(np.abs(got.astype(np.float32) - want.astype(np.float32)) <= ulp)
+        _within_an_ulp(got, want)
     (row,) = p.executable.main.thread_plan()[0]
     assert isinstance(row[0], Region)

@@ -79,9 +79,7 @@ FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
         }}
 }}
 """
-    f32 = DType.float32
-    ins = (f32, f32, f32, f32, DType.int64) + (f32,) * n_res
-    return finish(template, r, "small_conv1d", in_dtypes=ins, out_dtype=f32)
+    return _source(template, r, "small_conv1d", n_res)
 
 
 def small_conv_kernel(n: int, c: int, s_in: int, groups: int, m: int, taps: int, s_out: int, has_bias: bool,
@@ -119,9 +117,13 @@ FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
         }}
 }}
 """
+    return _source(template, r, "small_conv", n_res)
+
+
+def _source(template: str, r: CRenderer, prefix: str, n_res: int) -> KernelSource:
+    """The kernel of a small convolution's template: out, x, w, bias, taps, then its residuals."""
     f32 = DType.float32
-    ins = (f32, f32, f32, f32, DType.int64) + (f32,) * n_res
-    return finish(template, r, "small_conv", in_dtypes=ins, out_dtype=f32)
+    return finish(template, r, prefix, in_dtypes=(f32, f32, f32, f32, DType.int64) + (f32,) * n_res, out_dtype=f32)
 
 
 _MAX_POOL = r"""
