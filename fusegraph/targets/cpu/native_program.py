@@ -33,7 +33,7 @@ from ...errors import FusegraphError
 
 KERNEL, PRIMITIVE, GUARD, COPY, COPY_ROWS = 0, 1, 2, 3, 4
 TAKE = {1: 5, 2: 6, 4: 7, 8: 8}  # by element size
-GATHER, GATHER_ND, SCATTER_ND = 9, 10, 11
+GATHER, GATHER_ND, SCATTER_ND, SCATTER_ELEMENTS = 9, 10, 11, 12
 TAKE_LIMIT = 1 << 16  # elements: a take's table is 16 bytes an element
 MIN_STEPS = 1  # one step too: a oneDNN step binds its buffers through ctypes on every Python call (~3 us), a region did once
 
@@ -68,6 +68,13 @@ static int64_t fg_nd_at(const int64_t *idx, int64_t t, const int64_t *g) {
         at += (j + (j < 0 ? g[2 + k] : 0)) * g[2 + K + k];
     }
     return at;
+}
+
+/* *dst = b, or reduced with it (1 add, 2 mul, 3 max, 4 min; numpy's maximum and minimum keep a NaN) */
+static inline void fg_reduce_into(float *dst, float b, int64_t red) {
+    const float a = *dst;
+    *dst = red == 0 ? b : red == 1 ? a + b : red == 2 ? a * b : (a != a || b != b) ? a + b
+         : red == 3 ? (b > a ? b : a) : (b < a ? b : a);
 }
 
 static int fg_all_finite(const uint32_t *x, int64_t n) {
@@ -136,14 +143,24 @@ FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status)
             if (!fg_nd_in_range(idx, c->n, g)) { *status = -1; return i; }
             for (int64_t t = 0; t < c->n; t++) {
                 float *dst = (float *)c->a + fg_nd_at(idx, t, g) * block;
-                const float *src = u + t * block;
-                for (int64_t e = 0; e < block; e++) {
-                    const float a = dst[e], b = src[e];
-                    dst[e] = red == 0 ? b : red == 1 ? a + b : red == 2 ? a * b
-                           : (a != a || b != b) ? a + b  /* numpy's maximum and minimum keep a NaN */
-                           : red == 3 ? (b > a ? b : a) : (b < a ? b : a);
-                }
+                for (int64_t e = 0; e < block; e++) fg_reduce_into(dst + e, u[t * block + e], red);
             }
+            break;
+        }
+        case 12: {  /* scatter_elements of float32 along an axis: out (a) holds the data already;
+                       indices (fn, int64) and updates [outer, n, inner]; c: [outer, n, inner, the
+                       axis's length, reduction, address of the updates]; in order, as ufunc.at */
+            const int64_t *g = (const int64_t *)c->c, *idx = (const int64_t *)c->fn;
+            const int64_t outer = g[0], m = g[1], inner = g[2], len = g[3], red = g[4];
+            const float *u = (const float *)(intptr_t)g[5];
+            for (int64_t k = 0; k < c->n; k++)
+                if (idx[k] < -len || idx[k] >= len) { *status = -1; return i; }
+            for (int64_t o = 0; o < outer; o++)
+                for (int64_t a = 0; a < m; a++)
+                    for (int64_t e = 0; e < inner; e++) {
+                        const int64_t k = (o * m + a) * inner + e, j = idx[k] + (idx[k] < 0 ? len : 0);
+                        fg_reduce_into((float *)c->a + (o * len + j) * inner + e, u[k], red);
+                    }
             break;
         }
         }
@@ -315,6 +332,24 @@ def scatter_nd(out: np.ndarray, data: np.ndarray, indices: np.ndarray, updates: 
     calls = [] if out.ctypes.data == data.ctypes.data else [copy(out, data)]
     return [*calls, ((SCATTER_ND, 1, indices.ctypes.data, out.ctypes.data, 0, ctypes.addressof(geometry),
                       indices.size // k), (out, data, indices, updates, geometry))]
+
+
+def scatter_elements(out: np.ndarray, data: np.ndarray, indices: np.ndarray, updates: np.ndarray, axis: int,
+                     reduction: str) -> list[Call] | None:
+    """out = data with `updates` written (or reduced) where `indices` say along `axis` (ONNX
+    ScatterElements, float32, indices as long as data on every other axis), in order like numpy's
+    ufunc.at; an index out of range stops the region as `gather`."""
+    if (not all(a.flags.c_contiguous for a in (out, data, indices, updates)) or indices.dtype != np.int64
+            or not out.dtype == data.dtype == updates.dtype == np.float32 or reduction not in _SCATTER
+            or indices.shape != updates.shape or indices.size == 0 or np.shares_memory(out, updates)
+            or any(a != b for k, (a, b) in enumerate(zip(indices.shape, data.shape)) if k != axis)):
+        return None
+    outer, inner = int(np.prod(data.shape[:axis])), int(np.prod(data.shape[axis + 1:]))
+    geometry = (ctypes.c_int64 * 6)(outer, indices.shape[axis], inner, data.shape[axis], _SCATTER[reduction],
+                                    updates.ctypes.data)
+    calls = [] if out.ctypes.data == data.ctypes.data else [copy(out, data)]
+    return [*calls, ((SCATTER_ELEMENTS, 1, indices.ctypes.data, out.ctypes.data, 0, ctypes.addressof(geometry),
+                      indices.size), (out, data, indices, updates, geometry))]
 
 
 def dense(src: np.ndarray) -> tuple[np.ndarray, list[Call]] | None:

@@ -17,6 +17,7 @@ from fusegraph.targets.cpu.native_program import (
     GUARD,
     KERNEL,
     PRIMITIVE,
+    SCATTER_ELEMENTS,
     SCATTER_ND,
     TAKE,
     Region,
@@ -485,3 +486,22 @@ def test_a_scatter_nd_joins_the_region_applying_its_updates_in_order(reduction):
     assert isinstance(row[0], Region) and SCATTER_ND in _kinds(row[0])
     with pytest.raises(fusegraph.errors.ExecutionError):
         p.run({"x": x, "i": np.array([[0, 1], [6, 0], [0, 0], [1, 1], [2, 2]], np.int64), "u": upd})
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "max"])
+def test_a_scatter_elements_joins_the_region_applying_its_updates_in_order(reduction):
+    x = rng.standard_normal((3, 6, 4)).astype(np.float32)
+    idx = rng.integers(-6, 6, (3, 5, 4)).astype(np.int64)  # duplicates along the axis, negatives
+    upd = rng.standard_normal((3, 5, 4)).astype(np.float32)
+    attrs = {} if reduction == "none" else {"reduction": reduction}
+    model = make_model([n("Neg", ["x"], ["s"]), n("ScatterElements", ["s", "i", "u"], ["out"], axis=1, **attrs)],
+                       {"x": x, "i": idx, "u": upd}, ["out"], opset=18)
+    p, ref = _compile(model), _compile(model, "ref")
+    for f in ({"x": x, "i": idx, "u": upd}, {"x": -x, "i": idx[:, ::-1].copy(), "u": upd * 2}):
+        np.testing.assert_array_equal(p.run(f)[0], ref.run(f)[0])
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and SCATTER_ELEMENTS in _kinds(row[0])
+    bad = idx.copy()
+    bad[1, 2, 3] = 6
+    with pytest.raises(fusegraph.errors.ExecutionError):
+        p.run({"x": x, "i": bad, "u": upd})

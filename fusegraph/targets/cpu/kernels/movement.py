@@ -251,16 +251,18 @@ def gather_nd(ins: Instruction, ctx: LowerContext) -> Kernel:
     return run
 
 
-@lowering("scatter_nd")
-def scatter_nd(ins: Instruction, ctx: LowerContext) -> Kernel:
+@lowering("scatter_nd", "scatter_elements")
+def scatter(ins: Instruction, ctx: LowerContext) -> Kernel:
     """The reference's scatter; in a native program (float32) a copy of the data and a C loop over
-    the index tuples, checked first, applied in order as numpy's ufunc.at applies them."""
+    the indices, checked first, applied in order as numpy's ufunc.at applies them."""
     run = reference_kernel(ins, ctx)
     if isinstance(ins.shape, Shape) and not ins.shape.is_dynamic:
         def native(args, out):
-            from ..native_program import scatter_nd as scatter_nd_call
+            from .. import native_program
 
-            return scatter_nd_call(out, args[0], args[1], args[2], ins.op.reduction)
+            if ins.op.name == "scatter_nd":
+                return native_program.scatter_nd(out, *args, ins.op.reduction)
+            return native_program.scatter_elements(out, *args, ins.op.axis, ins.op.reduction)
 
         run.native = native  # type: ignore[attr-defined]
     return run
