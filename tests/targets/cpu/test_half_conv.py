@@ -100,3 +100,15 @@ def test_half_average_poolings_round_like_the_reference():
         _within_an_ulp(got, want)
     (row,) = p.executable.main.thread_plan()[0]
     assert isinstance(row[0], Region)
+
+
+def test_a_half_product_of_a_transposed_key_stays_native():
+    # attention's scores in float16: q @ k^T, k^T a transposed view: copied dense, widened, multiplied
+    q = rng.standard_normal((2, 6, 8)).astype(np.float16)
+    k = rng.standard_normal((2, 6, 8)).astype(np.float16)
+    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), n("MatMul", ["q", "kt"], ["out"])]
+    model = make_model(nodes, {"q": q, "k": k}, ["out"])
+    p, ref = _compiled_quietly(model)
+    _within_an_ulp(p.run({"q": q, "k": k})[0], ref.run({"q": q, "k": k})[0])
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and PRIMITIVE in {c.kind for c in row[0].table}

@@ -208,7 +208,7 @@ def _widened(ins: Instruction, prim, runtime: list[int], ctx: LowerContext) -> K
     from ..codegen.convert import convert_kernel
 
     shapes, y = [ins.inputs[k].shape for k in runtime], ins.shape
-    if not all(isinstance(s, Shape) and s.standard and s.dtype == y.dtype for s in shapes) or not y.standard:
+    if not all(isinstance(s, Shape) and s.dtype == y.dtype for s in shapes) or not y.standard:
         return None
     sources = [convert_kernel(y.dtype, DType.float32), convert_kernel(DType.float32, y.dtype)]
     ctx.kernel_sources.extend(sources)
@@ -235,14 +235,20 @@ def _widened(ins: Instruction, prim, runtime: list[int], ctx: LowerContext) -> K
         return out
 
     def native(args, out):
-        from ..native_program import kernel_call, primitive_call
+        from ..native_program import dense, kernel_call, primitive_call
 
-        if not all(args[k].flags.c_contiguous for k in runtime) or not out.flags.c_contiguous:
+        if not out.flags.c_contiguous:
             return None
         xs, ys = scratch()
-        widen = [kernel_call(cell["widen"]._fn, x.ctypes.data, [args[k].ctypes.data], [x.size], 1)
-                 for k, x in zip(runtime, xs)]
-        return [*widen, primitive_call(prim, *xs, out=ys),
+        calls = []
+        for k, x in zip(runtime, xs):
+            d = dense(args[k])  # (a transposed key: a dense half copy first)
+            if d is None:
+                return None
+            calls += d[1]
+            record, objs = kernel_call(cell["widen"]._fn, x.ctypes.data, [d[0].ctypes.data], [x.size], 1)
+            calls.append((record, (*objs, d[0])))
+        return [*calls, primitive_call(prim, *xs, out=ys),
                 kernel_call(cell["narrow"]._fn, out.ctypes.data, [ys.ctypes.data], [y.elements], 1)]
 
     run.native = native  # type: ignore[attr-defined]
