@@ -2,7 +2,7 @@
 
 The cpu target computes half precision the way ONNX Runtime's CPU provider does: products,
 convolutions with constant weights and average poolings (static shapes) run widened to float32
-through oneDNN, each result rounded to the half type (kernels/dense.py `_widened`); pointwise and
+through oneDNN, each result rounded to the half type (kernels/widened.py); pointwise and
 reduction kernels are generated C. The rest of its heavy half-precision ops (recurrent layers,
 transposed and run-time-weight convolutions, dynamic shapes) run as the ops' numpy references,
 16-24x slower than float32 (ResNet-50 `--fp16` on the 2-core AVX2 VM, before the widening: 1.67-2.07

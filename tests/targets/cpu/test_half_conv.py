@@ -1,4 +1,4 @@
-"""float16/bfloat16 convolutions on the cpu target (kernels/dense.py _widened_convolution): widened to
+"""float16/bfloat16 convolutions on the cpu target (kernels/widened.py): widened to
 float32 for oneDNN (codegen/convert.py), each result rounded to the op's type, as the reference rounds it."""
 
 from __future__ import annotations
