@@ -43,15 +43,31 @@ _LIMITS: contextvars.ContextVar[RunLimits] = contextvars.ContextVar("run_limits"
 @contextlib.contextmanager
 def running(deadline: float | None, max_loop_iterations: int | None) -> Iterator[RunLimits]:
     """The limits of one run: `deadline` seconds from now (None: none), `max_loop_iterations`."""
-    if deadline is not None and not (isinstance(deadline, (int, float)) and deadline > 0):
-        raise InputError(f"deadline must be a positive number of seconds, not {deadline!r}")
-    at = None if deadline is None else time.monotonic() + deadline
-    limits = RunLimits(at, deadline, max_loop_iterations)
-    token = _LIMITS.set(limits)
+    token = start(deadline, max_loop_iterations)
     try:
-        yield limits
+        yield _LIMITS.get()
     finally:
         _LIMITS.reset(token)
+
+
+def start(deadline: float | None, max_loop_iterations: int | None) -> contextvars.Token:
+    """`running` without its context manager (a small model's run is microseconds): the caller
+    resets the returned token (`_LIMITS.reset` through `stop`) in a finally block."""
+    if deadline is None:
+        limits = _NO_DEADLINE.get(max_loop_iterations)
+        if limits is None:
+            limits = _NO_DEADLINE[max_loop_iterations] = RunLimits(None, None, max_loop_iterations)
+        return _LIMITS.set(limits)
+    if not (isinstance(deadline, (int, float)) and deadline > 0):
+        raise InputError(f"deadline must be a positive number of seconds, not {deadline!r}")
+    return _LIMITS.set(RunLimits(time.monotonic() + deadline, deadline, max_loop_iterations))
+
+
+def stop(token: contextvars.Token) -> None:
+    _LIMITS.reset(token)
+
+
+_NO_DEADLINE: dict[int | None, RunLimits] = {}  # frozen values: shared by every run without a deadline
 
 
 def current() -> RunLimits:

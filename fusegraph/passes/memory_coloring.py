@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..ir.dtypes import DType
 from ..ir.module import Instruction, Module
 from ..ir.op import OpKind
 from ..ir.shape import Shape
@@ -54,11 +55,17 @@ def is_view(ins: Instruction) -> bool:
             and not ins.inputs[0].shape.is_dynamic and ins.inputs[0].shape.standard)
 
 
-def plan_buffers(module: Module) -> list[Buffer]:
+def plan_buffers(module: Module, tuple_writers: frozenset[str] = frozenset(),
+                 outputs_up_to: int = 0) -> list[Buffer]:
     """Live intervals of the module's intermediate buffers. Dynamic and tuple results are not
-    planned (their kernels allocate them)."""
+    planned (their kernels allocate them), except the elements of a tuple whose op is one of
+    `tuple_writers` (it writes each element into a buffer of its own, live from the op: the buffer
+    is keyed by the element's first get_tuple_elem). Module outputs of at most `outputs_up_to` bytes
+    are planned too (the target copies them out at the end of a run)."""
     owner: dict[int, int] = {}  # uid -> uid of the buffer it lives in
     buffers: dict[int, Buffer] = {}
+    position = {ins.uid: k for k, ins in enumerate(module.instructions)}
+    elements: dict[tuple[int, int], int] = {}  # (tuple writer, index) -> the element's buffer
     for k, ins in enumerate(module.instructions):
         # reads first: a buffer lives until its last reader, submodule bodies included
         for uid in reads(ins):
@@ -67,16 +74,25 @@ def plan_buffers(module: Module) -> list[Buffer]:
                 b.end = max(b.end, k)
         if ins.op.kind is OpKind.BUILTIN:
             continue
-        if ins.inputs and is_view(ins):
+        if (ins.op.name == "get_tuple_elem" and ins.inputs[0].op.name in tuple_writers
+                and isinstance(ins.shape, Shape) and not ins.shape.is_dynamic):
+            key = (ins.inputs[0].uid, ins.op.index)
+            if key not in elements:
+                elements[key] = ins.uid
+                buffers[ins.uid] = Buffer(ins.uid, _align(ins.shape.bytes), position[ins.inputs[0].uid], k)
+            owner[ins.uid] = elements[key]
+        elif ins.inputs and is_view(ins):
             if ins.inputs[0].uid in owner:  # views of parameters and literals need no buffer
                 owner[ins.uid] = owner[ins.inputs[0].uid]
         elif isinstance(ins.shape, Shape) and not ins.shape.is_dynamic:
             owner[ins.uid] = ins.uid
             buffers[ins.uid] = Buffer(ins.uid, _align(ins.shape.bytes), k, k)
-    # a buffer that holds (or is viewed by) a module output is returned to the caller: not planned
+    # a buffer that holds (or is viewed by) a module output is returned to the caller: not planned,
+    # unless small enough that the target copies it out
     for o in module.outputs:
-        if o.uid in owner:
-            buffers.pop(owner[o.uid], None)
+        b = buffers.get(owner.get(o.uid, -1))
+        if b is not None and (b.size > outputs_up_to or o.shape.dtype == DType.string):  # (references)
+            del buffers[b.uid]
     return list(buffers.values())
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import ArgumentError, CompileError, TargetError
 from ..ir.limits import check_nesting
 from ..ir.program import Program
-from ..ir.run_limits import DEFAULT_MAX_LOOP_ITERATIONS, running
+from ..ir.run_limits import DEFAULT_MAX_LOOP_ITERATIONS, start, stop
 from ..ir.shape import AnyShape
 from ..runtime.validate import check_inputs
 
@@ -73,8 +73,11 @@ class Executable:
         """Run on `inputs`; with `deadline` (seconds), DeadlineExceeded once it has passed, checked
         between steps (and Loop iterations) on every target."""
         self._run_pending_checks()
-        with running(deadline, self.options.max_loop_iterations):
+        token = start(deadline, self.options.max_loop_iterations)  # (`running`, without its context manager's cost)
+        try:
             return self.execute(check_inputs(self.input_specs, inputs))
+        finally:
+            stop(token)
 
     # -- concurrency (targets/asynchronous.py; the gpu target's: targets/gpu/streams.py) ------------
     def context(self) -> Executable:

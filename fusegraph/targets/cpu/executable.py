@@ -23,14 +23,17 @@ import numpy as np
 from ... import debug
 from ...ir import run_limits
 from ...ir.builtin import Literal, Param
+from ...ir.dtypes import DType
 from ...ir.module import Module
 from ...ir.op import OpKind
 from ...ir.program import Program
-from ...ir.shape import Shape, same_steps
-from ...passes.memory_coloring import reads
+from ...ir.shape import Shape, TupleShape, same_steps
+from ...passes.memory_coloring import ALIGNMENT, reads
 from ..asynchronous import cores
 from ..base import CompileOptions, Executable
 from .cores import budget
+
+SMALL_STAGE = 1 << 16  # bytes: moving values up to this size are copied into the arena (ModuleSteps.stage)
 
 
 @dataclasses.dataclass
@@ -69,6 +72,27 @@ class ModuleSteps:
                             | {u for u in self.outputs if u in enclosing})
         self._set_rows()
 
+    def _staging(self) -> list[tuple[int, tuple[int, ...], np.dtype]]:
+        """The values that move between runs (parameters, enclosing modules' values) that steps read
+        and that are small: each run copies them into buffers past the arena (`stage`), so the
+        steps reading them see buffers that stay where they are and join native programs."""
+        shapes: dict[int, Any] = {}
+        m = self.module
+        while m is not None:
+            shapes.update((i.uid, i.shape) for i in m.instructions if not isinstance(i.op, Literal))
+            m = m.parent
+        read = {u for s in self.steps for u in s.args}
+        moving = [u for u, _ in self.params] + self.outer
+        return [(u, shapes[u].lens, shapes[u].dtype.np) for u in moving
+                if u in read and u in shapes and u not in self.outputs and isinstance(shapes[u], Shape)
+                and not shapes[u].is_dynamic and shapes[u].dtype != DType.string and 0 < shapes[u].bytes <= SMALL_STAGE]
+
+    def stage(self, env: dict[int, Any]) -> None:
+        """Copy this run's moving values into their buffers (see `_staging`); call after `thread_plan`."""
+        for uid, buf in self._local.staged:
+            np.copyto(buf, env[uid], casting="no")
+            env[uid] = buf
+
     def _set_rows(self) -> None:
         self._rows = [(s.fn, s.args, s.out, s.frees, s.needs_env, None) for s in self.steps]
 
@@ -76,11 +100,12 @@ class ModuleSteps:
         """Evaluate once the movement steps whose inputs are all constants."""
         kept = []
         by_uid = {i.uid: i for i in self.module.instructions}
+        known = {**self._outer_literals(), **self.constants}  # (a body's broadcast of its caller's bias too)
         for s in self.steps:
             ins = by_uid[s.out]
             if (ins.op.kind is OpKind.MOVEMENT and ins.op.deterministic and not s.needs_env and s.args
-                    and all(a in self.constants for a in s.args)):
-                self.constants[s.out] = _as_described(s.fn([self.constants[a] for a in s.args], None), ins.shape)
+                    and all(a in known for a in s.args)):
+                known[s.out] = self.constants[s.out] = _as_described(s.fn([known[a] for a in s.args], None), ins.shape)
             else:
                 kept.append(s)
         self.steps = kept
@@ -90,17 +115,19 @@ class ModuleSteps:
         """The steps over `arena` (64-byte aligned): each row with its output view, and the views of
         arena buffers, made here once, whose steps are left out; with `native`, runs of steps with C
         forms as native programs (one C call each: native_program.py)."""
-        rows, fixed, static = [], {}, {}
+        rows, fixed, static = [], dict(self._local.staged), {}
         for s, (fn, args, uid, frees, needs_env, _) in zip(self.steps, self._rows):
-            if s.buffer is not None:
-                offset, lens, dtype = s.buffer
-                out = arena[offset: offset + int(np.prod(lens)) * dtype.itemsize].view(dtype).reshape(lens)
+            if s.view is not None and args[0] in fixed and not needs_env:
+                # (an element of a planned tuple is a view of it, though the plan keys its buffer by it)
+                fixed[uid] = static[uid] = _as_described(fn([fixed[args[0]]], None), s.view)
+            elif s.buffer is not None:
+                out = _view(arena, s.buffer)
                 fixed[uid] = out  # every kernel given an output buffer returns it
                 rows.append((fn, args, uid, frees, needs_env, out))
-            elif s.view is not None and args[0] in fixed and not needs_env:
-                fixed[uid] = static[uid] = _as_described(fn([fixed[args[0]]], None), s.view)
             else:
                 rows.append((fn, args, uid, frees, needs_env, None))
+        # outputs in the arena are copied out at the end of a run (the caller's to keep)
+        self._local.copy_out = [k for k, u in enumerate(self.outputs) if u in fixed]
         if native:
             from .native_program import native_rows
 
@@ -120,11 +147,16 @@ class ModuleSteps:
         never share a buffer)."""
         plan = getattr(self._local, "plan", None)
         if plan is None:
-            raw = np.empty(self.arena_bytes + 64, np.uint8)
+            staging = self._staging()
+            offsets = np.cumsum([_align(self.arena_bytes)] + [_align(int(np.prod(lens)) * d.itemsize)
+                                                              for _, lens, d in staging])
+            raw = np.empty(int(offsets[-1]) + 64, np.uint8)
             base = (-raw.ctypes.data) % 64  # 64-byte aligned, as the plan assumes
+            self._local.staged = [(u, _view(raw[base:], (int(o), lens, d))) for (u, lens, d), o in zip(staging, offsets)]
             plan = self._local.plan = self.with_arena(raw[base:], native=debug.native_programs())
             self._local.step_plan = self.with_arena(raw[base:]) if debug.native_programs() else plan
             self._local.arena = raw
+            self._local.base = {**self.constants, **plan[1]}
         return plan
 
     def step_plan(self) -> tuple[list[tuple], dict[int, Any]]:
@@ -169,15 +201,31 @@ class ModuleSteps:
 
     def run_body(self, params: Mapping[str, Any] | Sequence[Any], outer: Mapping[int, Any]) -> list[Any]:
         """Run as a control-flow body: parameters by name or position, enclosing values from `outer`."""
-        rows, static = self.thread_plan()
-        env = {u: outer[u] for u in self.outer}
-        env.update(self.constants)
-        env.update(static)
+        rows, _ = self.thread_plan()
+        env = self._local.base.copy()  # constants and fixed views, gathered once per thread
+        for u in self.outer:
+            env[u] = outer[u]
         values = [params[name] for _, name in self.params] if isinstance(params, Mapping) else params
         for (uid, _), v in zip(self.params, values):
             # a scan slices numpy scalars out of its inputs; kernels take arrays
             env[uid] = np.asarray(v) if isinstance(v, np.generic) else v
-        return self.run(env, rows)
+        self.stage(env)
+        results = self.run(env, rows)
+        for k in self._local.copy_out:  # the next run (a loop's next iteration) writes over them
+            results[k] = results[k].copy()
+        return results
+
+
+def _align(n: int) -> int:
+    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+def _view(arena: np.ndarray, buffer: tuple) -> Any:
+    """The array of `buffer` (output_buffer's triple, or a tuple of them) in `arena`."""
+    if not buffer or isinstance(buffer[0], (tuple, type(None))):
+        return tuple(None if b is None else _view(arena, b) for b in buffer)
+    offset, lens, dtype = buffer
+    return arena[offset: offset + int(np.prod(lens)) * dtype.itemsize].view(dtype).reshape(lens)
 
 
 def _as_described(value: Any, shape: Any) -> Any:
@@ -230,6 +278,7 @@ class CpuExecutable(Executable):
         env.update(static)
         for uid, name in self.main.params:
             env[uid] = inputs[name]
+        self.main.stage(env)
         return env
 
     @staticmethod
@@ -245,8 +294,19 @@ def _copy(r: Any) -> Any:
     return np.array(r, order="C", copy=True) if isinstance(r, np.ndarray) else r
 
 
-def output_buffer(ins, plan) -> tuple[int, tuple[int, ...], np.dtype] | None:
-    if plan is None or ins.uid not in plan.buffers or not isinstance(ins.shape, Shape):
+def output_buffer(ins, plan) -> tuple | None:
+    """Where `ins` writes its result: (arena offset, lens, dtype), or for an op writing a tuple's
+    elements into buffers of their own (plan_memory.TUPLE_WRITERS) one such triple per element
+    (None for an element nobody reads); None where its kernel allocates it."""
+    if plan is None:
+        return None
+    if isinstance(ins.shape, TupleShape):
+        readers = {u.op.index: u for u in ins.users if u.op.name == "get_tuple_elem"}
+        if not readers or any(u.uid not in plan.buffers for u in readers.values()):
+            return None  # not planned (or an element escapes): the kernel's own arrays
+        return tuple(None if k not in readers else output_buffer(readers[k], plan)
+                     for k in range(len(ins.shape.elements)))
+    if ins.uid not in plan.buffers or not isinstance(ins.shape, Shape):
         return None
     b = plan.buffers[ins.uid]
     return (b.offset, ins.shape.lens, ins.shape.dtype.np)

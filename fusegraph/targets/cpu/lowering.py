@@ -111,10 +111,16 @@ def reference_kernel(ins: Instruction, ctx: LowerContext) -> Kernel:
             return r.copy() if own and isinstance(r, np.ndarray) and r.base is not None else r
         # A planned buffer is the result's home: numpy's result may be a view of an input (a slice,
         # a squeeze) whose buffer the plan frees after this step, so it is copied in.
-        np.copyto(out, r)
-        return out
+        if isinstance(out, tuple):  # a tuple's elements planned (plan_memory.TUPLE_WRITERS)
+            return tuple(v if o is None else _into(o, v) for o, v in zip(out, r))
+        return _into(out, r)
 
     return run
+
+
+def _into(out: np.ndarray, r: Any) -> np.ndarray:
+    np.copyto(out, r)
+    return out
 
 
 def lower_instruction(ins: Instruction, ctx: LowerContext) -> Kernel:

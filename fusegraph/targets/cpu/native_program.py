@@ -13,7 +13,10 @@ with the step's fixed arrays (None: not for these buffers, the step stays a Pyth
   binding calls through ctypes, with the thread's memory objects bound once;
 - `guard`: a float32 buffer must hold no NaN or infinity, else the region stops there and the
   rest of it runs as Python steps (which then take their exact, non-finite-safe paths);
-- `copy`: a memcpy into a dense buffer, from a dense or a row-strided one (a column slice).
+- `copy`: a memcpy into a dense buffer, from a dense or a row-strided one (a column slice);
+- `take`: elements gathered by a table of offsets (a small pad, gather or resize), fills copied in;
+- `gather`: blocks picked by run-time indices (an embedding lookup); an index out of range stops
+  the region like a guard, and the step's Python form raises its error.
 The results are bit for bit the Python steps': the same kernels on the same buffers, in order.
 """
 
@@ -29,7 +32,10 @@ import numpy as np
 from ...errors import FusegraphError
 
 KERNEL, PRIMITIVE, GUARD, COPY, COPY_ROWS = 0, 1, 2, 3, 4
-MIN_STEPS = 2  # a region of one step costs what the step's own Python call does
+TAKE = {1: 5, 2: 6, 4: 7, 8: 8}  # by element size
+GATHER, GATHER_ND, SCATTER_ND, SCATTER_ELEMENTS = 9, 10, 11, 12
+TAKE_LIMIT = 1 << 16  # elements: a take's table is 16 bytes an element
+MIN_STEPS = 1  # one step too: a oneDNN step binds its buffers through ctypes on every Python call (~3 us), a region did once
 
 RUNNER = r"""
 #include <stdint.h>
@@ -40,6 +46,37 @@ typedef struct { int32_t kind, threads; void *fn, *a, *b, *c; int64_t n; } fg_ca
 typedef void (*fg_kernel)(void *const *, const int64_t *, int);
 typedef int (*fg_execute)(void *, void *, int, void *);
 
+#define FG_TAKE(W) { \
+    const int64_t *g = (const int64_t *)c->c; \
+    for (int64_t k = 0; k < c->n; k++) ((W *)c->a)[g[c->n + k]] = *(const W *)((const char *)c->b + g[k]); }
+
+/* n tuples of g[0] int64 indices, each in [-length, length) of its axis (g[2 + k]) */
+static int fg_nd_in_range(const int64_t *idx, int64_t n, const int64_t *g) {
+    for (int64_t k = 0; k < n * g[0]; k++) {
+        const int64_t len = g[2 + k % g[0]];
+        if (idx[k] < -len || idx[k] >= len) return 0;
+    }
+    return 1;
+}
+
+/* the block tuple t addresses (negative indices from the end; g[2 + K + k]: axis k's stride) */
+static int64_t fg_nd_at(const int64_t *idx, int64_t t, const int64_t *g) {
+    const int64_t K = g[0];
+    int64_t at = 0;
+    for (int64_t k = 0; k < K; k++) {
+        const int64_t j = idx[t * K + k];
+        at += (j + (j < 0 ? g[2 + k] : 0)) * g[2 + K + k];
+    }
+    return at;
+}
+
+/* *dst = b, or reduced with it (1 add, 2 mul, 3 max, 4 min; numpy's maximum and minimum keep a NaN) */
+static inline void fg_reduce_into(float *dst, float b, int64_t red) {
+    const float a = *dst;
+    *dst = red == 0 ? b : red == 1 ? a + b : red == 2 ? a * b : (a != a || b != b) ? a + b
+         : red == 3 ? (b > a ? b : a) : (b < a ? b : a);
+}
+
 static int fg_all_finite(const uint32_t *x, int64_t n) {
     uint32_t bad = 0;
     for (int64_t i = 0; i < n; i++) bad |= (x[i] & 0x7f800000u) == 0x7f800000u;
@@ -47,7 +84,7 @@ static int fg_all_finite(const uint32_t *x, int64_t n) {
 }
 
 /* Runs calls[0..n) in order; returns n, or the index of the call that stopped it with *status set
-   (-1: a guard found a NaN or infinity; > 0: oneDNN's error status). */
+   (-1: a guard found a NaN or infinity, or a gather an index out of range; > 0: oneDNN's error status). */
 FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status) {
     for (int64_t i = 0; i < n; i++) {
         const fg_call *c = calls + i;
@@ -64,6 +101,66 @@ FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status)
         case 4: {  /* n rows of c[0] bytes, c[1] bytes apart in the source, c[2] in the destination */
             const int64_t *g = (const int64_t *)c->c;
             for (int64_t r = 0; r < c->n; r++) memcpy((char *)c->a + r * g[2], (const char *)c->b + r * g[1], (size_t)g[0]);
+            break;
+        }
+        /* n elements of 1, 2, 4 or 8 bytes: the destination's k-th is the source's element at byte
+           offset c[k] (c[n + k] its place in the destination, in elements) */
+        case 5: FG_TAKE(uint8_t) break;
+        case 6: FG_TAKE(uint16_t) break;
+        case 7: FG_TAKE(uint32_t) break;
+        case 8: FG_TAKE(uint64_t) break;
+        case 9: {  /* gather: n indices (fn, int32 or int64) into an axis of a dense tensor; c: geometry
+                      [outer, block bytes, axis length, index size]; an index out of range stops here */
+            const int64_t *g = (const int64_t *)c->c;
+            const int64_t outer = g[0], block = g[1], len = g[2];
+            for (int64_t k = 0; k < c->n; k++) {
+                const int64_t j = g[3] == 8 ? ((const int64_t *)c->fn)[k] : ((const int32_t *)c->fn)[k];
+                if (j < -len || j >= len) { *status = -1; return i; }
+            }
+            for (int64_t o = 0; o < outer; o++)
+                for (int64_t k = 0; k < c->n; k++) {
+                    int64_t j = g[3] == 8 ? ((const int64_t *)c->fn)[k] : ((const int32_t *)c->fn)[k];
+                    j += j < 0 ? len : 0;
+                    memcpy((char *)c->a + (o * c->n + k) * block, (const char *)c->b + (o * len + j) * block, (size_t)block);
+                }
+            break;
+        }
+        case 10: {  /* gather_nd: n tuples of K int64 indices (fn) into the leading axes of a dense
+                       tensor; c: [K, block bytes, the K axis lengths, their strides in blocks] */
+            const int64_t *g = (const int64_t *)c->c, *idx = (const int64_t *)c->fn;
+            if (!fg_nd_in_range(idx, c->n, g)) { *status = -1; return i; }
+            for (int64_t t = 0; t < c->n; t++)
+                memcpy((char *)c->a + t * g[1], (const char *)c->b + fg_nd_at(idx, t, g) * g[1], (size_t)g[1]);
+            break;
+        }
+        case 11: {  /* scatter_nd of float32: out (a) holds the data already (a copy call before);
+                       n tuples of K int64 indices (fn); c: [K, block elements, the K axis lengths,
+                       their strides in blocks, reduction (0 none, 1 add, 2 mul, 3 max, 4 min),
+                       address of the updates]; applied in order, as numpy's ufunc.at */
+            const int64_t *g = (const int64_t *)c->c, *idx = (const int64_t *)c->fn;
+            const int64_t K = g[0], block = g[1], red = g[2 + 2 * K];
+            const float *u = (const float *)(intptr_t)g[3 + 2 * K];
+            if (!fg_nd_in_range(idx, c->n, g)) { *status = -1; return i; }
+            for (int64_t t = 0; t < c->n; t++) {
+                float *dst = (float *)c->a + fg_nd_at(idx, t, g) * block;
+                for (int64_t e = 0; e < block; e++) fg_reduce_into(dst + e, u[t * block + e], red);
+            }
+            break;
+        }
+        case 12: {  /* scatter_elements of float32 along an axis: out (a) holds the data already;
+                       indices (fn, int64) and updates [outer, n, inner]; c: [outer, n, inner, the
+                       axis's length, reduction, address of the updates]; in order, as ufunc.at */
+            const int64_t *g = (const int64_t *)c->c, *idx = (const int64_t *)c->fn;
+            const int64_t outer = g[0], m = g[1], inner = g[2], len = g[3], red = g[4];
+            const float *u = (const float *)(intptr_t)g[5];
+            for (int64_t k = 0; k < c->n; k++)
+                if (idx[k] < -len || idx[k] >= len) { *status = -1; return i; }
+            for (int64_t o = 0; o < outer; o++)
+                for (int64_t a = 0; a < m; a++)
+                    for (int64_t e = 0; e < inner; e++) {
+                        const int64_t k = (o * m + a) * inner + e, j = idx[k] + (idx[k] < 0 ? len : 0);
+                        fg_reduce_into((float *)c->a + (o * len + j) * inner + e, u[k], red);
+                    }
             break;
         }
         }
@@ -147,6 +244,122 @@ def copy(dst: np.ndarray, src: np.ndarray) -> Call | None:
     geometry = (ctypes.c_int64 * 3)(inner * src.itemsize, s_row, d_row)
     return ((COPY_ROWS, 1, 0, dst.ctypes.data, src.ctypes.data, ctypes.addressof(geometry), rows),
             (dst, src, geometry))
+
+
+def take(dst: np.ndarray, src: np.ndarray, index: np.ndarray, fill: np.ndarray | None = None) -> list[Call] | None:
+    """dst = src's elements at `index` (dst's shape: flat positions in src, C order); where an index
+    is negative, `fill`'s element (an array like dst, dst dense) instead. Either may be strided (a
+    part of a concat's output). None where the element size is not 1, 2, 4 or 8 bytes, or the table
+    would be over TAKE_LIMIT elements."""
+    flat = index.ravel()
+    if (dst.shape != index.shape or dst.dtype != src.dtype or not dst.flags.writeable or dst.itemsize not in TAKE
+            or dst.size > TAKE_LIMIT or src.size == 0 or (fill is None and (flat < 0).any())
+            or (fill is not None and not dst.flags.c_contiguous)):
+        return None
+    places = np.flatnonzero(flat >= 0)
+    coords = np.unravel_index(flat[places], src.shape)
+    offsets = sum((c.astype(np.int64) * s for c, s in zip(coords, src.strides)), np.zeros(len(places), np.int64))
+    # where each goes, in dst's elements from its first
+    at = np.unravel_index(places, dst.shape)
+    places = sum((c.astype(np.int64) * (s // dst.itemsize) for c, s in zip(at, dst.strides)),
+                 np.zeros(len(places), np.int64))
+    table = np.ascontiguousarray(np.concatenate([offsets, places]), np.int64)
+    calls: list[Call] = []
+    if len(places) < dst.size:
+        image = np.ascontiguousarray(fill, dst.dtype)  # the filled elements (the others overwritten)
+        calls.append(((COPY, 1, 0, dst.ctypes.data, image.ctypes.data, 0, dst.nbytes), (dst, image)))
+    if len(places):
+        calls.append(((TAKE[dst.itemsize], 1, 0, dst.ctypes.data, src.ctypes.data, table.ctypes.data, len(places)),
+                      (dst, src, table)))
+    return calls
+
+
+def gather(out: np.ndarray, data: np.ndarray, indices: np.ndarray, axis: int) -> Call | None:
+    """out = take(data, indices, axis) (negative indices from the end); an index out of range stops
+    the region there, so the step's Python form raises its error. None unless all three are dense
+    and the indices int32 or int64."""
+    if (not all(a.flags.c_contiguous for a in (out, data, indices)) or indices.dtype not in (np.int32, np.int64)
+            or out.dtype != data.dtype or out.size == 0 or indices.size == 0):
+        return None
+    outer = int(np.prod(data.shape[:axis]))
+    block = int(np.prod(data.shape[axis + 1:])) * data.itemsize
+    geometry = (ctypes.c_int64 * 4)(outer, block, data.shape[axis], indices.itemsize)
+    return ((GATHER, 1, indices.ctypes.data, out.ctypes.data, data.ctypes.data, ctypes.addressof(geometry),
+             indices.size), (out, data, indices, geometry))
+
+
+def copy_any(dst: np.ndarray, src: np.ndarray) -> list[Call] | None:
+    """`src` copied into `dst` (alike, any strides): a memcpy or rows of them where they do, else a
+    table of offsets (`take`: small tensors); None where neither can."""
+    c = copy(dst, src)
+    if c is not None:
+        return [c]
+    return take(dst, src, np.arange(src.size).reshape(src.shape)) if dst.shape == src.shape else None
+
+
+def gather_nd(out: np.ndarray, data: np.ndarray, indices: np.ndarray) -> Call | None:
+    """out = data[tuple(indices[..., k])] (ONNX GatherND, batch_dims 0; negative indices from the
+    end); an index out of range stops the region there, as `gather`. None unless all are dense and
+    the indices int64."""
+    if (not all(a.flags.c_contiguous for a in (out, data, indices)) or indices.dtype != np.int64
+            or out.dtype != data.dtype or out.size == 0 or indices.size == 0 or indices.ndim < 1):
+        return None
+    k = indices.shape[-1]
+    lens = data.shape[:k]
+    block = int(np.prod(data.shape[k:])) * data.itemsize
+    strides = [int(np.prod(lens[j + 1:])) for j in range(k)]
+    geometry = (ctypes.c_int64 * (2 + 2 * k))(k, block, *lens, *strides)
+    return ((GATHER_ND, 1, indices.ctypes.data, out.ctypes.data, data.ctypes.data, ctypes.addressof(geometry),
+             indices.size // k), (out, data, indices, geometry))
+
+
+_SCATTER = {"none": 0, "add": 1, "mul": 2, "max": 3, "min": 4}
+
+
+def scatter_nd(out: np.ndarray, data: np.ndarray, indices: np.ndarray, updates: np.ndarray,
+               reduction: str) -> list[Call] | None:
+    """out = data with `updates` written (or reduced) at the tuples of `indices` (ONNX ScatterND,
+    float32), in order like numpy's ufunc.at; an index out of range stops the region as `gather`."""
+    if (not all(a.flags.c_contiguous for a in (out, data, indices, updates)) or indices.dtype != np.int64
+            or not out.dtype == data.dtype == updates.dtype == np.float32 or reduction not in _SCATTER
+            or indices.size == 0 or indices.ndim < 1 or np.shares_memory(out, updates)):
+        return None
+    k = indices.shape[-1]
+    lens = data.shape[:k]
+    strides = [int(np.prod(lens[j + 1:])) for j in range(k)]
+    geometry = (ctypes.c_int64 * (4 + 2 * k))(k, int(np.prod(data.shape[k:])), *lens, *strides, _SCATTER[reduction],
+                                              updates.ctypes.data)
+    calls = [] if out.ctypes.data == data.ctypes.data else [copy(out, data)]
+    return [*calls, ((SCATTER_ND, 1, indices.ctypes.data, out.ctypes.data, 0, ctypes.addressof(geometry),
+                      indices.size // k), (out, data, indices, updates, geometry))]
+
+
+def scatter_elements(out: np.ndarray, data: np.ndarray, indices: np.ndarray, updates: np.ndarray, axis: int,
+                     reduction: str) -> list[Call] | None:
+    """out = data with `updates` written (or reduced) where `indices` say along `axis` (ONNX
+    ScatterElements, float32, indices as long as data on every other axis), in order like numpy's
+    ufunc.at; an index out of range stops the region as `gather`."""
+    if (not all(a.flags.c_contiguous for a in (out, data, indices, updates)) or indices.dtype != np.int64
+            or not out.dtype == data.dtype == updates.dtype == np.float32 or reduction not in _SCATTER
+            or indices.shape != updates.shape or indices.size == 0 or np.shares_memory(out, updates)
+            or any(a != b for k, (a, b) in enumerate(zip(indices.shape, data.shape)) if k != axis)):
+        return None
+    outer, inner = int(np.prod(data.shape[:axis])), int(np.prod(data.shape[axis + 1:]))
+    geometry = (ctypes.c_int64 * 6)(outer, indices.shape[axis], inner, data.shape[axis], _SCATTER[reduction],
+                                    updates.ctypes.data)
+    calls = [] if out.ctypes.data == data.ctypes.data else [copy(out, data)]
+    return [*calls, ((SCATTER_ELEMENTS, 1, indices.ctypes.data, out.ctypes.data, 0, ctypes.addressof(geometry),
+                      indices.size), (out, data, indices, updates, geometry))]
+
+
+def dense(src: np.ndarray) -> tuple[np.ndarray, list[Call]] | None:
+    """`src` as a C-contiguous array: itself, or a scratch array of this thread's and the calls that
+    copy `src` into it (a memcpy, rows of them, or a table); None where no call can."""
+    if src.flags.c_contiguous:
+        return src, []
+    out = np.empty(src.shape, src.dtype)
+    calls = copy_any(out, src)
+    return None if calls is None else (out, calls)
 
 
 class Region:

@@ -1,11 +1,14 @@
 """Why float16/bfloat16 programs are slow on the cpu target, said once at compile.
 
-The cpu target has float32 kernels only: its products and convolutions in float16 or bfloat16 run
-as the ops' numpy references (numpy has no half-precision BLAS), 16-24x slower than float32
-(ResNet-50 `--fp16` on the 2-core AVX2 VM: 1.67-2.07 s against 71-129 ms). oneDNN's f16/bf16
-primitives would not help here: without AVX-512 FP16/BF16 they are emulated. A deployment engineer
-asking for `--fp16` on a CPU expects speed or a reason, so the compile warns, naming the ops and the
-float32 alternative; the program still runs, in the precision it was asked for.
+The cpu target computes half precision the way ONNX Runtime's CPU provider does: products,
+convolutions with constant weights and average poolings (static shapes) run widened to float32
+through oneDNN, each result rounded to the half type (kernels/widened.py); pointwise and
+reduction kernels are generated C. The rest of its heavy half-precision ops (recurrent layers,
+transposed and run-time-weight convolutions, dynamic shapes) run as the ops' numpy references,
+16-24x slower than float32 (ResNet-50 `--fp16` on the 2-core AVX2 VM, before the widening: 1.67-2.07
+s against 71-129 ms). A deployment engineer asking for `--fp16` on a CPU expects speed or a reason,
+so the compile warns, naming those ops and the float32 alternative; the program still runs, in the
+precision it was asked for.
 """
 
 from __future__ import annotations
@@ -35,7 +38,10 @@ def half_precision_ops(module: Module) -> Counter:
     for ins in module.instructions:
         heavy = (ins.op.kind in _HEAVY_KINDS or ins.op.name in _HEAVY_OPAQUE) and ins.op.name not in _HALF_IN_FLOAT32
         dtype = ins.inputs[0].shape.dtype if ins.inputs and isinstance(ins.inputs[0].shape, Shape) else None
-        if heavy and dtype in HALF:
+        static = isinstance(ins.shape, Shape) and not ins.shape.is_dynamic
+        widened = static and (ins.op.name == "dot" or (ins.op.name == "convolution" and ins.inputs[1].is_literal)
+                              or (ins.op.name == "pooling" and ins.op.mode == "average"))
+        if heavy and dtype in HALF and not widened:
             found[ins.op.name] += 1
     return found
 

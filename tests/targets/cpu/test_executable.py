@@ -42,7 +42,7 @@ def test_if_bodies_run_compiled_kernels():
         feeds = {"x": x, "sr": np.array(sr, np.int64)}
         assert_close(p.run(feeds), run_ort(model, feeds))
     (step,) = [s for s in p.executable.steps if s.name == "if"]
-    bodies = [c.cell_contents for c in step.fn.__closure__ if isinstance(c.cell_contents, dict)][0]
+    bodies = step.fn.bodies
     assert all(isinstance(b, ModuleSteps) for b in bodies.values())
     then = next(b for b in bodies.values() if any(s.name == "convolution" for s in b.steps))
     assert then.outer  # the body reads x from the enclosing module
@@ -101,7 +101,7 @@ def test_views_of_arena_buffers_are_made_once_per_thread():
     model = make_model(nodes, {"x": x}, ["out"], init)
     p, got = _compile(model, {"x": x})
     assert_close(got, run_ort(model, {"x": x}), rtol=1e-5, atol=1e-5)
-    rows, static = p.executable.main.thread_plan()
+    rows, static = p.executable.main.step_plan()  # (one row a step: no native programs)
     assert len(static) == 2 and len(rows) == len(p.executable.steps) - 2
     again = p.run({"x": 2 * x})  # the fixed views see each run's values
     assert_close(again, run_ort(model, {"x": 2 * x}), rtol=1e-5, atol=1e-5)

@@ -11,7 +11,17 @@ import pytest
 from onnx import TensorProto, helper
 
 import fusegraph
-from fusegraph.targets.cpu.native_program import GUARD, KERNEL, PRIMITIVE, Region
+from fusegraph.targets.cpu.native_program import (
+    GATHER,
+    GATHER_ND,
+    GUARD,
+    KERNEL,
+    PRIMITIVE,
+    SCATTER_ELEMENTS,
+    SCATTER_ND,
+    TAKE,
+    Region,
+)
 from tests.util import make_model, target_or_skip
 
 rng = np.random.default_rng(11)
@@ -113,7 +123,7 @@ def test_if_bodies_run_native_programs():
         feeds = {"x": x, "sr": np.array(sr, np.int64)}
         np.testing.assert_allclose(p.run(feeds)[0], ref.run(feeds)[0], rtol=1e-4, atol=1e-5)
     (step,) = [s for s in p.executable.steps if s.name == "if"]
-    bodies = [c.cell_contents for c in step.fn.__closure__ if isinstance(c.cell_contents, dict)][0]
+    bodies = step.fn.bodies
     then = next(b for b in bodies.values() if any(s.name == "conv_epilogue" for s in b.steps))
     assert _regions(then.thread_plan()[0])
 
@@ -221,3 +231,277 @@ def test_copy_calls_copy_what_numpy_copies(make, native):
     run(copy(part, dense))
     np.testing.assert_array_equal(part, dense)
     assert not out[:, 0].any() and not out[:, 1 + dense.shape[1]:].any()
+
+
+def _streaming_model():
+    """silero-vad in small: an If whose body pads the graph input (reflect), convolves it, runs an
+    LSTM from the state input's two halves (constant-index gathers) and returns the LSTM's last
+    hidden state through a convolution and its new state (a concat): graph inputs, a tuple of
+    results and outputs in one body."""
+    h = 8
+    then = helper.make_graph(
+        [n("Pad", ["x", "pads"], ["p"], mode="reflect"), n("Unsqueeze", ["p", "ax1"], ["p3"]),
+         n("Conv", ["p3", "wc"], ["c"], strides=[4]), n("Relu", ["c"], ["r"]),
+         n("Transpose", ["r"], ["rt"], perm=[2, 0, 1]),
+         n("Gather", ["state", "i0"], ["h0"]), n("Gather", ["state", "i1"], ["c0"]),
+         n("Unsqueeze", ["h0", "ax0"], ["h0u"]), n("Unsqueeze", ["c0", "ax0"], ["c0u"]),
+         n("LSTM", ["rt", "W", "R", "B", "", "h0u", "c0u"], ["Y", "Yh", "Yc"], hidden_size=h),
+         n("Concat", ["Yh", "Yc"], ["new_state"], axis=0), n("Transpose", ["Yh"], ["yt"], perm=[1, 2, 0]),
+         n("Conv", ["yt", "wo"], ["o"]), n("Sigmoid", ["o"], ["prob"])],
+        "then", [], [helper.make_tensor_value_info("prob", TensorProto.FLOAT, None),
+                     helper.make_tensor_value_info("new_state", TensorProto.FLOAT, None)])
+    other = helper.make_graph(
+        [n("Constant", [], ["z"], value=helper.make_tensor("z", TensorProto.FLOAT, [1, 1, 1], [0.0])),
+         n("Identity", ["state"], ["s2"])],
+        "else", [], [helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+                     helper.make_tensor_value_info("s2", TensorProto.FLOAT, None)])
+    init = {"k": np.array(16000, np.int64), "pads": np.array([0, 4, 0, 4], np.int64),
+            "ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64),
+            "i0": np.array(0, np.int64), "i1": np.array(1, np.int64),
+            "wc": (rng.standard_normal((6, 1, 8)) * 0.3).astype(np.float32),
+            "W": (rng.standard_normal((1, 4 * h, 6)) * 0.3).astype(np.float32),
+            "R": (rng.standard_normal((1, 4 * h, h)) * 0.3).astype(np.float32),
+            "B": (rng.standard_normal((1, 8 * h)) * 0.1).astype(np.float32),
+            "wo": (rng.standard_normal((1, h, 1)) * 0.3).astype(np.float32)}
+    nodes = [n("Equal", ["sr", "k"], ["cond"]),
+             n("If", ["cond"], ["prob", "state_out"], then_branch=then, else_branch=other)]
+    feeds = {"x": rng.standard_normal((1, 32)).astype(np.float32),
+             "state": rng.standard_normal((2, 1, h)).astype(np.float32), "sr": np.array(16000, np.int64)}
+    return make_model(nodes, feeds, ["prob", "state_out"], init), feeds
+
+
+def test_a_streaming_if_body_is_one_native_program(monkeypatch):
+    # its inputs are staged into the arena, the LSTM writes its tuple into planned buffers, the pad
+    # and gathers are tables of offsets, the outputs are copied out: the body is one C call
+    model, feeds = _streaming_model()
+    p, ref = _compile(model), _compile(model, "ref")
+    (step,) = [s for s in p.executable.steps if s.name == "if"]
+    bodies = step.fn.bodies
+    then = next(b for b in bodies.values() if any(s.name == "lstm" for s in b.steps))
+    runs = []
+    for k in range(3):  # each run's inputs reach the kernels; each run's outputs are arrays of its own
+        f = {**feeds, "x": feeds["x"] * (k + 1), "state": feeds["state"] - k}
+        got = p.run(f)
+        for g, w in zip(got, ref.run(f), strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+        runs.append((f, got))
+    rows, _ = then.thread_plan()
+    assert len(rows) == 1 and isinstance(rows[0][0], Region)
+    assert runs[0][1][1] is not runs[1][1][1] and not np.array_equal(runs[0][1][1], runs[1][1][1])
+    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")  # bit for bit the step-by-step run
+    steps = _compile(model)
+    for f, got in runs:
+        for g, w in zip(got, steps.run(f), strict=True):
+            np.testing.assert_array_equal(g, w)
+    f = {**feeds, "sr": np.array(8000, np.int64)}  # the other branch returns the state it was given
+    np.testing.assert_array_equal(p.run(f)[1], feeds["state"])
+
+
+@pytest.mark.parametrize("index_type", [np.int64, np.int32])
+def test_a_gather_by_run_time_indices_joins_the_region_and_checks_its_range(index_type):
+    # an embedding lookup (the input ids: a graph input, staged) between products: one C call; an
+    # index out of range stops the region there and the step raises its error, naming the op
+    table = rng.standard_normal((10, 6)).astype(np.float32)
+    w = (rng.standard_normal((6, 4)) * 0.3).astype(np.float32)
+    ids = np.array([[1, -1, 9, 0]], index_type)
+    nodes = [n("Gather", ["table", "ids"], ["e"]), n("MatMul", ["e", "w"], ["m"]), n("Tanh", ["m"], ["out"])]
+    model = make_model(nodes, {"ids": ids}, ["out"], {"table": table, "w": w})
+    p, ref = _compile(model), _compile(model, "ref")
+    for feeds in ({"ids": ids}, {"ids": ids[:, ::-1].copy()}):
+        np.testing.assert_allclose(p.run(feeds)[0], ref.run(feeds)[0], rtol=1e-5, atol=1e-6)
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and GATHER in _kinds(row[0])
+    with pytest.raises(fusegraph.errors.ExecutionError, match="(?i)gather"):
+        p.run({"ids": np.array([[1, 2, 10, 0]], index_type)})
+    np.testing.assert_allclose(p.run({"ids": ids})[0], ref.run({"ids": ids})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_loop_body_carrying_planned_values_is_one_native_program(monkeypatch):
+    # h <- tanh(h @ W + b) + 0.5 h, acc <- acc + h: the carried values are staged in, the results
+    # planned and copied out (each iteration writes over the buffers the last one's results were in),
+    # the broadcast of the enclosing graph's bias folded once
+    w = (rng.standard_normal((8, 8)) * 0.4).astype(np.float32)
+    body = helper.make_graph(
+        [n("MatMul", ["h", "W"], ["m"]), n("Add", ["m", "b"], ["a"]), n("Tanh", ["a"], ["t"]),
+         n("Mul", ["h", "half"], ["hh"]), n("Add", ["t", "hh"], ["h2"]), n("Add", ["acc", "h2"], ["acc2"]),
+         n("Identity", ["c"], ["c2"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("h", TensorProto.FLOAT, [2, 8]),
+                 helper.make_tensor_value_info("acc", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info(v, t, s) for v, t, s in
+         (("c2", TensorProto.BOOL, []), ("h2", TensorProto.FLOAT, [2, 8]), ("acc2", TensorProto.FLOAT, [2, 8]))])
+    nodes = [n("Loop", ["steps", "", "x", "zeros"], ["h_out", "acc_out"], body=body)]
+    feeds = {"x": rng.standard_normal((2, 8)).astype(np.float32), "steps": np.array(5, np.int64)}
+    model = make_model(nodes, feeds, ["h_out", "acc_out"],
+                       {"W": w, "b": rng.standard_normal(8).astype(np.float32), "half": np.array(0.5, np.float32),
+                        "zeros": np.zeros((2, 8), np.float32)})
+    p, ref = _compile(model), _compile(model, "ref")
+    for k in (5, 1, 7):
+        f = {**feeds, "steps": np.array(k, np.int64)}
+        for g, want in zip(p.run(f), ref.run(f), strict=True):
+            np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
+    (step,) = [s for s in p.executable.steps if s.name == "loop"]
+    (loop_body,) = step.fn.bodies.values()
+    rows, _ = loop_body.thread_plan()
+    assert len(rows) == 1 and isinstance(rows[0][0], Region)
+    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
+    steps = _compile(model)
+    for g, want in zip(p.run(feeds), steps.run(feeds), strict=True):
+        np.testing.assert_array_equal(g, want)
+
+
+@pytest.mark.parametrize("op_type", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"])
+def test_a_lone_reduction_is_generated_c(op_type):
+    # nothing to fuse it with (fuse_reduce needs two ops): the fused reductions' generator on its own
+    x = rng.standard_normal((3, 5, 7)).astype(np.float32)
+    nodes = [n(op_type, ["x", "axes"], ["out"], keepdims=0)]
+    model = make_model(nodes, {"x": x}, ["out"], {"axes": np.array([2], np.int64)}, opset=18)
+    p, ref = _compile(model), _compile(model, "ref")
+    np.testing.assert_allclose(p.run({"x": x})[0], ref.run({"x": x})[0], rtol=1e-5, atol=1e-6)
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and _kinds(row[0]) == {KERNEL}
+
+
+def test_a_column_of_a_concat_and_a_transposed_residual_go_through_tables():
+    # ViT's class token: a [1, C, 1] part of a [1, C, T+1] concat (one element a row: no memcpy
+    # fits), and a transposed residual added by a product's epilogue: both tables of offsets
+    x = rng.standard_normal((1, 4, 5)).astype(np.float32)
+    init = {"cls": rng.standard_normal((1, 1, 4)).astype(np.float32),
+            "w": (rng.standard_normal((4, 4)) * 0.3).astype(np.float32), "b": rng.standard_normal(4).astype(np.float32)}
+    nodes = [n("Transpose", ["cls"], ["ct"], perm=[0, 2, 1]), n("Sin", ["x"], ["s"]),
+             n("Concat", ["ct", "s"], ["c"], axis=2), n("Transpose", ["c"], ["t"], perm=[0, 2, 1]),
+             n("MatMul", ["t", "w"], ["m"]), n("Add", ["m", "b"], ["mb"]), n("Add", ["mb", "t"], ["out"])]
+    model = make_model(nodes, {"x": x}, ["out"], init)
+    p, ref = _compile(model), _compile(model, "ref")
+    for k in range(2):
+        f = {"x": x * (k + 1)}
+        np.testing.assert_allclose(p.run(f)[0], ref.run(f)[0], rtol=1e-5, atol=1e-6)
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and set(TAKE.values()) & _kinds(row[0])
+
+
+_MOMENTS = """module main
+  %0 = @param[param_name='x'] : float32[2,16,5]
+  %1 = transpose[perm=(0, 2, 1)](%0) : float32[2,5,16]@[80,1,5]
+  %2 = moments[axes=(2,), centered=CENTERED](%1) : (float32[2,5,1], float32[2,5,1])
+  %3 = get_tuple_elem[index=0](%2) : float32[2,5,1]
+  %4 = get_tuple_elem[index=1](%2) : float32[2,5,1]
+  %5 = sin(%3) : float32[2,5,1]
+  %6 = cos(%4) : float32[2,5,1]
+  @return(%5, %6)
+"""
+
+
+@pytest.mark.parametrize("centered", [True, False])
+def test_moments_are_generated_reductions_into_their_tuple(centered):
+    # moments of a transposed tensor (Swin's LayerNorm after its patch embedding, which no
+    # fused_reduce takes): two generated reductions reading it in place and writing its tuple's
+    # planned buffers, one region with the rest
+    text = _MOMENTS.replace("CENTERED", str(centered))
+    p, ref = fusegraph.Program.from_text(text), fusegraph.Program.from_text(text)
+    p.compile(target_or_skip("cpu"))
+    ref.compile(fusegraph.get_target("ref"))
+    assert any(i.op.name == "moments" for i in p.main.instructions)
+    x = rng.standard_normal((2, 16, 5)).astype(np.float32)
+    for k in range(2):
+        for g, w in zip(p.run({"x": x + k}), ref.run({"x": x + k}), strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and _kinds(row[0]) == {KERNEL}
+
+
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3], strides=[2], pads=[1, 1]),
+                                   dict(kernel_shape=[4], strides=[3], pads=[0, 2], ceil_mode=1, dilations=[2])])
+def test_a_small_max_pooling_of_a_signal_is_generated_c(attrs):
+    # (the second, dilated, oneDNN runs with a jit kernel: it stays oneDNN's, the results the same)
+    # oneDNN has only its plain C loop for N, C, W (an ECG's max pooling: 67 us): a tap table, as a
+    # small convolution's; a NaN in a window is the result there, as the reference's maximum keeps it
+    x = rng.standard_normal((2, 6, 31)).astype(np.float32)
+    model = make_model([n("MaxPool", ["x"], ["out"], **attrs)], {"x": x}, ["out"])
+    p, ref = _compile(model), _compile(model, "ref")
+    bad = x.copy()
+    bad[1, 2, 7] = np.nan
+    for f in ({"x": x}, {"x": bad}, {"x": -np.abs(x)}):
+        np.testing.assert_array_equal(p.run(f)[0], ref.run(f)[0])
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and (_kinds(row[0]) == {KERNEL} or "dilations" in attrs)
+
+
+def test_a_product_with_a_key_shared_by_the_heads_copies_it_into_scratch(monkeypatch):
+    # multi-query attention: one key for every head (a broadcast, stride 0, that oneDNN reads from a
+    # standard copy): the copy goes to this thread's scratch, in the region and in a step alike (the
+    # product's memory objects stay bound to it: a profile's step-by-step runs between native ones)
+    q = rng.standard_normal((1, 4, 16, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 1, 8, 16)).astype(np.float32)
+    nodes = [n("Sin", ["k"], ["ks"]), n("Expand", ["ks", "shape"], ["kb"]), n("MatMul", ["q", "kb"], ["s"]),
+             n("Tanh", ["s"], ["out"])]
+    model = make_model(nodes, {"q": q, "k": k}, ["out"], {"shape": np.array([1, 4, 8, 16], np.int64)})
+    p, ref = _compile(model), _compile(model, "ref")
+    feeds = [{"q": q * (j + 1), "k": k - j} for j in range(3)]
+    got = [p.run(f)[0] for f in feeds]
+    for g, f in zip(got, feeds):
+        np.testing.assert_allclose(g, ref.run(f)[0], rtol=1e-5, atol=1e-6)
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and PRIMITIVE in _kinds(row[0])
+    p.executable.profile(feeds[1], runs=1, warmup=0)  # the steps one by one, then native again
+    for g, f in zip(got, feeds):
+        np.testing.assert_array_equal(p.run(f)[0], g)
+    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
+    steps = _compile(model)
+    np.testing.assert_array_equal(steps.run(feeds[2])[0], got[2])
+
+
+def test_a_gather_nd_by_run_time_indices_joins_the_region_and_checks_its_range():
+    # a graph network's edge lookup (the edges: a graph input, staged): one C call; an index out of
+    # range stops the region there and the step raises its error
+    x = rng.standard_normal((6, 5, 4)).astype(np.float32)
+    idx = np.array([[0, 1], [5, -1], [-6, 4], [3, 0]], np.int64)
+    model = make_model([n("GatherND", ["x", "i"], ["g"]), n("Tanh", ["g"], ["out"])], {"x": x, "i": idx}, ["out"])
+    p, ref = _compile(model), _compile(model, "ref")
+    for f in ({"x": x, "i": idx}, {"x": -x, "i": idx[::-1].copy()}):
+        np.testing.assert_allclose(p.run(f)[0], ref.run(f)[0], rtol=1e-5, atol=1e-6)
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and GATHER_ND in _kinds(row[0])
+    with pytest.raises(fusegraph.errors.ExecutionError):
+        p.run({"x": x, "i": np.array([[0, 1], [6, 0], [0, 0], [1, 1]], np.int64)})
+    np.testing.assert_allclose(p.run({"x": x, "i": idx})[0], ref.run({"x": x, "i": idx})[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_a_scatter_nd_joins_the_region_applying_its_updates_in_order(reduction):
+    # a graph network's message aggregation: duplicate targets reduced in index order, as numpy's
+    # ufunc.at does (the same bits); a NaN update stays NaN under max and min; out of range raises
+    x = rng.standard_normal((6, 5, 4)).astype(np.float32)
+    idx = np.array([[0, 1], [5, -1], [0, 1], [3, 0], [-6, 1]], np.int64)
+    upd = rng.standard_normal((5, 4)).astype(np.float32)
+    upd[3, 2] = np.nan
+    attrs = {} if reduction == "none" else {"reduction": reduction}
+    model = make_model([n("Neg", ["x"], ["s"]), n("ScatterND", ["s", "i", "u"], ["out"], **attrs)],
+                       {"x": x, "i": idx, "u": upd}, ["out"], opset=18)
+    p, ref = _compile(model), _compile(model, "ref")
+    for f in ({"x": x, "i": idx, "u": upd}, {"x": -x, "i": idx[::-1].copy(), "u": upd * 2}):
+        np.testing.assert_array_equal(p.run(f)[0], ref.run(f)[0])
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and SCATTER_ND in _kinds(row[0])
+    with pytest.raises(fusegraph.errors.ExecutionError):
+        p.run({"x": x, "i": np.array([[0, 1], [6, 0], [0, 0], [1, 1], [2, 2]], np.int64), "u": upd})
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "max"])
+def test_a_scatter_elements_joins_the_region_applying_its_updates_in_order(reduction):
+    x = rng.standard_normal((3, 6, 4)).astype(np.float32)
+    idx = rng.integers(-6, 6, (3, 5, 4)).astype(np.int64)  # duplicates along the axis, negatives
+    upd = rng.standard_normal((3, 5, 4)).astype(np.float32)
+    attrs = {} if reduction == "none" else {"reduction": reduction}
+    model = make_model([n("Neg", ["x"], ["s"]), n("ScatterElements", ["s", "i", "u"], ["out"], axis=1, **attrs)],
+                       {"x": x, "i": idx, "u": upd}, ["out"], opset=18)
+    p, ref = _compile(model), _compile(model, "ref")
+    for f in ({"x": x, "i": idx, "u": upd}, {"x": -x, "i": idx[:, ::-1].copy(), "u": upd * 2}):
+        np.testing.assert_array_equal(p.run(f)[0], ref.run(f)[0])
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and SCATTER_ELEMENTS in _kinds(row[0])
+    bad = idx.copy()
+    bad[1, 2, 3] = 6
+    with pytest.raises(fusegraph.errors.ExecutionError):
+        p.run({"x": x, "i": bad, "u": upd})

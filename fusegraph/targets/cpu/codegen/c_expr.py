@@ -35,7 +35,10 @@ C_TYPES: dict[DType, str] = {
     DType.uint64: "uint64_t", DType.float32: "float", DType.float64: "double",
     DType.float16: "float", DType.bfloat16: "float"}  # half types: their values, as floats
 HALF = (DType.float16, DType.bfloat16)
-_STORAGE = {DType.float16: "_Float16", DType.bfloat16: "uint16_t"}
+_STORAGE = {DType.float16: "uint16_t", DType.bfloat16: "uint16_t"}  # converted by the prelude's helpers
+# types whose every value a float holds exactly: rounding them to float16 through float is one rounding
+_EXACT_IN_FLOAT = frozenset({DType.float32, DType.float16, DType.bfloat16, DType.bool, DType.int8, DType.uint8,
+                             DType.int16, DType.uint16})
 _UNSIGNED = {"int8_t": "uint8_t", "int16_t": "uint16_t", "int32_t": "uint32_t", "int64_t": "uint64_t"}
 _LIBM = {"exp", "log", "sqrt", "erf", "tanh", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
          "cosh", "asinh", "acosh", "atanh"}
@@ -64,12 +67,12 @@ def storage_type(dt: DType) -> str:
 
 def load(code: str, dt: DType) -> str:
     """The value of a stored element `code` of dtype dt."""
-    return {DType.float16: f"((float){code})", DType.bfloat16: f"fg_bf16_to_f32({code})"}.get(dt, code)
+    return {DType.float16: f"fg_f16_to_f32({code})", DType.bfloat16: f"fg_bf16_to_f32({code})"}.get(dt, code)
 
 
 def store(code: str, dt: DType) -> str:
     """A value of dtype dt converted to its storage type (exact: half values are representable)."""
-    return {DType.float16: f"((_Float16){code})", DType.bfloat16: f"fg_f32_to_bf16({code})"}.get(dt, code)
+    return {DType.float16: f"fg_f32_to_f16({code})", DType.bfloat16: f"fg_f32_to_bf16({code})"}.get(dt, code)
 
 
 def literal(value, dt: DType) -> str:
@@ -97,8 +100,8 @@ def convert(code: str, src: DType, dst: DType) -> str:
     if src == dst:
         return code
     t = c_type(dst)
-    if dst == DType.float16:  # one rounding, from any source type
-        return f"((float)(_Float16)({code}))"
+    if dst == DType.float16:  # one rounding, from any source type (a double or a wide integer: directly)
+        return f"fg_round_f16((float)({code}))" if src in _EXACT_IN_FLOAT else f"((float)(_Float16)({code}))"
     if dst == DType.bfloat16:
         return f"fg_round_bf16((float)({code}))"
     if dst == DType.bool:

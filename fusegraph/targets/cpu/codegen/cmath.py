@@ -34,6 +34,30 @@ static inline uint16_t fg_f32_to_bf16(float f) {  /* round to nearest even; NaN 
     return (uint16_t)(f != f ? (u >> 16) | 0x40u : (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 static inline float fg_round_bf16(float f) { return fg_bf16_to_f32(fg_f32_to_bf16(f)); }
+/* float16 <-> float32 in integer and float32 operations that gcc vectorizes (its _Float16 casts do not
+   vectorize without AVX-512 FP16): exact widening; narrowing rounds to nearest even like the
+   hardware's (and numpy's) conversion, past 65504 to infinity, a NaN to a quiet NaN keeping its
+   payload's top bits */
+static inline float fg_f16_to_f32(uint16_t h) {
+    const uint32_t em = (uint32_t)(h & 0x7fffu) << 13, sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t normal = em + ((uint32_t)(127 - 15) << 23);
+    const uint32_t special = em + ((uint32_t)(255 - 31) << 23);  /* inf, NaN */
+    const float sub = fg_bits_to_float((int32_t)(normal + (1u << 23))) - fg_bits_to_float(113 << 23);
+    const uint32_t bits = em >= (0x7c00u << 13) ? special : (em < (0x0400u << 13) ? (uint32_t)fg_float_to_bits(sub) : normal);
+    return fg_bits_to_float((int32_t)(bits | sign));
+}
+static inline uint16_t fg_f32_to_f16(float v) {
+    const uint32_t u = (uint32_t)fg_float_to_bits(v), sign = (u >> 16) & 0x8000u, f = u & 0x7fffffffu;
+    const uint32_t nan = 0x7e00u | ((f >> 13) & 0x3ffu);
+    const uint32_t big = f > 0x7f800000u ? nan : 0x7c00u;  /* (65520 and above round to infinity below) */
+    const float denorm_magic = fg_bits_to_float(((127 - 15) + (23 - 10) + 1) << 23);
+    const uint32_t sub = (uint32_t)fg_float_to_bits(fg_bits_to_float((int32_t)f) + denorm_magic)
+                         - (uint32_t)fg_float_to_bits(denorm_magic);
+    const uint32_t norm = (f + ((uint32_t)(15 - 127) << 23) + 0xfffu + ((f >> 13) & 1u)) >> 13;
+    const uint32_t o = f >= 0x47800000u ? big : (f < (113u << 23) ? sub : norm);
+    return (uint16_t)(o | sign);
+}
+static inline float fg_round_f16(float f) { return fg_f16_to_f32(fg_f32_to_f16(f)); }
 static inline int fg_threads(int nt, int64_t work, int64_t grain) {
     int64_t use = work / grain;
     if (use > nt) use = nt;

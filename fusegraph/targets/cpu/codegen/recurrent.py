@@ -128,6 +128,29 @@ STEP
 
 FG_EXPORT void KNAME(void** p, const int64_t* d, int nt) {
     (void)d;
+#if PROJECT
+    /* XW = X W^T + biases here (a small product: a call of a library costs more) */
+    FT xw[T * BATCH * DIRS * GH];
+    {
+        const FT* x = (const FT*)p[0];
+        const FT* wt = (const FT*)p[10];
+        const FT* bias = (const FT*)p[11];
+        for (int r = 0; r < T * BATCH; r++) {
+            FT* o = xw + (int64_t)r * DIRS * GH;
+            for (int j = 0; j < DIRS * GH; j++) o[j] = 0;
+            for (int i = 0; i < PROJECT; i++) {
+                const FT xi = x[(int64_t)r * PROJECT + i];
+                const FT* w = wt + (int64_t)i * DIRS * GH;
+                for (int j = 0; j < DIRS * GH; j++) o[j] += xi * w[j];
+            }
+            for (int j = 0; j < DIRS * GH; j++) o[j] += bias[j];
+        }
+    }
+    void* q[10];
+    for (int i = 1; i < 10; i++) q[i] = p[i];
+    q[0] = xw;
+    p = q;
+#endif
     if (DIRS > 1 && nt > 1) {
         #pragma omp parallel for num_threads(2) schedule(static, 1)
         for (int k = 0; k < DIRS; k++) KNAME_dir(k, p);
@@ -138,8 +161,10 @@ FG_EXPORT void KNAME(void** p, const int64_t* d, int nt) {
 """
 
 
-def recurrent_kernel(op, dtype: DType, t_len: int, batch: int, peepholes: bool) -> KernelSource:
-    """The time loop of recurrent op `op` (an ops.rnn RecurrentOp) over X[t_len, batch, in]."""
+def recurrent_kernel(op, dtype: DType, t_len: int, batch: int, peepholes: bool, project: int = 0) -> KernelSource:
+    """The time loop of recurrent op `op` (an ops.rnn RecurrentOp) over X[t_len, batch, in]; with
+    `project` (= in), the input projection too: ptrs 0 is X[t_len * batch, in], 10 W^T[in, dirs *
+    G*H] and 11 the summed biases (for a small product: XW then sits on the stack)."""
     if dtype not in (DType.float32, DType.float64):
         raise CodegenUnsupported(f"{op.name}: generated recurrence for float32/float64, not {dtype}")
     h, dirs, g = op.hidden_size, op.num_directions, op.gates
@@ -164,7 +189,7 @@ def recurrent_kernel(op, dtype: DType, t_len: int, batch: int, peepholes: bool) 
               "LINEAR_BEFORE_RESET": int(lbr), "FIRST_PRODUCT": first,
               "PRODUCT_COLS": 2 * h if op.name == "gru" and lbr else g * h,
               "PI": "pp[j]" if peepholes else "0", "PO": "pp[H + j]" if peepholes else "0",
-              "PF": "pp[2 * H + j]" if peepholes else "0"}
+              "PF": "pp[2 * H + j]" if peepholes else "0", "PROJECT": project}
     undefs = [*consts, *(f"ACT{j}" for j in range(op.n_activations))]
     code = "\n".join([*(f"#define {k} {v}" for k, v in consts.items()), *lines, template,
                       *(f"#undef {k}" for k in undefs)])
@@ -176,7 +201,8 @@ def recurrent_kernel(op, dtype: DType, t_len: int, batch: int, peepholes: bool) 
         helpers.append(("fg_sigmoid", fast_helper("fg_sigmoid")))
     assert all(dep in dict(helpers) for fn, _ in helpers for dep in DEPENDS.get(fn, ()))
     name = _content_name(f"fg_{op.name}", code, tuple(helpers), {"dtype": str(dtype)})
-    ptr_dtypes: Sequence[DType] = (dtype, dtype, dtype, DType.int64, dtype, dtype, dtype, dtype, dtype)
+    ptr_dtypes: Sequence[DType] = (dtype, dtype, dtype, DType.int64, dtype, dtype, dtype, dtype, dtype,
+                                   *((dtype, dtype) if project else ()))
     return KernelSource(name=name, code=code.replace("KNAME", name), helpers=tuple(helpers),
                         in_dtypes=tuple(ptr_dtypes), out_dtype=dtype)
 

@@ -21,9 +21,8 @@ from .c_expr import CRenderer, CValue
 from .kernels import KernelSource, finish
 
 
-def small_conv_kernel(n: int, c: int, s_in: int, groups: int, m: int, taps: int, s_out: int, has_bias: bool,
-                      chain: Sequence[Activation]) -> KernelSource:
-    cg, mg = c // groups, m // groups
+def _epilogue(chain: Sequence[Activation]) -> tuple[CRenderer, str, str, int]:
+    """(renderer, residual pointer lines, the chain's statements on `v` at output index `at`, residuals)."""
     r = CRenderer(prefix="e")
     lines, n_res = [], 0
     for name, a, b in chain:
@@ -34,7 +33,59 @@ def small_conv_kernel(n: int, c: int, s_in: int, groups: int, m: int, taps: int,
         stmts, result = r.render(activation_expr(name, a, b), [CValue("v", DType.float32)], DType.float32)
         lines.append("{ " + " ".join(stmts) + f" v = {result}; }}")
     residuals = "".join(f"    const float *r{k} = (const float *)p[{5 + k}];\n" for k in range(n_res))
-    epilogue = "".join(f"                {x}\n" for x in lines)
+    return r, residuals, "".join(f"                {x}\n" for x in lines), n_res
+
+
+def small_conv1d_kernel(n: int, c: int, s_in: int, groups: int, m: int, k: int, s_out: int, stride: int, dil: int,
+                        pad: int, has_bias: bool, chain: Sequence[Activation]) -> KernelSource:
+    """A 1-D small convolution, the output positions innermost (vectorized: a signal's positions
+    are many, its channels few): per output channel, each weight times a contiguous (or strided) run
+    of the input added to the channel's row, the valid runs of each tap worked out here. The same
+    arguments as small_conv_kernel's, p[2] the weights as given ([M, C/G, K]) and p[4] unused; each
+    output sums its products in the same order (input channels, then taps), the bias last."""
+    cg, mg = c // groups, m // groups
+    lo = [next((q for q in range(s_out) if 0 <= q * stride + t * dil - pad), s_out) for t in range(k)]
+    hi = [max([q + 1 for q in range(s_out) if q * stride + t * dil - pad < s_in] + [0]) for t in range(k)]
+    hi = [max(h, l_) for h, l_ in zip(hi, lo)]
+    r, residuals, epilogue, n_res = _epilogue(chain)
+    bias = "acc[q] + bias[g * MG + j]" if has_bias else "acc[q]"
+    index = "q + (t * DIL - PAD)" if stride == 1 else "q * STRIDE + (t * DIL - PAD)"
+    template = f"""
+static const int64_t KNAME_lo[{k}] = {{{", ".join(map(str, lo))}}}, KNAME_hi[{k}] = {{{", ".join(map(str, hi))}}};
+FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
+    enum {{ N = {n}, C = {c}, S_IN = {s_in}, G = {groups}, CG = {cg}, MG = {mg}, K = {k}, S_OUT = {s_out},
+           STRIDE = {stride}, DIL = {dil}, PAD = {pad} }};
+    float *o = (float *)p[0];
+    const float *x = (const float *)p[1], *w = (const float *)p[2], *bias = (const float *)p[3];
+{residuals}    (void)d; (void)nt; (void)bias;
+    float acc[S_OUT];
+    for (int64_t b = 0; b < N; b++)
+    for (int64_t g = 0; g < G; g++)
+        for (int64_t j = 0; j < MG; j++) {{
+            for (int64_t q = 0; q < S_OUT; q++) acc[q] = 0.0f;
+            const float *wm = w + (g * MG + j) * CG * K;
+            for (int64_t ci = 0; ci < CG; ci++) {{
+                const float *xc = x + (b * C + g * CG + ci) * S_IN;
+                for (int64_t t = 0; t < K; t++) {{
+                    const float wv = wm[ci * K + t];
+                    for (int64_t q = KNAME_lo[t]; q < KNAME_hi[t]; q++) acc[q] += wv * xc[{index}];
+                }}
+            }}
+            for (int64_t q = 0; q < S_OUT; q++) {{
+                const int64_t at = (b * G * MG + g * MG + j) * S_OUT + q;
+                float v = {bias};
+{epilogue}                o[at] = v;
+            }}
+        }}
+}}
+"""
+    return _source(template, r, "small_conv1d", n_res)
+
+
+def small_conv_kernel(n: int, c: int, s_in: int, groups: int, m: int, taps: int, s_out: int, has_bias: bool,
+                      chain: Sequence[Activation]) -> KernelSource:
+    cg, mg = c // groups, m // groups
+    r, residuals, epilogue, n_res = _epilogue(chain)
     bias = "acc[j] + bias[g * MG + j]" if has_bias else "acc[j]"
     template = f"""
 FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
@@ -66,6 +117,45 @@ FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
         }}
 }}
 """
+    return _source(template, r, "small_conv", n_res)
+
+
+def _source(template: str, r: CRenderer, prefix: str, n_res: int) -> KernelSource:
+    """The kernel of a small convolution's template: out, x, w, bias, taps, then its residuals."""
     f32 = DType.float32
-    ins = (f32, f32, f32, f32, DType.int64) + (f32,) * n_res
-    return finish(template, r, "small_conv", in_dtypes=ins, out_dtype=f32)
+    return finish(template, r, prefix, in_dtypes=(f32, f32, f32, f32, DType.int64) + (f32,) * n_res, out_dtype=f32)
+
+
+_MAX_POOL = r"""
+FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {
+    enum { ROWS = %(rows)d, S_IN = %(s_in)d, TAPS = %(taps)d, S_OUT = %(s_out)d };
+    float *o = (float *)p[0];
+    const float *x = (const float *)p[1];
+    const int64_t *tap = (const int64_t *)p[2];
+    (void)d; (void)nt;
+    for (int64_t r = 0; r < ROWS; r++)
+        for (int64_t q = 0; q < S_OUT; q++) {
+            float v = -INFINITY;
+            int nan = 0;
+            for (int64_t t = 0; t < TAPS; t++) {
+                const int64_t s = tap[t * S_OUT + q];
+                if (s == S_IN) continue;  /* padding: -infinity, never the maximum */
+                const float a = x[r * S_IN + s];
+                nan |= a != a;
+                v = a > v ? a : v;
+            }
+            o[r * S_OUT + q] = nan ? NAN : v;  /* numpy's maximum keeps a NaN */
+        }
+}
+"""
+
+
+def small_max_pool_kernel(rows: int, s_in: int, taps: int, s_out: int) -> KernelSource:
+    """Max pooling of `rows` (N * C) planes of s_in positions: each output the maximum of its taps
+    (a table as a small convolution's: S_IN marks padding), NaN if any tap is NaN, as the reference."""
+    from .kernels import _content_name
+
+    code = _MAX_POOL % {"rows": rows, "s_in": s_in, "taps": taps, "s_out": s_out}
+    fields = {"in_dtypes": (DType.float32, DType.int64), "out_dtype": DType.float32}
+    name = _content_name("small_max_pool", code, (), fields)
+    return KernelSource(name=name, code=code.replace("KNAME", name), helpers=(), **fields)

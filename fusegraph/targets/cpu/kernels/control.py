@@ -13,11 +13,21 @@ def control(ins: Instruction, ctx: LowerContext) -> Kernel:
         return reference_kernel(ins, ctx)
     op, modules = ins.op, ins.module_args
     bodies = {m.name: lower_module(m, ctx) for m in modules}
+    if op.name == "if":  # (If.compute_control's rule, without its calls: a streaming model runs it per chunk)
+        then, other = (bodies[m.name] for m in modules)
+
+        def run_if(args, out, env):
+            return tuple((then if args[0].reshape(-1)[0] else other).run_body((), env))
+
+        run_if.needs_env = True  # type: ignore[attr-defined]
+        run_if.bodies = bodies  # type: ignore[attr-defined]
+        return run_if
 
     def run(args, out, env):
         return op.compute_control(args, modules, lambda m, params: bodies[m.name].run_body(params, env))
 
     run.needs_env = True  # type: ignore[attr-defined]  # bodies read values of the enclosing module
+    run.bodies = bodies  # type: ignore[attr-defined]  # (ModuleSteps by module name)
     return run
 
 

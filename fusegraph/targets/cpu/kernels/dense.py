@@ -5,6 +5,8 @@ convolutions in numpy (small.py); numpy's matmul for the dtypes oneDNN lacks."""
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -13,7 +15,8 @@ from ....ir.module import Instruction
 from ....ir.shape import Shape, same_steps, standard_strides
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
 from ..ops import RESIDUAL, to_channels_first
-from .small import SMALL_CONV, c_small_conv, numpy_chain, small_conv
+from .small import SMALL_CONV, c_small_conv, numpy_chain, small_conv, small_max_pool
+from .widened import widened_convolution, widened_dot, widened_pooling
 
 
 def _f32(ins: Instruction) -> bool:
@@ -72,7 +75,11 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
     from .. import onednn
 
     w = ctx.const(ins.inputs[1])
-    if w is None or not _f32(ins) or ins.shape.ndim not in (3, 4, 5):
+    if w is None or ins.shape.ndim not in (3, 4, 5):
+        return reference_kernel(ins, ctx)
+    if ins.shape.dtype in (DType.float16, DType.bfloat16) and ins.op.name == "convolution":
+        return widened_convolution(ins, w, ctx) or reference_kernel(ins, ctx)
+    if not _f32(ins):
         return reference_kernel(ins, ctx)
     op = ins.op
     fused = hasattr(op, "activations")
@@ -134,7 +141,7 @@ def _native(pick, a: np.ndarray | None, o: np.ndarray | None, args, out: np.ndar
     """The C calls of a oneDNN kernel step with an epilogue chain (native_program.py): the guard
     `pick` runs per call in Python (finite inputs: all post-ops), then the primitive; None where a
     part of the step is numpy's (the chain's tail) or an operand would need a copy."""
-    from ..native_program import copy, guard, primitive_call
+    from ..native_program import copy_any, guard, primitive_call
 
     chain, prim, guarded = pick.native
     if a is None or o is None or chain.after is not None:
@@ -147,10 +154,10 @@ def _native(pick, a: np.ndarray | None, o: np.ndarray | None, args, out: np.ndar
     if chain.residual_first:
         res = args[-1]
         if res.ctypes.data != out.ctypes.data or res.strides != out.strides:
-            c = copy(out, res)
+            c = copy_any(out, res)  # (a transposed residual: through a table of offsets)
             if c is None:
                 return None
-            calls.append(c)
+            calls += c
     return [*calls, primitive_call(prim, a, out=o)]
 
 
@@ -266,6 +273,8 @@ def pooling(ins: Instruction, ctx: LowerContext) -> Kernel:
     from .. import onednn
 
     op = ins.op
+    if ins.shape.dtype in (DType.float16, DType.bfloat16) and op.mode == "average" and op.name == "pooling":
+        return widened_pooling(ins, ctx) or reference_kernel(ins, ctx)
     if not _f32(ins) or op.mode not in ("max", "average") or ins.shape.ndim not in (3, 4, 5):
         return reference_kernel(ins, ctx)
     channels_last = op.name == "pooling_channels_last"
@@ -279,6 +288,9 @@ def pooling(ins: Instruction, ctx: LowerContext) -> Kernel:
                           dilation=() if op.global_pool else op.dilation, ceil_mode=op.ceil_mode and not op.global_pool,
                           count_include_pad=op.count_include_pad, dst_layout=dst.desc(),
                           threads=ctx.threads_for(ins.shape.elements * math.prod(kernel)))
+    if ("simple" in prim.impl and op.mode == "max" and not channels_last and not op.global_pool
+            and ins.inputs[0].shape.standard and ins.shape.elements * math.prod(kernel) < SMALL_CONV):
+        return small_max_pool(ins, kernel, ctx)  # oneDNN's plain C loop on N, C, *spatial: 67 us for 4000 values
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
     # oneDNN's max pooling skips a NaN (its max is vmaxps), where the reference's max is NaN: an input
     # that is not all finite goes to the reference kernel. Average pooling sums, so it keeps NaN itself.
@@ -327,8 +339,8 @@ def _matmul(ins: Instruction, ctx: LowerContext, b, **kw):
 
 @lowering("dot")
 def dot(ins: Instruction, ctx: LowerContext) -> Kernel:
-    if ins.shape.dtype in (DType.float16, DType.bfloat16):
-        return reference_kernel(ins, ctx)  # accumulates in float32, as the reference defines
+    if ins.shape.dtype in (DType.float16, DType.bfloat16):  # accumulates in float32, as the reference defines
+        return widened_dot(ins, ctx) or reference_kernel(ins, ctx)
     a, b = ins.inputs
     if any(x.shape.is_dynamic for x in (ins, a, b)):
         return reference_kernel(ins, ctx)  # oneDNN primitives are made for fixed shapes
@@ -348,11 +360,16 @@ def dot(ins: Instruction, ctx: LowerContext) -> Kernel:
         return sparse_dot(ins, ctx, w, dense) or dense
     if _f32(ins) and a.shape.ndim == b.shape.ndim >= 2:
         prim, av, bv = _matmul(ins, ctx, b.shape)
+        operands = _Operands((av, bv))
 
         def product(args, out):
-            return prim(av.view(args[0]), bv.view(args[1]), out=out)
+            return prim(*operands.python(args), out=out)
 
-        product.native = lambda args, out: _native_product(prim, [av.exact(args[0]), bv.exact(args[1])], out)  # type: ignore[attr-defined]
+        def native(args, out):
+            calls, ops = operands.native(args)
+            return None if ops is None else [*calls, *_native_product(prim, ops, out)]
+
+        product.native = native  # type: ignore[attr-defined]
         return product
 
     def run(args, out):
@@ -401,6 +418,50 @@ def dot_epilogue(ins: Instruction, ctx: LowerContext) -> Kernel:
     if hasattr(pick, "native"):
         run.native = lambda args, out: _native(pick, av.exact(args[0]), out.reshape(product), args, out, op.n_residual)  # type: ignore[attr-defined]
     return run
+
+
+class _Operands:
+    """A primitive's run-time operands as it reads them: where they lie, or (a broadcast key shared
+    by the heads of multi-query attention, which oneDNN reads from standard copies) copied into this
+    thread's scratch, the same buffer in a step and in a native program (a primitive's memory objects
+    stay bound to the buffers it last ran on)."""
+
+    def __init__(self, views: Sequence[Operand]):
+        self.views = views
+        self.local = threading.local()
+
+    def _scratch(self, k: int, a: np.ndarray) -> np.ndarray | None:
+        v = self.views[k]
+        if v.strides != standard_strides(v.lens) or v.perm is not None:
+            return None
+        buffers = self.local.__dict__.setdefault("buffers", {})
+        if k not in buffers:
+            buffers[k] = np.empty(v.lens, a.dtype)
+        return buffers[k]
+
+    def python(self, args) -> list[np.ndarray]:
+        out = []
+        for k, (v, a) in enumerate(zip(self.views, args)):
+            x = v.exact(a)
+            if x is None and (s := self._scratch(k, a)) is not None:
+                np.copyto(s, a)
+                x = s
+            out.append(v.view(a) if x is None else x)
+        return out
+
+    def native(self, args) -> tuple[list, list | None]:
+        from ..native_program import copy_any
+
+        calls, out = [], []
+        for k, (v, a) in enumerate(zip(self.views, args)):
+            x = v.exact(a)
+            if x is None and (s := self._scratch(k, a)) is not None and (c := copy_any(s, a)) is not None:
+                calls += c
+                x = s
+            if x is None:
+                return [], None
+            out.append(x)
+        return calls, out
 
 
 def _native_product(prim, operands: list, out: np.ndarray):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....errors import CompileError, ExecutionError, InputError
+from ....errors import CompileError, ExecutionError, FusegraphError, InputError
 from ....ir.module import Instruction
 from ....ir.shape import Shape, same_steps
 from ....ops.indexing import check_range
@@ -19,7 +19,9 @@ def contiguous(ins: Instruction, ctx: LowerContext) -> Kernel:
 
     x = ins.inputs[0].shape
     if not isinstance(x, Shape) or x.is_dynamic or x.standard or x.broadcasted or x.elements == 0:
-        return reference_kernel(ins, ctx)
+        run = reference_kernel(ins, ctx)  # in a native program: a table of offsets (a small broadcast)
+        run.native = lambda args, out: _copy_any(out, args[0])  # type: ignore[attr-defined]
+        return run
     try:
         dtype = onednn.memory.dnnl_dtype(x.dtype.np)
         src = onednn.MemDesc.plain(x.lens, dtype, x.strides)
@@ -38,10 +40,18 @@ def contiguous(ins: Instruction, ctx: LowerContext) -> Kernel:
     def native(args, out):
         from ..native_program import primitive_call
 
-        return [primitive_call(prim, args[0], out=out)] if same_steps(args[0].strides, strides, lens) else None
+        if same_steps(args[0].strides, strides, lens):
+            return [primitive_call(prim, args[0], out=out)]
+        return _copy_any(out, args[0])  # (a layout other than the one planned)
 
     run.native = native  # type: ignore[attr-defined]
     return run
+
+
+def _copy_any(out: np.ndarray, a: np.ndarray):
+    from ..native_program import copy_any
+
+    return copy_any(out, a)
 
 
 def _copy(out: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -61,15 +71,15 @@ def concat(ins: Instruction, ctx: LowerContext) -> Kernel:
         return np.concatenate(args, axis=axis, out=out)
 
     def native(args, out):
-        from ..native_program import copy
+        from ..native_program import copy_any
 
         calls, start = [], 0
         for a in args:  # each part into its slice of the output (YOLO's 18 concats between convs)
             part = out[(slice(None),) * axis + (slice(start, start + a.shape[axis]),)]
             start += a.shape[axis]
-            if a.size and (c := copy(part, a)) is None:
+            if a.size and (c := copy_any(part, a)) is None:
                 return None
-            calls += [c] if a.size else []
+            calls += c if a.size else []
         return calls
 
     run.native = native  # type: ignore[attr-defined]
@@ -91,18 +101,18 @@ def pad(ins: Instruction, ctx: LowerContext) -> Kernel:
 
         def run_constant(args, out):
             if out is None:
-                out = np.empty(ins.shape.lens, x.dtype.np)
+                out = np.empty(ins.shape.lens, args[0].dtype)
             out.fill(fill)
             out[inner] = args[0]
             return out
 
-        return run_constant
+        return with_take(run_constant, ins)
     # source index of each output position along every padded axis (numpy's own rule, on a ramp)
     gathers = [(axis, np.pad(np.arange(n), (b, e), mode=op.mode).astype(np.intp))
                for axis, (n, b, e) in enumerate(zip(lens, begins, ends)) if b or e]
     if not gathers:
         return reference_kernel(ins, ctx)
-    return _gather_axes(gathers)
+    return with_take(_gather_axes(gathers), ins)
 
 
 @lowering("resize")
@@ -125,8 +135,40 @@ def resize(ins: Instruction, ctx: LowerContext) -> Kernel:
         return reference_kernel(ins, ctx)
     if all(len(i) % x.lens[a] == 0 and np.array_equal(i, np.repeat(np.arange(x.lens[a]), len(i) // x.lens[a]))
            for a, i in gathers):
-        return _repeat(x.lens, ins.shape.lens, [a for a, _ in gathers], ins.shape.dtype.np)
-    return _gather_axes(gathers)
+        return with_take(_repeat(x.lens, ins.shape.lens, [a for a, _ in gathers]), ins)
+    return with_take(_gather_axes(gathers), ins)
+
+
+def with_take(run: Kernel, ins: Instruction, constants: list | None = None) -> Kernel:
+    """`run` (a kernel whose every output element is one element of its first input, or a constant)
+    with a C form for native programs: each output element's source, found once by running `run` on
+    two index ramps (where they differ by one: that element's; else a constant, which a run on zeros
+    gives), gathered through a table (native_program.take). `constants`: the other inputs' values,
+    when they are fixed (else `run` must take the first input alone)."""
+    from ..native_program import TAKE_LIMIT
+
+    x = ins.inputs[0].shape
+    if (not isinstance(x, Shape) or not isinstance(ins.shape, Shape) or x.is_dynamic or ins.shape.is_dynamic
+            or not 0 < ins.shape.elements <= TAKE_LIMIT or x.elements >= 1 << 62):
+        return run
+    rest = constants or []
+    ramp = np.arange(1, x.elements + 1, dtype=np.int64).reshape(x.lens)
+    try:
+        first, second = (np.asarray(run([r, *rest], None)) for r in (ramp, ramp + 1))
+        fill = np.asarray(run([np.zeros(x.lens, x.dtype.np), *rest], None))
+    except (ValueError, TypeError, FusegraphError):  # (a kernel that takes no integer ramp)
+        return run
+    if first.shape != ins.shape.lens or fill.shape != ins.shape.lens or first.dtype != np.int64:
+        return run
+    index = np.where(second - first == 1, first - 1, -1)
+
+    def native(args, out):
+        from ..native_program import take
+
+        return take(out, args[0], index, fill)
+
+    run.native = native  # type: ignore[attr-defined]
+    return run
 
 
 def _gather_axes(gathers: list[tuple[int, np.ndarray]]) -> Kernel:
@@ -142,7 +184,7 @@ def _gather_axes(gathers: list[tuple[int, np.ndarray]]) -> Kernel:
     return run
 
 
-def _repeat(in_lens, out_lens, axes, dtype) -> Kernel:
+def _repeat(in_lens, out_lens, axes) -> Kernel:
     """Every source element repeated k times along each resized axis (integer upsampling): one
     broadcasting copy, the output seen with a (n, k) pair of axes for each resized one."""
     out_view, in_view = [], []
@@ -152,7 +194,7 @@ def _repeat(in_lens, out_lens, axes, dtype) -> Kernel:
 
     def run(args, out):
         if out is None:
-            out = np.empty(out_lens, dtype)
+            out = np.empty(out_lens, args[0].dtype)
         np.copyto(out.reshape(out_view), args[0].reshape(in_view))
         return out
 
@@ -175,7 +217,7 @@ def gather(ins: Instruction, ctx: LowerContext) -> Kernel:
                 return np.take(args[0], index, axis=axis)
             return np.take(args[0], index, axis=axis, out=out)
 
-        return constant_index
+        return with_take(constant_index, ins)
 
     def run(args, out):
         check_range(op, args[1], n)
@@ -183,6 +225,46 @@ def gather(ins: Instruction, ctx: LowerContext) -> Kernel:
             return np.take(args[0], args[1], axis=axis)
         return np.take(args[0], args[1], axis=axis, out=out)
 
+    def native(args, out):  # (the range check in C: an index out of range hands the step back to run)
+        from ..native_program import gather as gather_call
+
+        c = gather_call(out, args[0], args[1], axis)
+        return None if c is None else [c]
+
+    run.native = native  # type: ignore[attr-defined]
+    return run
+
+
+@lowering("gather_nd")
+def gather_nd(ins: Instruction, ctx: LowerContext) -> Kernel:
+    """The reference's gather (its range check raising the op's error); in a native program a C call
+    that checks the indices first and copies a block a tuple (a graph network's edge lookup)."""
+    run = reference_kernel(ins, ctx)
+    if ins.op.batch_dims == 0 and isinstance(ins.shape, Shape) and not ins.shape.is_dynamic:
+        def native(args, out):
+            from ..native_program import gather_nd as gather_nd_call
+
+            c = gather_nd_call(out, args[0], args[1])
+            return None if c is None else [c]
+
+        run.native = native  # type: ignore[attr-defined]
+    return run
+
+
+@lowering("scatter_nd", "scatter_elements")
+def scatter(ins: Instruction, ctx: LowerContext) -> Kernel:
+    """The reference's scatter; in a native program (float32) a copy of the data and a C loop over
+    the indices, checked first, applied in order as numpy's ufunc.at applies them."""
+    run = reference_kernel(ins, ctx)
+    if isinstance(ins.shape, Shape) and not ins.shape.is_dynamic:
+        def native(args, out):
+            from .. import native_program
+
+            if ins.op.name == "scatter_nd":
+                return native_program.scatter_nd(out, *args, ins.op.reduction)
+            return native_program.scatter_elements(out, *args, ins.op.axis, ins.op.reduction)
+
+        run.native = native  # type: ignore[attr-defined]
     return run
 
 
@@ -199,15 +281,14 @@ def _in_range(op, index: np.ndarray, n: int) -> bool:
 def slice_copy(ins: Instruction, ctx: LowerContext) -> Kernel:
     """numpy's slice copied into the planned buffer; in a native program the copy is C's (memcpy per
     row: the query, key and value columns of BERT's merged projection, between its oneDNN products)."""
-    from ..native_program import copy
-
     run = reference_kernel(ins, ctx)
     compute = ins.op.compute
 
     def native(args, out):
         view = compute([args[0]])
-        c = copy(out, view) if isinstance(view, np.ndarray) and np.shares_memory(view, args[0]) else None
-        return None if c is None else [c]
+        if not isinstance(view, np.ndarray) or not np.shares_memory(view, args[0]):
+            return None
+        return _copy_any(out, view)  # (more than one strided level, a rotary embedding's halves: a table)
 
     run.native = native  # type: ignore[attr-defined]
     return run
@@ -226,4 +307,8 @@ def reshape(ins: Instruction, ctx: LowerContext) -> Kernel:
         np.copyto(out.reshape(np.shape(args[0])), args[0])
         return out
 
+    def native(args, out):  # the same copy in C: a memcpy, rows of them, or a table of offsets
+        return _copy_any(out.reshape(args[0].shape), args[0])
+
+    run.native = native  # type: ignore[attr-defined]
     return run

@@ -108,4 +108,63 @@ def reduction(ins: Instruction, ctx: LowerContext) -> Kernel:
 
 @lowering("reduce_sum", "reduce_mean", "reduce_max", "reduce_min")
 def plain_reduce(ins: Instruction, ctx: LowerContext) -> Kernel:
-    return reference_kernel(ins, ctx)  # numpy's reductions; fused ones are generated
+    """A reduction fuse_reduce left alone (nothing to fuse with, or in a control-flow body, which
+    the fusion passes do not visit): the generator of fused ones on a one-op body, as softmax's."""
+    from ....ir.module import Module
+
+    x = ins.inputs[0].shape
+    if not isinstance(x, Shape) or x.is_dynamic or not isinstance(ins.shape, Shape):
+        return reference_kernel(ins, ctx)
+    body = Module(ins.op.name)
+    body.add_return(body.add(ins.op, body.add_parameter("x0", x)))
+    try:
+        src = reduce_kernel(body, tuple(sorted(ins.op.axes)))
+    except CodegenUnsupported:
+        return reference_kernel(ins, ctx)  # (e.g. reductions over leading axes: numpy's)
+    return compiled_kernel(ins, ctx, src, ())
+
+
+@lowering("moments")
+def moments(ins: Instruction, ctx: LowerContext) -> Kernel:
+    """float32 moments as two generated reductions, the mean and then the mean of (x - mean)^2 (or
+    of x^2, uncentered), as the reference computes them, each written into its planned buffer
+    (plan_memory.TUPLE_WRITERS): a LayerNorm whose statistics are read apart stays in C."""
+    from types import SimpleNamespace
+
+    from ....ir.dtypes import DType
+    from ....ir.module import Module
+    from ....ir.op import make_op
+
+    x, op = ins.inputs[0].shape, ins.op
+    if not isinstance(x, Shape) or x.is_dynamic or x.dtype != DType.float32:
+        return reference_kernel(ins, ctx)
+    axes = tuple(op.axes)
+    red = Shape.of(x.dtype, [1 if k in axes else n for k, n in enumerate(x.lens)])
+    first, second = Module("moments_mean"), Module("moments_second")
+    first.add_return(first.add(make_op("reduce_mean", axes=axes), first.add_parameter("x0", x)))
+    v = second.add_parameter("x0", x)
+    if op.centered:
+        mean = second.add(make_op("broadcast", out_lens=x.lens), second.add_parameter("x1", red))
+        v = second.add(make_op("sub"), v, mean)
+    second.add_return(second.add(make_op("reduce_mean", axes=axes), second.add(make_op("mul"), v, v)))
+    try:
+        sources = [reduce_kernel(first, axes), reduce_kernel(second, axes)]
+    except CodegenUnsupported:
+        return reference_kernel(ins, ctx)
+    steps = [compiled_kernel(SimpleNamespace(shape=red, inputs=[SimpleNamespace(shape=p.shape) for p in m.parameters]),
+                             ctx, src, ()) for m, src in zip((first, second), sources)]
+    centered = op.centered
+
+    def run(args, out):
+        mean, var = (np.empty(red.lens, np.float32) if out is None or o is None else o for o in (out or (None, None)))
+        steps[0]([args[0]], mean)
+        steps[1]([args[0], mean] if centered else [args[0]], var)
+        return mean, var
+
+    def native(args, out):
+        mean, var = (np.empty(red.lens, np.float32) if o is None else o for o in out)  # (unread: scratch)
+        a, b = steps[0].native([args[0]], mean), steps[1].native([args[0], mean] if centered else [args[0]], var)
+        return None if a is None or b is None else [*a, (b[0][0], (*b[0][1], mean, var))]
+
+    run.native = native  # type: ignore[attr-defined]
+    return run

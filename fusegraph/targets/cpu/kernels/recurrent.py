@@ -18,6 +18,7 @@ from ..codegen.recurrent import recurrent_kernel
 from ..lowering import SMALL_WORK, Kernel, LowerContext, lowering, reference_kernel
 
 _PTR = ctypes.c_void_p
+XW_ON_STACK = 16384  # elements of the projection a kernel keeps on its stack (64 KiB in float32)
 
 
 @lowering("lstm", "gru", "rnn")
@@ -29,13 +30,16 @@ def recurrent(ins: Instruction, ctx: LowerContext) -> Kernel:
         return reference_kernel(ins, ctx)
     w, r, b = weights[:3]
     peep = weights[3] if op.n_weights > 4 else None
-    t_len, batch, _ = x_shape.lens
-    try:
-        source = recurrent_kernel(op, x_shape.dtype, t_len, batch, peepholes=peep is not None and bool(np.any(peep)))
-    except CodegenUnsupported:
-        return reference_kernel(ins, ctx)
+    t_len, batch, n_in = x_shape.lens
     dtype, h, dirs = x_shape.dtype.np, op.hidden_size, op.num_directions
     gh = op.gates * h
+    # a small input projection is the kernel's own loop (XW on its stack): no library call, no array
+    inside = 2.0 * t_len * batch * n_in * dirs * gh < SMALL_WORK and t_len * batch * dirs * gh <= XW_ON_STACK
+    try:
+        source = recurrent_kernel(op, x_shape.dtype, t_len, batch, peepholes=peep is not None and bool(np.any(peep)),
+                                  project=n_in if inside else 0)
+    except CodegenUnsupported:
+        return reference_kernel(ins, ctx)
     # Rb is summed into the projection's bias except GRU's linear-before-reset candidate bias, which
     # the reset gate scales (the kernel adds it to H Rh^T)
     summed = np.ones(gh, bool)
@@ -54,28 +58,64 @@ def recurrent(ins: Instruction, ctx: LowerContext) -> Kernel:
     ctx.deferred.append(lambda: cell.update(kernel=ctx.library[source.name]))
     dims = (ctypes.c_int64 * 1)(0)
     fixed = (rt, rb, pp)  # the kernel's constant arguments
-    project = _projection(wt, bias, t_len * batch, ctx)
+    projection = (wt, bias) if inside else ()  # the kernel's own product's arguments (kept alive here)
+    tail = tuple(a.ctypes.data for a in projection)
+    project, prim = (None, None) if inside else _projection(wt, bias, t_len * batch, ctx)
+    shapes = [(t_len, dirs, batch, h), (dirs, batch, h), (dirs, batch, h)][:op.n_states + 1]
+
+    def optional(args):  # sequence_lens, initial_h, initial_c: an array or None
+        return (np.ascontiguousarray(args[k_lens], np.int64) if op.has_sequence_lens else None,
+                np.ascontiguousarray(args[k_h0], dtype) if op.has_initial_h else None,
+                np.ascontiguousarray(args[k_c0], dtype) if op.has_initial_c else None)
 
     def run(args, out):
         kernel = cell["kernel"]
         x = np.ascontiguousarray(args[0]).reshape(t_len * batch, -1)
-        xw = project(x)  # every step's and direction's input projection: one product
-        y = np.empty((t_len, dirs, batch, h), dtype)
-        yh = np.empty((dirs, batch, h), dtype)
-        yc = np.empty((dirs, batch, h), dtype) if op.n_states > 1 else None
-        lens = np.ascontiguousarray(args[k_lens], np.int64) if op.has_sequence_lens else None
-        h0 = np.ascontiguousarray(args[k_h0], dtype) if op.has_initial_h else None
-        c0 = np.ascontiguousarray(args[k_c0], dtype) if op.has_initial_c else None
-        ptrs = (_PTR * 10)(xw.ctypes.data, *(a.ctypes.data for a in fixed),
-                           *(None if a is None else a.ctypes.data for a in (lens, h0, c0, y, yh, yc)))
+        xw = x if inside else project(x)  # every step's and direction's input projection: one product
+        # the planned elements' buffers (plan_memory.TUPLE_WRITERS), else arrays of its own
+        ys = [np.empty(sh, dtype) if out is None or out[k] is None else out[k] for k, sh in enumerate(shapes)]
+        ptrs = (_PTR * 12)(xw.ctypes.data, *(a.ctypes.data for a in fixed),
+                           *(None if a is None else a.ctypes.data for a in (*optional(args), *ys, None)[:6]), *tail)
         kernel._fn(ptrs, dims, kernel.threads)
-        return (y, yh) if yc is None else (y, yh, yc)
+        return tuple(ys)
 
+    run.projection = projection  # type: ignore[attr-defined]
+
+    def native(args, out):
+        """The C calls over fixed buffers: [the projection's oneDNN product,] the kernel; the
+        elements nobody reads go to this thread's scratch arrays."""
+        from ..native_program import dense, kernel_call, primitive_call
+
+        given = [args[0]] + [args[k] if f else None for k, f in (
+            (k_lens, op.has_sequence_lens), (k_h0, op.has_initial_h), (k_c0, op.has_initial_c))]
+        if (out is None or (not inside and prim is None)
+                or any(a is not None and a.dtype != d for a, d in zip(given, (dtype, np.int64, dtype, dtype)))):
+            return None
+        calls, operands = [], []
+        for a in given:  # (a strided one, a transposed sequence, copied into a dense scratch first)
+            d = None if a is None else dense(a)
+            if a is not None and d is None:
+                return None
+            operands.append(None if d is None else d[0])
+            calls += [] if d is None else d[1]
+        ys = [np.empty(sh, dtype) if out[k] is None else out[k] for k, sh in enumerate(shapes)]
+        x = xw = operands[0].reshape(t_len * batch, n_in)
+        if not inside:
+            xw = np.empty((t_len * batch, dirs * gh), dtype)
+            calls.append(primitive_call(prim, x, out=xw))
+        kernel = cell["kernel"]
+        ptrs = [a.ctypes.data for a in fixed] + [
+            0 if a is None else a.ctypes.data for a in (*operands[1:], *ys, None)[:6]] + list(tail)
+        record, keep = kernel_call(kernel._fn, xw.ctypes.data, ptrs, dims, kernel.threads)
+        return [*calls, (record, (*keep, operands, xw, ys))]
+
+    run.native = native  # type: ignore[attr-defined]
     return run
 
 
 def _projection(wt: np.ndarray, bias: np.ndarray, rows: int, ctx: LowerContext):
-    """x[rows, in] -> x @ wt + bias: for float32 a oneDNN matmul with the weights packed once (its
+    """x[rows, in] -> x @ wt + bias, and the oneDNN primitive doing it (None for numpy's product):
+    for float32 a oneDNN matmul with the weights packed once (its
     threads are the generated kernels' OpenMP pool; numpy's BLAS would bring a second, competing
     pool: on the loaded 2-core VM a [40, 128] @ [128, 1024] took 56 ms there against 0.25 ms on one
     thread)."""
@@ -83,8 +123,8 @@ def _projection(wt: np.ndarray, bias: np.ndarray, rows: int, ctx: LowerContext):
     # below SMALL_WORK (a streaming cell's one step: silero-vad's [1, 256] @ [256, 512]) BLAS runs one
     # thread and oneDNN's call costs more than the product: 0.118 -> ms a step with it, 0.086 without
     if wt.dtype != np.float32 or flops < SMALL_WORK:
-        return lambda x: np.add(np.matmul(x, wt), bias)
+        return (lambda x: np.add(np.matmul(x, wt), bias)), None
     from .. import onednn
 
     prim = onednn.MatMul((rows, wt.shape[0]), wt, bias, threads=ctx.threads_for(flops))
-    return lambda x: prim(x)
+    return (lambda x: prim(x)), prim

@@ -130,19 +130,28 @@ def tap_table(x_lens: Sequence[int], w_lens: Sequence[int], op, out_lens: Sequen
 def c_small_conv(ins, w: np.ndarray, bias: np.ndarray | None, activations: Sequence[Activation], ctx) -> Callable:
     """A step running a tiny float32 convolution as generated C (codegen/small_conv.py), with its
     C form for native programs."""
-    from ..codegen.small_conv import small_conv_kernel
+    from ..codegen.small_conv import small_conv1d_kernel, small_conv_kernel
     from ..native_program import kernel_call
 
     x_lens, lens = ins.inputs[0].shape.lens, ins.shape.lens
     n, c, m, g = x_lens[0], x_lens[1], w.shape[0], ins.op.group
-    idx = np.ascontiguousarray(tap_table(x_lens, w.shape, ins.op, lens), np.int64)
-    taps, s_out = idx.shape
-    src = small_conv_kernel(n, c, math.prod(x_lens[2:]), g, m, taps, s_out, bias is not None, activations)
+    # a 1-D signal of more positions than output channels a group (an ECG, a text CNN): the positions
+    # innermost (codegen/small_conv.py small_conv1d_kernel); else (silero-vad's STFT: 3 positions, 129
+    # channels) the output channels innermost
+    if len(x_lens) == 3 and lens[2] >= m // g:
+        pb, _, (stride,), (dil,) = window_attrs(ins.op, 1)
+        src = small_conv1d_kernel(n, c, x_lens[2], g, m, w.shape[2], lens[2], stride, dil, pb[0], bias is not None,
+                                  activations)
+        wt, idx = np.ascontiguousarray(w, np.float32), np.zeros(1, np.int64)  # [M, C/G, K]; no tap table
+    else:
+        idx = np.ascontiguousarray(tap_table(x_lens, w.shape, ins.op, lens), np.int64)
+        taps, s_out = idx.shape
+        src = small_conv_kernel(n, c, math.prod(x_lens[2:]), g, m, taps, s_out, bias is not None, activations)
+        # [G, CG * TAPS, MG]: a tap's weights for every output channel of its group side by side
+        wt = np.ascontiguousarray(w.reshape(g, m // g, -1).transpose(0, 2, 1), np.float32)
     ctx.kernel_sources.append(src)
     cell: dict = {}
     ctx.deferred.append(lambda: cell.update(kernel=ctx.library[src.name]))
-    # [G, CG * TAPS, MG]: a tap's weights for every output channel of its group side by side
-    wt = np.ascontiguousarray(w.reshape(g, m // g, -1).transpose(0, 2, 1), np.float32)
     b = np.ascontiguousarray(bias if bias is not None else np.zeros(1), np.float32)
     consts = (wt, b, idx)
     k = 2 + (bias is not None)
@@ -163,10 +172,49 @@ def c_small_conv(ins, w: np.ndarray, bias: np.ndarray | None, activations: Seque
         return out
 
     def native(args, out):
-        if not all(a.flags.c_contiguous for a in (args[0], *args[k:])):
+        from ..native_program import dense
+
+        calls, operands = [], []
+        for a in (args[0], *args[k:]):  # (a transposed input: copied into a dense scratch first)
+            d = dense(a)
+            if d is None:
+                return None
+            operands.append(d[0])
+            calls += d[1]
+        x, *residuals = operands
+        record, keep = kernel_call(cell["kernel"]._fn, out.ctypes.data,
+                                   [a.ctypes.data for a in (x, *consts, *residuals)], (), 1)
+        return [*calls, (record, (*keep, operands))]
+
+    run.native = native  # type: ignore[attr-defined]
+    return run
+
+
+def small_max_pool(ins, kernel: Sequence[int], ctx) -> Callable:
+    """A small max pooling on N, C, *spatial as generated C (codegen/small_conv.py): the windows as
+    a table of input positions, with its C form for native programs."""
+    from ..codegen.small_conv import small_max_pool_kernel
+    from ..native_program import kernel_call
+
+    x_lens, lens = ins.inputs[0].shape.lens, ins.shape.lens
+    idx = np.ascontiguousarray(tap_table(x_lens, (1, 1, *kernel), ins.op, lens), np.int64)
+    src = small_max_pool_kernel(x_lens[0] * x_lens[1], math.prod(x_lens[2:]), idx.shape[0], idx.shape[1])
+    ctx.kernel_sources.append(src)
+    cell: dict = {}
+    ctx.deferred.append(lambda: cell.update(kernel=ctx.library[src.name]))
+    dims = (ctypes.c_int64 * 1)(0)
+
+    def run(args, out):
+        out = np.empty(lens, np.float32) if out is None else out
+        x = np.ascontiguousarray(args[0])
+        cell["kernel"]._fn((ctypes.c_void_p * 3)(out.ctypes.data, x.ctypes.data, idx.ctypes.data), dims, 1)
+        return out
+
+    def native(args, out):
+        if not args[0].flags.c_contiguous:
             return None
-        return [kernel_call(cell["kernel"]._fn, out.ctypes.data, [a.ctypes.data for a in (args[0], *consts, *args[k:])],
-                            (), 1)]
+        record, keep = kernel_call(cell["kernel"]._fn, out.ctypes.data, [args[0].ctypes.data, idx.ctypes.data], (), 1)
+        return [(record, (*keep, idx))]
 
     run.native = native  # type: ignore[attr-defined]
     return run

@@ -12,12 +12,20 @@ arena. Like memory_coloring, the pass only sets `module.memory_plan` and reports
 
 from __future__ import annotations
 
+from ....ir.builtin import Return
 from ....ir.module import Instruction, Module
 from ....ir.op import OpKind
 from ....ir.shape import Shape
-from ....passes.memory_coloring import Buffer, MemoryPlan, color, is_view, max_live, plan_buffers, reads
+from ....passes.memory_coloring import Buffer, MemoryPlan, body_reads, color, is_view, max_live, plan_buffers
 
 EPILOGUES = frozenset({"conv_epilogue", "deconv_epilogue", "dot_epilogue"})
+# ops whose tuple results are fresh arrays (never their inputs or views of them), each element
+# written into a buffer of its own (kernels/recurrent.py takes a tuple of output buffers; a reference
+# kernel copies each element in: lowering.reference_kernel)
+TUPLE_WRITERS = frozenset({"lstm", "gru", "rnn", "moments"})
+# module outputs up to this size are planned and copied out at the end of a run (ModuleSteps):
+# their kernels then join native programs; a larger one is its kernel's own array (no copy)
+SMALL_OUTPUT = 1 << 16
 
 
 def plan_memory(module: Module, body: bool = False) -> bool:
@@ -26,9 +34,11 @@ def plan_memory(module: Module, body: bool = False) -> bool:
     if module.parent is not None and not body:
         return False
     # a body may also return a value it reads from here: what control flow reads escapes too
-    flows = set().union(*[reads(i) for i in module.instructions if i.op.kind is OpKind.CONTROL])
+    # (an If's condition is only tested)
+    flows = set().union(*[body_reads(i) | {x.uid for x in i.inputs[i.op.name == "if":]}
+                          for i in module.instructions if i.op.kind is OpKind.CONTROL])
     escaping = {_root(i).uid for i in module.instructions if _escapes(i) or i.uid in flows}
-    buffers = [b for b in plan_buffers(module) if b.uid not in escaping]
+    buffers = [b for b in plan_buffers(module, TUPLE_WRITERS, SMALL_OUTPUT) if b.uid not in escaping]
     of: dict[int, Buffer] = {b.uid: b for b in buffers}  # uid -> the buffer it is written to
     merged: set[int] = set()
     for k, ins in enumerate(module.instructions):
@@ -54,11 +64,18 @@ def plan_memory(module: Module, body: bool = False) -> bool:
 def _escapes(ins: Instruction) -> bool:
     """Whether `ins`'s value may outlive its last reader: put in a sequence or an optional, or handed
     to control flow, whose results (a tuple) may be that very array."""
-    return any(not isinstance(u.shape, Shape) for u in ins.users)
+    return any(not isinstance(u.shape, Shape) and not _keeps_no_reference(u, ins) for u in ins.users)
+
+
+def _keeps_no_reference(user: Instruction, ins: Instruction) -> bool:
+    """Whether `user`'s result (a tuple) never holds `ins`'s array: a tuple writer's are fresh, the
+    module's return (outputs are copied out) and an If's condition (only tested) are no results."""
+    return (user.op.name in TUPLE_WRITERS or isinstance(user.op, Return)
+            or (user.op.name == "if" and all(x is not ins for x in user.inputs[1:])))
 
 
 def _root(ins: Instruction) -> Instruction:
     """The instruction whose buffer `ins` lives in (itself, or what it is a view of)."""
-    while ins.inputs and is_view(ins):
+    while ins.inputs and is_view(ins) and not (ins.op.name == "get_tuple_elem" and ins.inputs[0].op.name in TUPLE_WRITERS):
         ins = ins.inputs[0]
     return ins
