@@ -38,6 +38,7 @@ def plan_memory(module: Module, body: bool = False) -> bool:
     flows = set().union(*[body_reads(i) | {x.uid for x in i.inputs[i.op.name == "if":]}
                           for i in module.instructions if i.op.kind is OpKind.CONTROL])
     escaping = {_root(i).uid for i in module.instructions if _escapes(i) or i.uid in flows}
+    escaping |= _aliased_by_outputs(module)
     buffers = [b for b in plan_buffers(module, TUPLE_WRITERS, SMALL_OUTPUT) if b.uid not in escaping]
     of: dict[int, Buffer] = {b.uid: b for b in buffers}  # uid -> the buffer it is written to
     merged: set[int] = set()
@@ -59,6 +60,30 @@ def plan_memory(module: Module, body: bool = False) -> bool:
     arena = color(kept)
     module.memory_plan = MemoryPlan(of, arena, max_live(kept), sum(b.size for b in buffers))
     return False
+
+
+def _aliased_by_outputs(module: Module) -> set[int]:
+    """A module output made by movement ops from a value laid out other than row-major by a reference
+    kernel keeps arrays of its own, as does that chain: a small output's buffer is planned and copied
+    out through the output's view, and a reference kernel fills a strided buffer as if it were
+    row-major, so it would be read back scrambled. (QLinearSoftmax over a middle axis, transpose ->
+    softmax over the strided value -> transpose, returned garbage.)"""
+    aliased = set()
+    for o in module.outputs:
+        chain = [o]
+        while chain[-1].op.kind is OpKind.MOVEMENT and chain[-1].inputs:
+            chain.append(chain[-1].inputs[0])
+        if any(isinstance(x.shape, Shape) and not x.shape.standard and _by_reference(x) for x in chain):
+            aliased.update(x.uid for x in chain)
+    return aliased
+
+
+def _by_reference(ins: Instruction) -> bool:
+    """Whether `ins` runs as its op's numpy reference (lowering.reference_kernel), which fills its
+    output as a row-major copy (oneDNN's and the generated kernels honour a planned layout)."""
+    from ..lowering import REFERENCE_KINDS, REFERENCE_OPS
+
+    return (ins.op.kind in REFERENCE_KINDS or ins.op.name in REFERENCE_OPS) and not is_view(ins)
 
 
 def _escapes(ins: Instruction) -> bool:
