@@ -28,8 +28,8 @@ from ...ir.program import Program
 from ...ir.shape import AnyShape, Shape, TupleShape
 from ..base import CompileOptions, Executable
 from .build import BuildContext
-from .device import torch, torch_dtype
-from .executable import DeviceDoor, as_tensor, check_input_names, library_flags, on_stream
+from .device import StreamScope, torch, torch_dtype
+from .executable import DeviceDoor, as_tensor, check_input_names, library_flags
 from .host import device_value, host_runner, host_value, outer_reads, why_host
 from .lowering import LOWERINGS, describe_lowering, find_lowering
 from .plan import Step, is_dynamic, list_steps
@@ -226,17 +226,17 @@ class DynamicExecutable(DeviceDoor, Executable):
         numpy). Outputs are fresh tensors: `copy_outputs` changes nothing."""
         self._run_pending_checks()
         check_input_names(inputs, self._params)
-        with on_stream(stream):
+        with StreamScope(stream, self.device):
             outs = self._run({name: as_tensor(v) for name, v in inputs.items()})
         return [device_value(v, o.shape, self.device) for v, o in zip(outs, self._outputs)]
 
     def _run(self, inputs: dict[str, Any]) -> list[Any]:
-        with self._lock, library_flags(self.device, exact=True):
-            self._order.before(self.device)  # its scratch and flags serve one run at a time (streams.py)
+        with self._lock, library_flags(self.device, exact=True), StreamScope(None, self.device) as stream:
+            self._order.before(stream)  # its scratch and flags serve one run at a time (streams.py)
             outs = self._run_steps(inputs)
             # an index out of range: the op's ExecutionError (one read of the flags, index_checks.py)
             self.ctx.index_checks.raise_if_flagged(lambda: self._run_steps(inputs))
-            self._order.after(self.device)
+            self._order.after(stream)
             return outs
 
     def _run_steps(self, inputs: dict[str, Any]) -> list[Any]:

@@ -30,7 +30,7 @@ from ...ir.dtypes import DType
 from ...ir.program import Program
 from ...ir.run_limits import running
 from ..base import CompileOptions, Executable
-from .device import to_host, torch
+from .device import StreamScope, to_host, torch
 from .index_checks import IndexChecks
 from .lowering import Slot
 from .streams import RunOrder
@@ -179,8 +179,8 @@ class GpuExecutable(DeviceDoor, Executable):
 
     def _host_run(self, inputs: dict[str, Any], launch: Callable[[], None],
                   after: Callable[[], None] | None = None) -> list[np.ndarray]:
-        with self._lock:
-            self._order.before(self.device)
+        with self._lock, StreamScope(None, self.device) as stream:
+            self._order.before(stream)
             for name, value in inputs.items():
                 buf, dt = self._inputs[name]
                 _copy_in(buf, value, dt)
@@ -188,7 +188,7 @@ class GpuExecutable(DeviceDoor, Executable):
                 self.warm_up()
             try:
                 launch()
-                self._order.after(self.device)
+                self._order.after(stream)
                 self._check_indices()
                 return [to_host(slot.t, dt) for slot, dt in self._outputs]
             finally:
@@ -201,8 +201,8 @@ class GpuExecutable(DeviceDoor, Executable):
         None uses what `input_buffers()` hold. Runs on `stream` (a torch.cuda.Stream) if given, else
         on the current stream. Outputs alias the executable's buffers unless `copy_outputs`."""
         self._run_pending_checks()
-        with self._lock, on_stream(stream):
-            self._order.before(self.device)
+        with self._lock, StreamScope(stream, self.device) as current:
+            self._order.before(current)
             if inputs is not None:
                 check_input_names(inputs, self._inputs)
                 for name, value in inputs.items():
@@ -214,7 +214,7 @@ class GpuExecutable(DeviceDoor, Executable):
             self._check_indices()  # a sync where the program has indexing steps
             outs = [slot.t for slot, _ in self._outputs]
             outs = [o.clone() for o in outs] if copy_outputs else outs
-            self._order.after(self.device)  # (after the copies: they read the buffers too)
+            self._order.after(current)  # (after the copies: they read the buffers too)
             return outs
 
     # -- description --------------------------------------------------------------------------------
@@ -311,11 +311,6 @@ def as_tensor(v: Any) -> Any:
     """numpy arrays and torch tensors as they are; other DLPack producers as torch tensors sharing
     their memory (cupy, jax, ...)."""
     return v if isinstance(v, (np.ndarray, torch().Tensor)) else torch().from_dlpack(v)
-
-
-def on_stream(stream: Any):
-    """A context running on `stream` (a torch.cuda.Stream), or on the current stream when None."""
-    return torch().cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
 
 def _copy_in(buf: Any, value: Any, dt: DType, name: str = "") -> None:

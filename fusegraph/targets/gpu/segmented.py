@@ -37,7 +37,8 @@ from ...ir.program import Program
 from ...ir.shape import Shape
 from ...passes.memory_coloring import reads
 from ..base import CompileOptions, Executable
-from .executable import DeviceDoor, as_tensor, check_input_names, on_stream
+from .device import StreamScope
+from .executable import DeviceDoor, as_tensor, check_input_names
 from .host import device_type_ok, host_value, why_host
 from .plan import Step, is_dynamic, list_steps
 
@@ -254,7 +255,7 @@ class SegmentedExecutable(DeviceDoor, Executable):
         the static mode; the rest's are fresh tensors."""
         self._run_pending_checks()
         check_input_names(inputs, self._names)
-        with on_stream(stream):
+        with StreamScope(stream, self.device):
             return self._run({n: as_tensor(v) for n, v in inputs.items()}, device_out=True, copy_outputs=copy_outputs)
 
     def _run(self, inputs: Mapping[str, Any], device_out: bool, copy_outputs: bool) -> list[Any]:

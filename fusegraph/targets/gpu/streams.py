@@ -23,7 +23,7 @@ from typing import Any
 from ...errors import api_boundary
 from ...ir.run_limits import running
 from ...runtime.validate import check_inputs
-from .device import to_host, torch
+from .device import current_stream, to_host, torch
 
 
 class RunOrder:
@@ -35,23 +35,19 @@ class RunOrder:
     def __init__(self):
         self.event = self.stream = None
 
-    def before(self, device: Any) -> None:
-        """Make the current stream wait for the last run when that went to another stream."""
-        if self.event is None or device.type != "cuda":
-            return
-        current = torch().cuda.current_stream(device)
-        if current != self.stream:
-            current.wait_event(self.event)
+    def before(self, stream: Any) -> None:
+        """Make `stream` (the run's; None off CUDA) wait for the last run when that went to another."""
+        if self.event is not None and stream is not None and stream != self.stream:
+            stream.wait_event(self.event)
 
-    def after(self, device: Any) -> None:
-        """Record the run just queued on the current stream."""
-        if device.type != "cuda":
+    def after(self, stream: Any) -> None:
+        """Record the run just queued on `stream` (None off CUDA)."""
+        if stream is None:
             return
-        t = torch()
-        self.stream = t.cuda.current_stream(device)
+        self.stream = stream
         if self.event is None:
-            self.event = t.cuda.Event()
-        self.event.record(self.stream)
+            self.event = torch().cuda.Event()
+        self.event.record(stream)
 
 
 class DeviceFuture:
@@ -72,7 +68,7 @@ class DeviceFuture:
             t = torch()
             for o in self._outputs:  # made on the run's stream, read on the caller's: not freed under it
                 if isinstance(o, t.Tensor) and o.is_cuda:
-                    o.record_stream(t.cuda.current_stream(o.device))
+                    o.record_stream(current_stream(o.device))
             return self._outputs
         return [to_host(v, s.dtype) if isinstance(v, torch().Tensor) else v for v, s in zip(self._outputs, self._shapes)]
 
@@ -100,13 +96,13 @@ def run_async(exe: Any, inputs: Mapping[str, Any], stream: Any, after: Iterable[
             stream.wait_event(f.event)
         else:
             f.result()
-    with t.cuda.stream(stream), running(deadline, exe.options.max_loop_iterations):
-        for v in inputs.values():  # the caching allocator must not hand their memory out before the copy-in
-            if isinstance(v, t.Tensor) and v.is_cuda:
-                v.record_stream(stream)
-        outputs = exe.run_device(inputs, copy_outputs=True)
-        event = t.cuda.Event()
-        event.record(stream)
+    for v in inputs.values():  # the caching allocator must not hand their memory out before the copy-in
+        if isinstance(v, t.Tensor) and v.is_cuda:
+            v.record_stream(stream)
+    with running(deadline, exe.options.max_loop_iterations):
+        outputs = exe.run_device(inputs, stream=stream, copy_outputs=True)
+    event = t.cuda.Event()
+    event.record(stream)
     return DeviceFuture(event, outputs, exe.output_shapes, host)
 
 
