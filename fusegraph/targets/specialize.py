@@ -132,6 +132,12 @@ class SpecializingExecutable(Executable):
                 raise InputError(f"input {name!r}: expected shape {spec}, got {list(lens[name])}")
         return lens
 
+    def context(self) -> Executable:
+        """On gpu, an execution context (`SpecializedContext`): the same compiles, and per shape an
+        execution context of the specialized executable, so contexts run at once; on host targets,
+        this executable (their runs keep their state per thread already)."""
+        return SpecializedContext(self) if self.target.name == "gpu" else self
+
     # profiling and capture run the specialized executable: its steps are the ones that run
     def profile(self, inputs: Mapping[str, Any], runs: int = 10, warmup: int = 1) -> Any:
         checked = check_inputs(self.input_specs, inputs)
@@ -153,6 +159,40 @@ class SpecializingExecutable(Executable):
         for s in self.specializations:
             lines.append(f"  {s.lens}: compiled in {s.seconds * 1e3:.1f} ms")
         return "\n".join(lines)
+
+
+class SpecializedContext(SpecializingExecutable):
+    """An execution context of a gpu SpecializingExecutable. Shapes are compiled once, by the parent
+    (its cache, its lock); a run at a shape goes to this context's own context of the parent's
+    executable for it (made when the context first meets the shape: its buffers, CUDA graph and
+    stream), so runs of several contexts at one shape run at once. At most the parent's capacity
+    of them is kept, least recently used dropped, as the parent drops its executables."""
+
+    def __init__(self, parent: SpecializingExecutable):
+        Executable.__init__(self, parent.program, parent.options)
+        self.parent, self.target, self.capacity = parent, parent.target, parent.capacity
+        self._cache = parent._cache  # read only here (cached_shapes, describe): the parent compiles
+        self._contexts: OrderedDict[Key, tuple[Executable, Executable]] = OrderedDict()  # key: (parent's, ours)
+        self._lock = threading.Lock()
+
+    @property
+    def specializations(self) -> list[Specialization]:  # type: ignore[override]
+        return self.parent.specializations
+
+    def executable_for(self, lens: Mapping[str, tuple[int, ...]]) -> Executable:
+        shared = self.parent.executable_for(lens)
+        key = tuple(tuple(int(n) for n in lens[name]) for name in self.input_specs)
+        with self._lock:
+            held = self._contexts.get(key)
+            if held is None or held[0] is not shared:  # new, or the parent compiled it again since
+                held = self._contexts[key] = (shared, shared.context())
+            self._contexts.move_to_end(key)
+            while len(self._contexts) > self.capacity:
+                self._contexts.popitem(last=False)
+            return held[1]
+
+    def context(self) -> Executable:
+        return self.parent.context()
 
 
 def _lens(inputs: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:

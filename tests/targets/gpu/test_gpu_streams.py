@@ -184,3 +184,53 @@ def test_two_programs_on_two_streams_ordered_by_an_event(gpu_target):
         h2 = second.run_async({"x": h1.device_outputs[0]}, stream=s2, after=[h1])
         want = second.run({"x": first.run(_feeds(k))[0]})[0]
         np.testing.assert_array_equal(h2.result()[0].cpu().numpy(), want)
+
+
+def _dynamic(target) -> fusegraph.Program:
+    from fusegraph.ir import Dim
+
+    model = _model()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    return fusegraph.parse_onnx(model, map_dyn_input_dims={"x": [Dim(1, 8), 16]}).compile(target)
+
+
+def _batch(k: int, n: int) -> dict:
+    return {"x": np.random.default_rng(k).standard_normal((n, 16)).astype(np.float32)}
+
+
+def test_a_dynamic_programs_context_shares_its_compiles_and_owns_its_buffers(gpu_target):
+    p = _dynamic(gpu_target)
+    ctx = p.context()
+    parent, child = p.executable, ctx.executable
+    assert child is not parent
+    for n in (2, 5, 2):
+        np.testing.assert_array_equal(ctx.run(_batch(n, n))[0], p.run(_batch(n, n))[0])
+    assert len(parent.specializations) == 2 and child.specializations is parent.specializations
+    for lens in parent.cached_shapes:
+        mine, theirs = child.executable_for(lens), parent.executable_for(lens)
+        assert mine is not theirs and mine.memory[1] is theirs.memory[1]  # one weight allocation
+        assert mine.memory[0].data_ptr() != theirs.memory[0].data_ptr()  # activations of its own
+    lens = parent.cached_shapes[0]
+    assert child.executable_for(lens) is child.executable_for(lens)  # made once per shape
+
+
+@pytest.mark.gpu
+def test_dynamic_contexts_on_streams_from_threads(gpu_target):
+    t = _torch()
+    p = _dynamic(gpu_target)
+    contexts = [p.context() for _ in range(3)]
+    want = {k: p.run(_batch(k, 1 + k % 4))[0] for k in range(12)}
+    got = {}
+
+    def serve(i):
+        stream = t.cuda.Stream()
+        for k in range(i, 12, 3):
+            x = t.from_numpy(_batch(k, 1 + k % 4)["x"]).cuda()
+            got[k] = contexts[i].run_async({"x": x}, stream=stream).result()[0].cpu().numpy()
+
+    for ctx in contexts:  # the shapes' contexts are made before serving (each captures a graph)
+        for n in range(1, 5):
+            ctx.run(_batch(0, n))
+    _at_once(serve, range(3))
+    for k in range(12):
+        np.testing.assert_array_equal(got[k], want[k])
