@@ -46,8 +46,16 @@ def attention(ctx, step):
     scale = step.data["scale"]
 
     def run(q, kt, v, mask=None):
-        return F.scaled_dot_product_attention(q, kt.transpose(-1, -2), v, attn_mask=mask, scale=scale)
+        q, k, v = (_unit_last(x) for x in (q, kt.transpose(-1, -2), v))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     return run
+
+
+def _unit_last(x):
+    """`x` with unit stride along its last dim: the flash and memory-efficient kernels need it, and
+    without them SDPA falls back to its math form (a K^T made contiguous by its producer, read
+    transposed, made ViT-B/16's attention 15x slower than flash on an H200, issue 23)."""
+    return x if x.stride(-1) == 1 or x.shape[-1] == 1 else x.contiguous()
 
 
 @lowering("quant_dot", mode="into", note="int8 x int8 weights: torch._int_mm; else exact in float64")
