@@ -46,32 +46,35 @@ class ModelRow:
         torch.backends.mha.set_fastpath_enabled(False)  # MHA's fused fast path has no ONNX export
         model = self.builder().eval()
         inputs, names = self.inputs(batch)
+        if isinstance(model, FirstTensor) and model.keywords:
+            model.names = tuple(names)
         return model, model, inputs, names, self.convnet
 
 
 class FirstTensor(nn.Module):
     """A module whose output is a dict / tuple / model output, reduced to one tensor for export."""
 
-    def __init__(self, model: nn.Module, key: str | int = 0):
+    def __init__(self, model: nn.Module, key: str | int = 0, keywords: bool = False):
         super().__init__()
         self.model, self.key = model, key
+        self.keywords, self.names = keywords, ()  # keywords: pass the inputs by their names
 
     def forward(self, *args):
-        out = self.model(*args)
+        out = self.model(**dict(zip(self.names, args))) if self.keywords else self.model(*args)
         if isinstance(out, dict) or hasattr(out, "keys"):
             return out[self.key] if isinstance(self.key, str) else next(iter(out.values()))
         return out[self.key] if isinstance(out, (tuple, list)) else out
 
 
-def image(size: int = 224) -> Callable[[int], tuple[tuple[torch.Tensor, ...], list[str]]]:
-    return lambda b: ((torch.randn(b, 3, size, size),), ["input"])
+def image(size: int = 224, name: str = "input") -> Callable[[int], tuple[tuple[torch.Tensor, ...], list[str]]]:
+    return lambda b: ((torch.randn(b, 3, size, size),), [name])
 
 
-def tokens(seq: int = 128, vocab: int = 30522, mask: bool = True):
+def tokens(seq: int = 128, vocab: int = 30522):
+    """Token ids and an all-ones mask (a causal decoder without a mask exports transformers' packed-
+    sequence detection, aten::diff, which opset 17 lacks)."""
     def make(b: int):
         ids = torch.randint(0, vocab, (b, seq))
-        if not mask:
-            return (ids,), ["input_ids"]
         return (ids, torch.ones(b, seq, dtype=torch.int64)), ["input_ids", "attention_mask"]
     return make
 
@@ -89,17 +92,17 @@ def tv(name: str, section: str = "", key: str | int = 0, **kwargs) -> Callable[[
 
 def hf(config: str, model: str, key: str | int = 0, **overrides) -> Callable[[], nn.Module]:
     """A transformers model from its default config (random weights, eager attention: the exportable
-    form; the torch contenders run the same module)."""
+    form; the torch contenders run the same module), called with its inputs by name."""
     def build() -> nn.Module:
         import transformers
 
         cfg = getattr(transformers, config)(**overrides)
         cfg._attn_implementation = "eager"
-        return FirstTensor(getattr(transformers, model)(cfg), key)
+        return FirstTensor(getattr(transformers, model)(cfg), key, keywords=True)
     return build
 
 
-IMG, TXT = image(), tokens()
+IMG, TXT, PIXELS = image(), tokens(), image(name="pixel_values")  # transformers' name for images
 MODELS: dict[str, ModelRow] = {
     # depthwise / squeeze-excite CNNs
     "efficientnet_b0": ModelRow("depthwise+SE CNN", tv("efficientnet_b0"), IMG, convnet=True),
@@ -114,30 +117,30 @@ MODELS: dict[str, ModelRow] = {
     "vit_b_16": ModelRow("ViT", tv("vit_b_16"), IMG),
     "swin_t": ModelRow("windowed ViT", tv("swin_t"), IMG),
     "deit_small": ModelRow("ViT (DeiT)", hf("DeiTConfig", "DeiTModel", hidden_size=384, num_attention_heads=6,
-                                            intermediate_size=1536), IMG),
-    "hf_swin_tiny": ModelRow("windowed ViT", hf("SwinConfig", "SwinModel"), IMG),
+                                            intermediate_size=1536), PIXELS),
+    "hf_swin_tiny": ModelRow("windowed ViT", hf("SwinConfig", "SwinModel"), PIXELS),
     "mobilevit_s": ModelRow("conv+attention hybrid", hf("MobileViTConfig", "MobileViTModel", image_size=256),
-                            image(256), convnet=True),
+                            image(256, "pixel_values"), convnet=True),
     # text encoders and decoders
     "distilbert": ModelRow("encoder", hf("DistilBertConfig", "DistilBertModel"), TXT),
     "roberta_base": ModelRow("encoder", hf("RobertaConfig", "RobertaModel", vocab_size=50265), tokens(vocab=50265)),
     "gpt2": ModelRow("decoder (causal)", hf("GPT2Config", "GPT2Model", use_cache=False),
-                     tokens(vocab=50257, mask=False)),
+                     tokens(vocab=50257)),
     "llama_small": ModelRow("decoder (RoPE, RMSNorm, SwiGLU)",
                             hf("LlamaConfig", "LlamaModel", hidden_size=512, intermediate_size=1408,
                                num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4,
-                               vocab_size=32000, use_cache=False), tokens(vocab=32000, mask=False)),
+                               vocab_size=32000, use_cache=False), tokens(vocab=32000)),
     # segmenters
     "deeplabv3_mobilenet_v3": ModelRow("segmenter", tv("deeplabv3_mobilenet_v3_large", "segmentation", "out",
                                                        weights_backbone=None, aux_loss=False), IMG, convnet=True),
     "lraspp_mobilenet_v3": ModelRow("segmenter", tv("lraspp_mobilenet_v3_large", "segmentation", "out",
                                                     weights_backbone=None), IMG, convnet=True),
     "segformer_b0": ModelRow("segmenter (transformer)", hf("SegformerConfig", "SegformerForSemanticSegmentation",
-                                                           "logits"), image(512), (1, 8)),
+                                                           "logits"), image(512, "pixel_values"), (1, 8)),
     # detectors (dense heads; the NMS-free outputs)
     "yolos_tiny": ModelRow("detector (ViT)", hf("YolosConfig", "YolosForObjectDetection", "logits", hidden_size=192,
                                                 num_attention_heads=3, intermediate_size=768,
-                                                image_size=[512, 512]), image(512), (1, 8)),
+                                                image_size=[512, 512]), image(512, "pixel_values"), (1, 8)),
 }
 
 

@@ -42,10 +42,14 @@ def gemm_bias(ctx, step):
 
 @lowering("attention", mode="value", note="scaled_dot_product_attention")
 def attention(ctx, step):
+    from .view_chain import apply
+
     F = torch().nn.functional
     scale = step.data["scale"]
+    chains = step.data["chains"]  # q, K^T, v from the pattern's inputs: strided views where they can be
 
     def run(q, kt, v, mask=None):
+        q, kt, v = (apply(x, c) for x, c in zip((q, kt, v), chains))
         q, k, v = (_unit_last(x) for x in (q, kt.transpose(-1, -2), v))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     return run

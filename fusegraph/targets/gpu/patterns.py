@@ -34,6 +34,7 @@ from ...ir.shape import Shape
 from ...ops.conv import window_attrs
 from ...ops.scalar import Call, Const, Expr, Var, variables
 from .patterns_quant import quant_epilogue_source
+from .view_chain import fold_chains
 
 FLOATS = ("float16", "bfloat16", "float32")
 DOT_EPILOGUES = ("gemm_epilogue", "quant_gemm_epilogue")  # the rest take a convolution's N, C, H, W
@@ -150,9 +151,12 @@ def match_attention(dot2: Instruction) -> Group | None:
         return None
     if mask is not None and (mask.shape.dtype != q.shape.dtype or not isinstance(mask.shape, Shape)):
         return None
-    inputs = [q, kt, v] + ([mask] if mask is not None else [])
-    return Group("attention", dot2, [*pre_scaled, dot1, *members], inputs,
-                 {"scale": scale, "has_mask": mask is not None})
+    inside = [*pre_scaled, dot1, *members]
+    # q, K^T and v as strided views of what their movement chains start from (view_chain.py)
+    bases, chains, folded = fold_chains([q, kt, v], {m.uid for m in inside} | {dot2.uid})
+    inputs = bases + ([mask] if mask is not None else [])
+    return Group("attention", dot2, [*folded, *inside], inputs,
+                 {"scale": scale, "has_mask": mask is not None, "chains": chains})
 
 
 def _constant_factor(x: Instruction) -> float | None:

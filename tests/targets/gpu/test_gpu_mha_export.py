@@ -17,6 +17,7 @@ import fusegraph
 from fusegraph.passes import eliminate_dead_code, generic_pipeline, run_pipeline
 from fusegraph.targets.gpu.gather_views import evenly_stepped, gather_views
 from fusegraph.targets.gpu.patterns import match_groups
+from fusegraph.targets.gpu.view_chain import compose
 from tests.util import assert_close, make_model, run_ort
 
 rng = np.random.default_rng(3)
@@ -86,8 +87,9 @@ def test_prescaled_q_and_kt_fold_into_the_scale(fp16):
     (g,) = [g for g in match_groups(p.main).values() if g.kind == "attention"]
     c = float((np.float16 if fp16 else np.float32)(8 ** -0.25))  # the factor as the program holds it
     assert g.data["scale"] == pytest.approx(c * c, rel=1e-6)
-    q, kt, v = g.inputs
-    assert q.op.name != "mul" and kt.op.name == "transpose"  # the raw q and K^T: k itself, unit stride
+    q, k, v = g.inputs  # the projections themselves: q unscaled, K^T a view of k (unit last stride)
+    assert q.op.name == k.op.name == "dot" and g.data["chains"][1][-1][0].name == "transpose"
+    assert all(compose(x.shape.lens, x.shape.strides, c) is not None for x, c in zip(g.inputs, g.data["chains"]))
     assert sum(m.op.name == "mul" for m in g.members) == 2
 
 
@@ -147,7 +149,11 @@ def test_torch_mha_export_runs_as_slices_and_sdpa(gpu_target, fp16):
     x = {"x": randn(2, 9, 32)}
     p = fusegraph.parse_onnx(model)
     p.compile(gpu_target, fusegraph.CompileOptions(fp16=fp16))
-    kinds = [s.kind for s in p.executable.plan.steps]
+    steps = p.executable.plan.steps
+    kinds = [s.kind for s in steps]
     assert kinds.count("attention") == 1 and "gather" not in kinds and "mul" not in kinds
+    (att,) = [s for s in steps if s.kind == "attention"]
+    assert [x.op.name for x in att.inputs] == ["dot"] * 3  # q, k, v: strided views of the in-projection
+    assert all(compose(x.shape.lens, x.shape.strides, c) is not None for x, c in zip(att.inputs, att.data["chains"]))
     tol = 2e-2 if fp16 else 1e-4
     assert_close(p.run(x), run_ort(model, x), rtol=tol, atol=tol)
