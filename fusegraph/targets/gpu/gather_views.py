@@ -9,8 +9,9 @@ of its input, free, or folded into the reader's copy when a reshape after it nee
     gather(x, i, axis)              -> squeeze(slice(x, i:i+1), axis)      (a scalar index)
     gather(x, [i, i+s, ...], axis)  -> [reshape](slice(x, i:...:s))        (s >= 1)
 
-Legality: the index is a literal (negative entries count from the end), every entry in range (else
-the gather keeps its run-time error), and its entries step by one constant s >= 1.
+Legality: float data (integer gathers are mostly shape arithmetic, which fold_symbolic_shapes reads
+as gathers), the index a literal (negative entries count from the end), every entry in range (else
+the gather keeps its run-time error), its entries stepping by one constant s >= 1.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def gather_views(module: Module) -> bool:
             continue
         data, index = ins.inputs
         if not (isinstance(data.shape, Shape) and isinstance(ins.shape, Shape)) or data.shape.is_dynamic:
+            continue
+        if not data.shape.dtype.is_float:  # integer gathers are shape arithmetic: fold_symbolic_shapes' form
             continue
         axis = ins.op.axis
         idx = np.asarray(index.literal)

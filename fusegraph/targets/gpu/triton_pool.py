@@ -37,7 +37,7 @@ UNROLL_TAPS = 64     # windows up to this many taps are unrolled (tl.static_rang
 WIDE_TAPS = 256      # windows past this many taps take the tiled, split form
 TILE = 2048          # elements per [BLOCK, RBLOCK] tile of the split form
 TARGET_PROGRAMS = 512  # programs the split form aims for (a few per SM)
-MIN_SPLIT_TAPS = 512   # taps each split reads at least (fewer: the partials cost more than they save)
+MIN_SPLIT_TAPS = 256   # taps each split reads at least (fewer: the partials cost more than they save)
 IND = "    "
 
 

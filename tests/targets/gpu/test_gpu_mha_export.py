@@ -54,6 +54,12 @@ def test_gather_views_rewrite(idx, axis, ops):
     assert changed == (ops is not None) and names == (ops or ["gather"])
 
 
+def test_integer_gathers_stay_gathers():  # shape arithmetic: fold_symbolic_shapes reads gathers
+    nodes = [helper.make_node("Gather", ["x", "i"], ["y"], axis=0)]
+    model = make_model(nodes, {"x": np.arange(4, dtype=np.int64)}, ["y"], initializers={"i": np.array(1, np.int64)})
+    assert not gather_views(fusegraph.parse_onnx(model).main)
+
+
 @pytest.mark.parametrize("idx, axis", [(1, 0), (-1, 1), ([1, 3], 1), ([[0], [2]], 2), ([3, 1, 0], 2)])
 def test_gathers_match_onnxruntime(gpu_target, idx, axis):
     model = _gather_model(idx, axis)
