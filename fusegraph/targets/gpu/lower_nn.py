@@ -235,7 +235,7 @@ def _triton_pooling(ctx, op, x_shape):
         g = op.geometry(sp)
         window = (g.lengths, g.strides, g.begins, g.dilations)
         counts = np.asarray(op._counts(sp, g), dtype=np.float32).reshape(-1)
-    launcher = PoolLauncher(op.mode, x_shape.dtype, *window, ctx.constant(counts))
+    launcher = PoolLauncher(op.mode, x_shape.dtype, *window, ctx.constant(counts), ctx.scratch)
     ctx.kernels.append(launcher)
     return launcher
 

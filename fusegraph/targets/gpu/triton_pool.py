@@ -188,46 +188,50 @@ def wide_grid(numel: int, taps: int) -> tuple[int, int, int, int]:
 
 
 class PoolLauncher(Launcher):
-    """Launches the pooling kernel of one step; the source is chosen from the output's layout on the
-    first call (made while compiling, before graph capture) and whenever the strides change."""
+    """Launches the pooling kernel(s) of one step; the source is chosen from the output's layout on
+    the first call (made while compiling, before graph capture) and whenever the strides change. The
+    split form's partials live in the executable's shared scratch buffer (`scratch`: lens, torch
+    dtype -> a temporary, asked for on every run), dead once the step ends."""
 
-    def __init__(self, mode: str, dtype: DType, lengths, strides, begins, dilations, counts: Any):
+    def __init__(self, mode: str, dtype: DType, lengths, strides, begins, dilations, counts: Any,
+                 scratch: Any):
         self.mode, self.dtype = mode, dtype
         self.window = tuple(map(tuple, (lengths, strides, begins, dilations)))
         self.counts = counts  # per output window divisor (average), a float32 device tensor
+        self.scratch = scratch
         self.sources: dict[str, str] = {}
-        self.calls: list[tuple[Any, tuple, dict]] = []  # (kernel, arguments after x and out, meta)
+        self.calls: list[tuple[Any, dict]] = []  # (kernel, meta)
+        self.part_len = 0  # elements of partials the split form needs (0: none)
 
     def _configure(self, out: Any, x: Any) -> None:
-        from .device import torch_dtype
-
         order = tuple(memory_order(tuple(out.shape), out.stride()))
         spec = PoolSpec(self.mode, self.dtype, *self.window, order)
         name = "pool_" + source_hash(spec.key())
         source = pool_source(spec, name)
         self.sources[name] = source
         fn = load_kernel(source, name)
-        numel = out.numel()
-        sizes = [*out.shape, *x.shape[2:], *x.stride(), *out.stride()]
+        self.numel = numel = out.numel()
+        self.sizes = [*out.shape, *x.shape[2:], *x.stride(), *out.stride()]
+        self.part_len = 0
         if not numel:
             self.calls = []
         elif not spec.wide:
             block = 256 if numel >= 256 * 264 else 128 if numel >= 128 * 132 else 64
-            meta = {"BLOCK": block, "num_warps": 4 if block >= 256 else 2}
-            self.calls = [(fn[(-(-numel // block),)], (self.counts, numel, *sizes), meta)]
+            self.calls = [(fn[(-(-numel // block),)], {"BLOCK": block, "num_warps": 4 if block >= 256 else 2})]
         else:
             block, rblock, splits, chunk = wide_grid(numel, math.prod(spec.lengths))
-            # partials in the compute type: allocated here, before capture, and reused by every run
-            part = x.new_empty((splits * numel if splits > 1 else 1,), dtype=torch_dtype(compute_type(self.dtype)))
-            grid = (-(-numel // block), splits)
+            self.part_len = splits * numel if splits > 1 else 1
             meta = {"BLOCK": block, "RBLOCK": rblock, "CHUNK": chunk, "DIRECT": splits == 1, "num_warps": 4}
-            self.calls = [(fn[grid], (self.counts, numel, part, *sizes), meta)]
+            self.calls = [(fn[(-(-numel // block), splits)], meta)]
             if splits > 1:
                 fin = load_kernel(source, name + "_combine")
-                self.calls.append((fin[(-(-numel // 256),)], (self.counts, numel, part, *sizes),
-                                   {"BLOCK": 256, "SPLITS": splits, "num_warps": 4}))
+                self.calls.append((fin[(-(-numel // 256),)], {"BLOCK": 256, "SPLITS": splits, "num_warps": 4}))
 
     def __call__(self, out: Any, x: Any) -> None:
+        from .device import torch_dtype
+
         self._configured_for((out.stride(), x.stride(), tuple(out.shape), tuple(x.shape)), out, x)
-        for launch, args, meta in self.calls:  # the operands are this call's: arena buffers move
-            launch(x, out, *args, **meta)
+        # the operands are this call's (arena buffers move); partials in the compute type
+        part = [self.scratch((self.part_len,), torch_dtype(compute_type(self.dtype)))] if self.part_len else []
+        for launch, meta in self.calls:
+            launch(x, out, self.counts, self.numel, *part, *self.sizes, **meta)
