@@ -35,7 +35,7 @@ DEFAULT_ROWS = "efficientnet_b0:1,efficientnet_b0:32,vit_b_16:1,vit_b_16:32"
 @dataclasses.dataclass(frozen=True)
 class ModelRow:
     family: str
-    builder: Callable[[], nn.Module]
+    builder: Callable[[], nn.Module | tuple[nn.Module, nn.Module]]  # a module, or (to time, to export)
     inputs: Callable[[int], tuple[tuple[torch.Tensor, ...], list[str]]]  # batch -> (inputs, names)
     batches: tuple[int, ...] = (1, 32)
     convnet: bool = False
@@ -44,11 +44,13 @@ class ModelRow:
         """gpu_vs_torch.build's tuple: (module to time, module to export, inputs, input names, conv net?)."""
         torch.manual_seed(0)
         torch.backends.mha.set_fastpath_enabled(False)  # MHA's fused fast path has no ONNX export
-        model = self.builder().eval()
+        built = self.builder()
+        timed, export = (m.eval() for m in (built if isinstance(built, tuple) else (built, built)))
         inputs, names = self.inputs(batch)
-        if isinstance(model, FirstTensor) and model.keywords:
-            model.names = tuple(names)
-        return model, model, inputs, names, self.convnet
+        for m in (timed, export):
+            if isinstance(m, FirstTensor) and m.keywords:
+                m.names = tuple(names)
+        return timed, export, inputs, names, self.convnet
 
 
 class FirstTensor(nn.Module):
@@ -90,15 +92,25 @@ def tv(name: str, section: str = "", key: str | int = 0, **kwargs) -> Callable[[
     return build
 
 
-def hf(config: str, model: str, key: str | int = 0, **overrides) -> Callable[[], nn.Module]:
-    """A transformers model from its default config (random weights, eager attention: the exportable
-    form; the torch contenders run the same module), called with its inputs by name."""
-    def build() -> nn.Module:
+def hf(config: str, model: str, key: str | int = 0, **overrides) -> Callable[[], tuple[nn.Module, nn.Module]]:
+    """A transformers model from its default config, random weights, called with its inputs by name:
+    (module to time: SDPA attention where the model has it, module to export: the same weights, eager
+    attention, the form the ONNX exporter takes), as gpu_vs_torch's BERT row."""
+    def build() -> tuple[nn.Module, nn.Module]:
         import transformers
 
-        cfg = getattr(transformers, config)(**overrides)
-        cfg._attn_implementation = "eager"
-        return FirstTensor(getattr(transformers, model)(cfg), key, keywords=True)
+        def make(attention: str) -> nn.Module:
+            cfg = getattr(transformers, config)(**overrides)
+            cfg._attn_implementation = attention
+            return getattr(transformers, model)(cfg)
+
+        export = make("eager")
+        try:
+            timed = make("sdpa")
+            timed.load_state_dict(export.state_dict())
+        except (ValueError, NotImplementedError, KeyError):  # no SDPA form: both run eager attention
+            timed = export
+        return FirstTensor(timed, key, keywords=True), FirstTensor(export, key, keywords=True)
     return build
 
 
