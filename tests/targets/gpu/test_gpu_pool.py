@@ -94,6 +94,7 @@ def test_source_follows_the_output_layout():
     ("AveragePool", dict(kernel_shape=[17, 19], pads=[3, 2, 4, 5], strides=[5, 4]), (1, 2, 30, 31)),
     ("AveragePool", dict(kernel_shape=[16, 20], pads=[2, 2, 2, 2], strides=[3, 3], count_include_pad=1), (1, 2, 24, 27)),
     ("MaxPool", dict(kernel_shape=[8, 8, 5], strides=[2, 2, 1], dilations=[1, 2, 1]), (1, 2, 12, 20, 6)),
+    ("AveragePool", dict(kernel_shape=[17, 17], pads=[2, 2, 2, 2], strides=[9, 9], ceil_mode=1), (1, 2, 30, 31)),
 ])
 def test_large_windows_match_onnxruntime(gpu_target, op, attrs, shape):
     x = {"x": rng.standard_normal(shape).astype(np.float32)}
