@@ -188,6 +188,10 @@ def bert() -> tuple[nn.Module, nn.Module]:
 
 def build(name: str, batch: int):
     """(module to time, module to export, example inputs (fp32 / int64, CPU), input names, conv net?)"""
+    from benchmarks.gpu_models import MODELS  # the architecture corpus (torchvision / transformers rows)
+
+    if name in MODELS:
+        return MODELS[name].build(batch)
     torch.manual_seed(0)
     if name == "bert":
         timed, export = bert()
@@ -262,7 +266,8 @@ def time_alternating(fns: dict) -> dict[str, list[float]]:
     return {k: [a.elapsed_time(b) for a, b in v] for k, v in events.items()}
 
 
-def measure_row(name: str, batch: int, deadline: float, modes: list[str]) -> dict:
+def measure_row(name: str, batch: int, deadline: float, modes: list[str], inspect=None) -> dict:
+    """One row; `inspect(row, executable, inputs, names)`, if given, runs once the timing is done."""
     row: dict = {"model": name, "batch": batch, "dtype": "float16"}
     timed, export, inputs, names, convnet = build(name, batch)
     t0 = time.perf_counter()
@@ -327,6 +332,8 @@ def measure_row(name: str, batch: int, deadline: float, modes: list[str]) -> dic
             held_mb[mode] = (torch.cuda.memory_allocated() - base) / 2**20
             fns[mode] = (lambda c: lambda: c(*targs))(compiled)
         times = time_alternating(fns)
+    if inspect is not None:
+        inspect(row, exe, inputs, names)
     row["ms"] = {k: round(statistics.median(v), 4) for k, v in times.items()}
     row["runs"] = {k: len(v) for k, v in times.items()}
     row["compile_s"] = {k: round(v, 2) for k, v in compile_s.items()}

@@ -55,10 +55,11 @@ class GpuTarget(Target):
 
     def passes(self, options: CompileOptions) -> list:
         from ...passes import generic_pipeline
+        from .gather_views import gather_views
         from .rewrite_quantized import rewrite_quantized
 
         # (Target.compile puts quantize_fp16 first when options.fp16)
-        return [rewrite_quantized, *generic_pipeline()]
+        return [rewrite_quantized, gather_views, *generic_pipeline()]
 
     def lower(self, program: Program, options: CompileOptions) -> Executable:
         return self._lower(program, options, {})

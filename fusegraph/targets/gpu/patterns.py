@@ -1,7 +1,8 @@
 """Subgraphs the gpu target runs as one library call, found on the optimized IR:
 
 * attention: dot(Q, K^T) -> [scale, additive mask] -> softmax(last axis) -> dot(., V), with the
-  softmax alone or fused with its prologue (fused_reduce), becomes one
+  softmax alone or fused with its prologue (fused_reduce), and Q and K^T each optionally scaled by a
+  constant first (torch's export of scaled_dot_product_attention: q * sqrt(s), K^T * sqrt(s)), becomes one
   torch.nn.functional.scaled_dot_product_attention call (flash / memory-efficient kernels);
 * gemm_bias: dot(A, W) [-> reshape that splits rows] -> add(., broadcast(bias over the last axis))
   becomes one torch.addmm (cuBLASLt's bias epilogue);
@@ -33,6 +34,7 @@ from ...ir.shape import Shape
 from ...ops.conv import window_attrs
 from ...ops.scalar import Call, Const, Expr, Var, variables
 from .patterns_quant import quant_epilogue_source
+from .view_chain import fold_chains
 
 FLOATS = ("float16", "bfloat16", "float32")
 DOT_EPILOGUES = ("gemm_epilogue", "quant_gemm_epilogue")  # the rest take a convolution's N, C, H, W
@@ -138,12 +140,39 @@ def match_attention(dot2: Instruction) -> Group | None:
     if dot1.op.name != "dot" or not only_user(dot1, members[0]):
         return None
     q, kt = dot1.inputs
+    pre_scaled = []
+    for k, x in enumerate((q, kt)):  # torch's SDPA export scales q and K^T by sqrt(scale) each
+        c = _constant_factor(x)
+        if c is not None and only_user(x, dot1):
+            scale *= c
+            pre_scaled.append(x)
+            q, kt = (x.inputs[0], kt) if k == 0 else (q, x.inputs[0])
     if not q.shape.dtype == kt.shape.dtype == v.shape.dtype:  # SDPA takes one dtype
         return None
     if mask is not None and (mask.shape.dtype != q.shape.dtype or not isinstance(mask.shape, Shape)):
         return None
-    inputs = [q, kt, v] + ([mask] if mask is not None else [])
-    return Group("attention", dot2, [dot1, *members], inputs, {"scale": scale, "has_mask": mask is not None})
+    inside = [*pre_scaled, dot1, *members]
+    # q, K^T and v as strided views of what their movement chains start from (view_chain.py)
+    bases, chains, folded = fold_chains([q, kt, v], {m.uid for m in inside} | {dot2.uid})
+    inputs = bases + ([mask] if mask is not None else [])
+    return Group("attention", dot2, [*folded, *inside], inputs,
+                 {"scale": scale, "has_mask": mask is not None, "chains": chains})
+
+
+def _constant_factor(x: Instruction) -> float | None:
+    """c when `x` is y * c or y / c with c a constant scalar (y first, of x's shape and type), else None.
+    The factor moves into SDPA's scale, which applies it in float32: a rounding of x fewer."""
+    if x.op.name not in ("mul", "div") or len(x.inputs) != 2:
+        return None
+    y, c = x.inputs
+    if x.op.name == "mul" and constant_scalar(y) is not None and constant_scalar(c) is None:
+        y, c = c, y
+    value = constant_scalar(c)
+    if value is None or y.shape.lens != x.shape.lens or y.shape.dtype != x.shape.dtype:
+        return None
+    if x.op.name == "div":
+        return 1.0 / value if value != 0 else None
+    return value
 
 
 def _attention_prologue(p: Instruction):

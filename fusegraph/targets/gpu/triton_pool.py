@@ -1,13 +1,22 @@
 """Triton pooling kernels: max and average windows (and global pooling, as one window over the whole
 plane) over 1 to 3 spatial dims, in any layout.
 
-Each program computes BLOCK outputs. The flat output index is split in the output's memory order
-(channels fastest for channels-last buffers), so loads and stores are coalesced in the layout cuDNN
-uses; every operand is addressed through its own strides, so the kernel also writes straight into a
-concat's slice. Taps out of range are skipped (max) or count zero (average: divided by the
-reference's per-window counts). Integer max pooling runs in its own type. Window shape, strides,
-pads and dilations are baked into the source; sizes and strides are run-time arguments.
-Accumulation is in float32 (float64 for float64).
+The flat output index is split in the output's memory order (channels fastest for channels-last
+buffers), so loads and stores are coalesced in the layout cuDNN uses; every operand is addressed
+through its own strides, so the kernel also writes straight into a concat's slice. Taps out of range
+are skipped (max) or count zero (average: divided by the reference's per-window counts). Integer max
+pooling runs in its own type. Window shape, strides, pads and dilations are baked into the source;
+sizes and strides are run-time arguments. Accumulation is in float32 (float64 for float64).
+
+Two forms, by window size:
+* small windows (up to UNROLL_TAPS taps): each program computes BLOCK outputs, looping over the taps
+  (unrolled) — a window is a few loads per output;
+* large windows (a global pool over 112x112 is 12544 taps): a pool is then a reduction, and one
+  thread walking a window serially runs at a sliver of the memory bandwidth (EfficientNet-B0's first
+  squeeze-excite pool took 2.4 ms on an H200, issue 23). The taps are flattened and read RBLOCK at a
+  time in [BLOCK, RBLOCK] tiles, and split over a second grid axis when the outputs alone would not
+  fill the GPU: each split writes a partial result (compute type) to a scratch buffer and a second
+  kernel combines the splits, divides and stores.
 """
 
 from __future__ import annotations
@@ -24,7 +33,12 @@ from .layout import memory_order
 from .triton_expr import compute_type, tl_type
 from .triton_pointwise import HEADER
 
-UNROLL_TAPS = 64  # windows up to this many taps are unrolled (tl.static_range); larger ones loop
+UNROLL_TAPS = 64     # windows up to this many taps are unrolled (tl.static_range) in the small form
+WIDE_TAPS = 256      # windows past this many taps take the tiled, split form
+TILE = 2048          # elements per [BLOCK, RBLOCK] tile of the split form
+TARGET_PROGRAMS = 512  # programs the split form aims for (a few per SM)
+MIN_SPLIT_TAPS = 256   # taps each split reads at least (fewer: the partials cost more than they save)
+IND = "    "
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,64 +54,154 @@ class PoolSpec:
     def key(self) -> str:
         return repr(dataclasses.astuple(self))
 
+    @property
+    def wide(self) -> bool:
+        return math.prod(self.lengths) > WIDE_TAPS
+
+    @property
+    def init(self) -> str:
+        if not self.dtype.is_float:  # integer max pooling: exact in the type itself
+            return str(int(np.iinfo(self.dtype.np).min))
+        return "float('-inf')" if self.mode == "max" else "0.0"
+
+
+def _combine(spec: PoolSpec, a: str, b: str) -> str:
+    if spec.mode != "max":
+        return f"{a} + {b}"
+    if spec.dtype.is_float:  # NaN propagates, as numpy's maximum does
+        return f"tl.maximum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)"
+    return f"tl.maximum({a}, {b})"
+
+
+def _split_output(spec: PoolSpec) -> list[str]:
+    """`offs` (flat output index in memory order) -> one index per output dim, i0 .. i{rank-1}."""
+    lines = [f"{IND}offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", f"{IND}mask = offs < numel",
+             f"{IND}rem = offs"]
+    for d in reversed(spec.order[1:]):
+        lines += [f"{IND}i{d} = rem % o{d}", f"{IND}rem = rem // o{d}"]
+    return lines + [f"{IND}i{spec.order[0]} = rem"]
+
+
+def _finish(spec: PoolSpec, acc: str) -> list[str]:
+    """Divide by the window counts (average) and store `acc` ([BLOCK]) through the output strides."""
+    acc_t = tl_type(compute_type(spec.dtype))
+    lines = []
+    if spec.mode != "max":
+        flat = "i2"
+        for k in range(1, len(spec.lengths)):
+            flat = f"({flat}) * o{k + 2} + i{k + 2}"
+        lines.append(f"{IND}{acc} = {acc} / tl.load(cnt_ptr + {flat}, mask=mask, other=1.0).to({acc_t})")
+    out_addr = " + ".join(f"i{d} * os{d}" for d in range(len(spec.order)))
+    return lines + [f"{IND}tl.store(out_ptr + {out_addr}, {acc}.to({tl_type(spec.dtype)}), mask=mask)"]
+
+
+def _params(spec: PoolSpec, extra: list[str]) -> list[str]:
+    rank, nsp = len(spec.order), len(spec.lengths)
+    return (["x_ptr", "out_ptr", "cnt_ptr", "numel"] + extra + [f"o{d}" for d in range(rank)]
+            + [f"n{k}" for k in range(nsp)] + [f"xs{d}" for d in range(rank)] + [f"os{d}" for d in range(rank)])
+
 
 def pool_source(spec: PoolSpec, name: str) -> str:
+    """The kernel(s) of `spec`: `name` (and `name`_combine for the split form)."""
+    return wide_pool_source(spec, name) if spec.wide else _loop_pool_source(spec, name)
+
+
+def _loop_pool_source(spec: PoolSpec, name: str) -> str:
     nsp = len(spec.lengths)
-    rank = nsp + 2
     acc_t = tl_type(compute_type(spec.dtype))
-    params = (["x_ptr", "out_ptr", "cnt_ptr", "numel"] + [f"o{d}" for d in range(rank)]
-              + [f"n{k}" for k in range(nsp)] + [f"xs{d}" for d in range(rank)] + [f"os{d}" for d in range(rank)])
-    ind = "    "
-    lines = [f"@triton.jit\ndef {name}({', '.join(params)}, BLOCK: tl.constexpr):",
-             f"{ind}offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
-             f"{ind}mask = offs < numel",
-             f"{ind}rem = offs"]
-    for d in reversed(spec.order[1:]):
-        lines += [f"{ind}i{d} = rem % o{d}", f"{ind}rem = rem // o{d}"]
-    lines.append(f"{ind}i{spec.order[0]} = rem")
-    is_max = spec.mode == "max"
-    if not spec.dtype.is_float:  # integer max pooling: exact in the type itself
-        init = str(int(np.iinfo(spec.dtype.np).min))
-    else:
-        init = "float('-inf')" if is_max else "0.0"
-    lines += [f"{ind}acc = tl.full([BLOCK], {init}, {acc_t})", f"{ind}base = i0 * xs0 + i1 * xs1"]
+    lines = [f"@triton.jit\ndef {name}({', '.join(_params(spec, []))}, BLOCK: tl.constexpr):",
+             *_split_output(spec),
+             f"{IND}acc = tl.full([BLOCK], {spec.init}, {acc_t})", f"{IND}base = i0 * xs0 + i1 * xs1"]
     loop = "tl.static_range" if math.prod(spec.lengths) <= UNROLL_TAPS else "range"
     cond = "mask"
     for k in range(nsp):
-        ind_k = ind * (k + 1)
+        ind_k = IND * (k + 1)
         s, b, dl = spec.strides[k], spec.begins[k], spec.dilations[k]
         lines += [f"{ind_k}for k{k} in {loop}({spec.lengths[k]}):",
-                  f"{ind_k}{ind}p{k} = i{k + 2} * {s} - {b} + k{k} * {dl}",
-                  f"{ind_k}{ind}ok{k} = {cond} & (p{k} >= 0) & (p{k} < n{k})"]
+                  f"{ind_k}{IND}p{k} = i{k + 2} * {s} - {b} + k{k} * {dl}",
+                  f"{ind_k}{IND}ok{k} = {cond} & (p{k} >= 0) & (p{k} < n{k})"]
         cond = f"ok{k}"
-    inner = ind * (nsp + 1)
+    inner = IND * (nsp + 1)
     addr = " + ".join(["base"] + [f"p{k} * xs{k + 2}" for k in range(nsp)])
-    lines.append(f"{inner}v = tl.load(x_ptr + {addr}, mask={cond}, other={init}).to({acc_t})")
-    if is_max and spec.dtype.is_float:  # NaN propagates, as numpy's maximum does
-        lines.append(f"{inner}acc = tl.maximum(acc, v, propagate_nan=tl.PropagateNan.ALL)")
-    elif is_max:
-        lines.append(f"{inner}acc = tl.maximum(acc, v)")
-    else:
-        lines.append(f"{inner}acc += v")
-    if not is_max:
-        flat = "i2"
-        for k in range(1, nsp):
-            flat = f"({flat}) * o{k + 2} + i{k + 2}"
-        lines.append(f"{ind}acc = acc / tl.load(cnt_ptr + {flat}, mask=mask, other=1.0).to({acc_t})")
-    out_addr = " + ".join(f"i{d} * os{d}" for d in range(rank))
-    lines.append(f"{ind}tl.store(out_ptr + {out_addr}, acc.to({tl_type(spec.dtype)}), mask=mask)")
+    lines.append(f"{inner}v = tl.load(x_ptr + {addr}, mask={cond}, other={spec.init}).to({acc_t})")
+    lines.append(f"{inner}acc = {_combine(spec, 'acc', 'v')}")
+    return HEADER + "\n".join(lines + _finish(spec, "acc")) + "\n"
+
+
+def wide_pool_source(spec: PoolSpec, name: str) -> str:
+    """The split form: `name` reduces taps [split * CHUNK, (split + 1) * CHUNK) of BLOCK outputs in
+    [BLOCK, RBLOCK] tiles (and finishes them itself when DIRECT, one split); `name`_combine reduces
+    the splits' partials."""
+    nsp = len(spec.lengths)
+    acc_t = tl_type(compute_type(spec.dtype))
+    taps = math.prod(spec.lengths)
+    head = _params(spec, ["part_ptr"])
+    lines = [f"@triton.jit\ndef _{name}_tile(a, b):", f"{IND}return {_combine(spec, 'a', 'b')}", "", "",
+             f"@triton.jit\ndef {name}({', '.join(head)}, BLOCK: tl.constexpr, RBLOCK: tl.constexpr,"
+             " CHUNK: tl.constexpr, DIRECT: tl.constexpr):",
+             *_split_output(spec),
+             f"{IND}split = tl.program_id(1)",
+             f"{IND}base = (i0 * xs0 + i1 * xs1)[:, None]",
+             f"{IND}acc = tl.full([BLOCK, RBLOCK], {spec.init}, {acc_t})",
+             f"{IND}for r0 in range(0, CHUNK, RBLOCK):  # whole tiles (wide_grid)",
+             f"{IND * 2}r = split * CHUNK + r0 + tl.arange(0, RBLOCK)",
+             f"{IND * 2}ok = mask[:, None] & (r < {taps})[None, :]",
+             f"{IND * 2}rem = r"]
+    addr = ["base"]
+    for k in reversed(range(nsp)):
+        s, b, dl = spec.strides[k], spec.begins[k], spec.dilations[k]
+        if k:
+            lines += [f"{IND * 2}k{k} = rem % {spec.lengths[k]}", f"{IND * 2}rem = rem // {spec.lengths[k]}"]
+        else:
+            lines.append(f"{IND * 2}k{k} = rem")
+        lines += [f"{IND * 2}p{k} = i{k + 2}[:, None] * {s} - {b} + k{k}[None, :] * {dl}",
+                  f"{IND * 2}ok = ok & (p{k} >= 0) & (p{k} < n{k})"]
+        addr.append(f"p{k} * xs{k + 2}")
+    lines += [f"{IND * 2}v = tl.load(x_ptr + {' + '.join(addr)}, mask=ok, other={spec.init}).to({acc_t})",
+              f"{IND * 2}acc = {_combine(spec, 'acc', 'v')}",
+              f"{IND}res = tl.reduce(acc, 1, _{name}_tile)",
+              f"{IND}if DIRECT:",
+              *[IND + line for line in _finish(spec, "res")],
+              f"{IND}else:",
+              f"{IND * 2}tl.store(part_ptr + split * numel + offs, res, mask=mask)",
+              "", "",
+              f"@triton.jit\ndef {name}_combine({', '.join(_params(spec, ['part_ptr']))},"
+              " BLOCK: tl.constexpr, SPLITS: tl.constexpr):",
+              *_split_output(spec),
+              f"{IND}res = tl.load(part_ptr + offs, mask=mask, other={spec.init})",
+              f"{IND}for s in range(1, SPLITS):",
+              f"{IND * 2}v = tl.load(part_ptr + s * numel + offs, mask=mask, other={spec.init})",
+              f"{IND * 2}res = {_combine(spec, 'res', 'v')}",
+              *_finish(spec, "res")]
     return HEADER + "\n".join(lines) + "\n"
 
 
-class PoolLauncher(Launcher):
-    """Launches the pooling kernel of one step; the source is chosen from the output's layout on the
-    first call (made while compiling, before graph capture) and whenever the strides change."""
+def wide_grid(numel: int, taps: int) -> tuple[int, int, int, int]:
+    """(BLOCK, RBLOCK, splits, taps per split) of the split form for `numel` outputs of `taps` taps."""
+    block = min(64, 1 << max(0, (numel - 1).bit_length()))
+    rblock = min(TILE // block, 1 << (taps - 1).bit_length())
+    programs = -(-numel // block)
+    splits = max(1, min(-(-TARGET_PROGRAMS // programs), taps // MIN_SPLIT_TAPS))
+    chunk = -(-taps // splits)
+    chunk = -(-chunk // rblock) * rblock  # whole tiles per split: only the last split is ragged
+    return block, rblock, -(-taps // chunk), chunk
 
-    def __init__(self, mode: str, dtype: DType, lengths, strides, begins, dilations, counts: Any):
+
+class PoolLauncher(Launcher):
+    """Launches the pooling kernel(s) of one step; the source is chosen from the output's layout on
+    the first call (made while compiling, before graph capture) and whenever the strides change. The
+    split form's partials live in the executable's shared scratch buffer (`scratch`: lens, torch
+    dtype -> a temporary, asked for on every run), dead once the step ends."""
+
+    def __init__(self, mode: str, dtype: DType, lengths, strides, begins, dilations, counts: Any,
+                 scratch: Any):
         self.mode, self.dtype = mode, dtype
         self.window = tuple(map(tuple, (lengths, strides, begins, dilations)))
         self.counts = counts  # per output window divisor (average), a float32 device tensor
+        self.scratch = scratch
         self.sources: dict[str, str] = {}
+        self.calls: list[tuple[Any, dict]] = []  # (kernel, meta)
+        self.part_len = 0  # elements of partials the split form needs (0: none)
 
     def _configure(self, out: Any, x: Any) -> None:
         order = tuple(memory_order(tuple(out.shape), out.stride()))
@@ -106,14 +210,28 @@ class PoolLauncher(Launcher):
         source = pool_source(spec, name)
         self.sources[name] = source
         fn = load_kernel(source, name)
-        numel = out.numel()
-        block = 256 if numel >= 256 * 264 else 128 if numel >= 128 * 132 else 64
-        self.numel = numel
-        self.launch = fn[(-(-numel // block),)]
-        self.args = [*out.shape, *x.shape[2:], *x.stride(), *out.stride()]
-        self.meta = {"BLOCK": block, "num_warps": 4 if block >= 256 else 2}
+        self.numel = numel = out.numel()
+        self.sizes = [*out.shape, *x.shape[2:], *x.stride(), *out.stride()]
+        self.part_len = 0
+        if not numel:
+            self.calls = []
+        elif not spec.wide:
+            block = 256 if numel >= 256 * 264 else 128 if numel >= 128 * 132 else 64
+            self.calls = [(fn[(-(-numel // block),)], {"BLOCK": block, "num_warps": 4 if block >= 256 else 2})]
+        else:
+            block, rblock, splits, chunk = wide_grid(numel, math.prod(spec.lengths))
+            self.part_len = splits * numel if splits > 1 else 1
+            meta = {"BLOCK": block, "RBLOCK": rblock, "CHUNK": chunk, "DIRECT": splits == 1, "num_warps": 4}
+            self.calls = [(fn[(-(-numel // block), splits)], meta)]
+            if splits > 1:
+                fin = load_kernel(source, name + "_combine")
+                self.calls.append((fin[(-(-numel // 256),)], {"BLOCK": 256, "SPLITS": splits, "num_warps": 4}))
 
     def __call__(self, out: Any, x: Any) -> None:
+        from .device import torch_dtype
+
         self._configured_for((out.stride(), x.stride(), tuple(out.shape), tuple(x.shape)), out, x)
-        if self.numel:
-            self.launch(x, out, self.counts, self.numel, *self.args, **self.meta)
+        # the operands are this call's (arena buffers move); partials in the compute type
+        part = [self.scratch((self.part_len,), torch_dtype(compute_type(self.dtype)))] if self.part_len else []
+        for launch, meta in self.calls:
+            launch(x, out, self.counts, self.numel, *part, *self.sizes, **meta)

@@ -35,10 +35,11 @@ def test_bert_attention_and_bias_gemms_are_matched(fp16):
     attention = [g for g in groups if g.kind == "attention"]
     assert len(attention) == 2  # one per layer
     for g in attention:
+        assert [[op.name for op, _ in c] for c in g.data.pop("chains")] == [["reshape", "transpose"]] * 3
         assert g.data == {"scale": 0.125, "has_mask": True}
-        q, kt, v, mask = g.inputs
-        assert q.shape.lens == (2, 2, 16, 64) and kt.shape.lens == (2, 2, 64, 16) and mask.shape.lens == (2, 2, 16, 16)
-        assert [m.op.name for m in g.members] == ["dot", "fused_reduce"]
+        q, kt, v, mask = g.inputs  # the projections: their head split (reshape, transpose) is folded
+        assert [q.shape.lens, kt.shape.lens, v.shape.lens] == [(2, 16, 128)] * 3 and mask.shape.lens == (2, 2, 16, 16)
+        assert [m.op.name for m in g.members if m.op.name not in ("reshape", "transpose")] == ["dot", "fused_reduce"]
     assert sum(g.kind == "gemm_bias" for g in groups) == 6
 
 

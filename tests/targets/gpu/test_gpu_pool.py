@@ -84,3 +84,57 @@ def test_source_follows_the_output_layout():
     assert first_split.strip() == "i1 = rem % o1"  # channels split off first: the fastest dim
     big = PoolSpec("average", DType.float32, (9, 9), (1, 1), (0, 0), (1, 1), order=(0, 1, 2, 3))
     assert "in range(9)" in pool_source(big, "k") and "static_range" not in pool_source(big, "k")
+
+
+# -- large windows: the tiled, split form (a pool that is really a reduction) --------------------------
+@pytest.mark.parametrize("op, attrs, shape", [
+    ("GlobalAveragePool", {}, (2, 3, 18, 19)),                 # 342 taps: one split per output block
+    ("GlobalAveragePool", {}, (1, 3, 40, 41)),                 # 1640 taps: split, then combined
+    ("GlobalMaxPool", {}, (1, 2, 33, 35)),
+    ("AveragePool", dict(kernel_shape=[17, 19], pads=[3, 2, 4, 5], strides=[5, 4]), (1, 2, 30, 31)),
+    ("AveragePool", dict(kernel_shape=[16, 20], pads=[2, 2, 2, 2], strides=[3, 3], count_include_pad=1), (1, 2, 24, 27)),
+    ("MaxPool", dict(kernel_shape=[8, 8, 5], strides=[2, 2, 1], dilations=[1, 2, 1]), (1, 2, 12, 20, 6)),
+    ("AveragePool", dict(kernel_shape=[17, 17], pads=[2, 2, 2, 2], strides=[9, 9], ceil_mode=1), (1, 2, 30, 31)),
+])
+def test_large_windows_match_onnxruntime(gpu_target, op, attrs, shape):
+    x = {"x": rng.standard_normal(shape).astype(np.float32)}
+    model = make_model([helper.make_node(op, ["x"], ["y"], **attrs)], x, ["y"])
+    p = compiled(gpu_target, model)
+    assert any("_tile" in src for src in p.executable.sources.values())  # the split form ran
+    assert_close(p.run(x), run_ort(model, x), rtol=1e-5, atol=1e-6)
+
+
+def test_split_global_pool_of_a_channels_last_conv_in_fp16(gpu_target):
+    """EfficientNet's squeeze-excite pool: a global average of a channels-last conv output, fp16."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("GlobalAveragePool", ["c"], ["g"]),
+             helper.make_node("GlobalMaxPool", ["c"], ["m"])]
+    inits = {"w": (rng.standard_normal((6, 3, 3, 3)) * 0.3).astype(np.float32)}
+    x = {"x": rng.standard_normal((2, 3, 36, 36)).astype(np.float32)}
+    model = make_model(nodes, x, ["g", "m"], initializers=inits)
+    p = compiled(gpu_target, model, fp16=True)
+    assert_close(p.run(x), run_ort(model, x), rtol=1e-2, atol=1e-2)
+
+
+def test_integer_max_in_the_split_form(gpu_target):
+    x = {"x": rng.integers(-128, 127, (1, 2, 40, 40), endpoint=True).astype(np.int8)}
+    model = make_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[40, 40])], x, ["y"])
+    np.testing.assert_array_equal(compiled(gpu_target, model).run(x)[0], run_ort(model, x)[0])
+
+
+def test_split_form_fills_the_gpu_and_tiles_whole_splits():
+    from fusegraph.targets.gpu.triton_pool import MIN_SPLIT_TAPS, TARGET_PROGRAMS, wide_grid
+
+    block, rblock, splits, chunk = wide_grid(32, 112 * 112)  # EfficientNet-B0's first pool at batch 1
+    assert block == 32 and splits > 16 and chunk % rblock == 0 and chunk >= MIN_SPLIT_TAPS
+    assert (splits - 1) * chunk < 112 * 112 <= splits * chunk  # every tap in exactly one split
+    block, rblock, splits, chunk = wide_grid(32 * 1152, 20 * 20)  # many outputs: no split needed
+    assert splits == 1 and -(-32 * 1152 // block) >= TARGET_PROGRAMS // 8
+
+
+def test_split_form_propagates_nan(gpu_target):
+    x = {"x": rng.standard_normal((1, 2, 40, 40)).astype(np.float32)}
+    x["x"][0, 1, 33, 7] = np.nan  # in the second split of channel 1
+    model = make_model([helper.make_node("GlobalMaxPool", ["x"], ["y"])], x, ["y"])
+    got = compiled(gpu_target, model).run(x)[0].reshape(-1)
+    assert np.isfinite(got[0]) and np.isnan(got[1])
