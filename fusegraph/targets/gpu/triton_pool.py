@@ -146,14 +146,14 @@ def wide_pool_source(spec: PoolSpec, name: str) -> str:
              f"{IND}for r0 in range(0, CHUNK, RBLOCK):  # whole tiles (wide_grid)",
              f"{IND * 2}r = split * CHUNK + r0 + tl.arange(0, RBLOCK)",
              f"{IND * 2}ok = mask[:, None] & (r < {taps})[None, :]",
-             f"{IND * 2}rem = r"]
+             f"{IND * 2}tap = r"]  # not `rem`: the output's index split used that name for a [BLOCK] value
     addr = ["base"]
     for k in reversed(range(nsp)):
         s, b, dl = spec.strides[k], spec.begins[k], spec.dilations[k]
         if k:
-            lines += [f"{IND * 2}k{k} = rem % {spec.lengths[k]}", f"{IND * 2}rem = rem // {spec.lengths[k]}"]
+            lines += [f"{IND * 2}k{k} = tap % {spec.lengths[k]}", f"{IND * 2}tap = tap // {spec.lengths[k]}"]
         else:
-            lines.append(f"{IND * 2}k{k} = rem")
+            lines.append(f"{IND * 2}k{k} = tap")
         lines += [f"{IND * 2}p{k} = i{k + 2}[:, None] * {s} - {b} + k{k}[None, :] * {dl}",
                   f"{IND * 2}ok = ok & (p{k} >= 0) & (p{k} < n{k})"]
         addr.append(f"p{k} * xs{k + 2}")
