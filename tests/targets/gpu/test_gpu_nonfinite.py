@@ -14,6 +14,7 @@ from onnx import helper
 import fusegraph
 from fusegraph.errors import ExecutionError
 from tests.ops.test_index_range import ERROR, INDEXING, model_of
+from tests.targets.gpu.conftest import cuda_available
 from tests.targets.test_nonfinite import CASES, X2, _model, special
 from tests.util import make_model, run_fusegraph
 
@@ -42,8 +43,12 @@ def test_gpu_gives_the_references_nan_and_inf(name, gpu_target):
 
 @pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
 @pytest.mark.parametrize("cols", [8, 5000])  # one block of columns, and the looped kernel
-def test_a_fused_reduction_keeps_a_nan(op, cols, gpu_target):
+def test_a_fused_reduction_keeps_a_nan(op, cols, gpu_target, request):
     # exp -> max -> mul is one fused_reduce kernel: its max must not be tl.max's NaN-skipping one
+    if cols > 1024 and not cuda_available():
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "Triton 3.6's interpreter cannot run a loop bounded by a kernel argument under numpy 2 "
+            "(int() of a one-element array); the CUDA arm runs this case")))
     x = special((10, cols), 9)
     nodes = [n("Exp", ["x"], ["e"]), n(op, ["e"], ["m"], axes=[1], keepdims=1), n("Mul", ["m", "two"], ["y"])]
     model = make_model(nodes, {"x": x}, ["y"], {"two": np.array(2, F)})
