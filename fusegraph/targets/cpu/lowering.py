@@ -73,7 +73,7 @@ FORK_WORK = 4e6
 # control flow, which runs its submodules through the interpreter.
 REFERENCE_KINDS = frozenset({OpKind.MOVEMENT, OpKind.OPAQUE, OpKind.CONTROL})
 REFERENCE_OPS = frozenset({
-    "argmax", "argmin", "reduce_dynamic", "einsum", "quant_dot", "det", "causal_conv_with_state",
+    "reduce_dynamic", "einsum", "quant_dot", "det", "causal_conv_with_state",
     "deform_convolution", "max_pooling_indices", "quantize_linear", "dequantize_linear", "moments",
     "deconvolution", "reduce_prod",
 })
