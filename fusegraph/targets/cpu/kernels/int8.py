@@ -76,11 +76,13 @@ def int8_conv(ins: Instruction, ctx: LowerContext) -> Kernel:
         fdst = Operand(ins.shape.with_dtype(f32), op.channels_last)
         return _in_float(op, onednn.Convolution(fsrc.desc(), wf, bias, dst_layout=fdst.desc(), **kw), fsrc, fdst,
                          ins.shape)
-    return _kernel(prim, src.view, dst.view, ins.shape, shift)
+    return _kernel(prim, src.view, dst.view, ins.shape, shift, exact=(src, dst))
 
 
-def _kernel(prim, read, write, shape, shift: bool) -> Kernel:
-    """Run `prim` on x as `read` sees it (fed as uint8 with `shift`), into the output as `write` sees it."""
+def _kernel(prim, read, write, shape, shift: bool, exact=None) -> Kernel:
+    """Run `prim` on x as `read` sees it (fed as uint8 with `shift`), into the output as `write` sees it.
+    `exact` (src, dst): the Operands whose `exact` views give a native program's call, with no copy
+    (se_cnn_qdq's five int8 convolutions were Python steps between native programs)."""
     lens, dtype, feed = shape.lens, shape.dtype.np, _feed(shift)
 
     def run(args, out):
@@ -89,6 +91,14 @@ def _kernel(prim, read, write, shape, shift: bool) -> Kernel:
         prim(read(feed(args[0])), out=write(out))
         return out
 
+    if exact is not None and not shift:  # (fed as uint8, x needs a flipped copy every run)
+        def native(args, out):
+            from ..native_program import primitive_call
+
+            a, o = exact[0].exact(args[0]), exact[1].exact(out)
+            return None if a is None or o is None else [primitive_call(prim, a, out=o)]
+
+        run.native = native  # type: ignore[attr-defined]
     return run
 
 
