@@ -79,6 +79,10 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
         return reference_kernel(ins, ctx)
     if ins.shape.dtype in (DType.float16, DType.bfloat16) and ins.op.name == "convolution":
         return widened_convolution(ins, w, ctx) or reference_kernel(ins, ctx)
+    if ins.shape.dtype == DType.int32:
+        from .integer_conv import integer_convolution
+
+        return integer_convolution(ins, w, ctx)
     if not _f32(ins):
         return reference_kernel(ins, ctx)
     op = ins.op
