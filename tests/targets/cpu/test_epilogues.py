@@ -227,27 +227,3 @@ def test_dense_bias_then_scale_runs_where_onednn_has_only_its_reference_kernel()
     (op,) = _ops(p, DotEpilogue)
     assert op.n_residual == 1 and op.activations == (("linear", 0.25, 0.0), ("residual", 0.0, 0.0))
 
-
-@pytest.mark.parametrize("channels, threads", [(24, 1), (64, 2)])
-def test_a_small_convolution_runs_on_the_calling_thread(monkeypatch, channels, threads):
-    """A conv under FORK_WORK (2 x 16² x 24 x 24·9 = 2.7 MFLOP) gets a one-thread primitive in a two-thread
-    program (forking for it waits for a sleeping worker); a larger one (19 MFLOP) gets both threads."""
-    from fusegraph.targets.cpu import onednn
-    from fusegraph.targets.cpu.lowering import FORK_WORK
-
-    made = []
-    real_init = onednn.Convolution.__init__
-
-    def spy(self, *args, **kwargs):
-        made.append(kwargs.get("threads"))
-        real_init(self, *args, **kwargs)
-
-    monkeypatch.setattr(onednn.Convolution, "__init__", spy)
-    x = rng.standard_normal((1, channels, 16, 16), dtype=np.float32)
-    w = rng.standard_normal((channels, channels, 3, 3), dtype=np.float32) * 0.1
-    model = make_model([n("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), n("Relu", ["c"], ["y"])],
-                       {"x": x}, ["y"], {"w": w})
-    assert (2.0 * x.size * w[0].size < FORK_WORK) == (threads == 1)
-    exe = fusegraph.parse_onnx(model).compile("cpu", fusegraph.CompileOptions(threads=2))
-    assert made and set(made) == {threads}
-    assert_close(exe.run({"x": x}), run_ort(model, {"x": x}))
