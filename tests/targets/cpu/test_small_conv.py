@@ -40,10 +40,11 @@ def test_small_conv_matches_the_reference(seed):
     np.testing.assert_allclose(got, op.compute([x, w]), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_a_1d_small_convolution_sums_as_the_tap_table_kernel_does(seed):
+@pytest.mark.parametrize("seed, length", [(s, (9, 40)) for s in range(8)] + [(s, (70, 300)) for s in range(8, 14)])
+def test_a_1d_small_convolution_sums_as_the_tap_table_kernel_does(seed, length):
     # the 1-D kernel (positions innermost) against the same convolution as a 2-D one of height 1
-    # (the tap-table kernel): the same products summed in the same order, so the same bits
+    # (the tap-table kernel): the same products summed in the same order, so the same bits; short
+    # signals (mostly edges, where taps fall in the padding) and long ones
     from onnx import helper
 
     import fusegraph
@@ -51,7 +52,7 @@ def test_a_1d_small_convolution_sums_as_the_tap_table_kernel_does(seed):
 
     rng = np.random.default_rng(seed)
     g = int(rng.choice([1, 2]))
-    c, m, w_len, k = g * int(rng.integers(1, 4)), g * int(rng.integers(1, 3)), int(rng.integers(9, 40)), int(rng.integers(1, 6))
+    c, m, w_len, k = g * int(rng.integers(1, 4)), g * int(rng.integers(1, 3)), int(rng.integers(*length)), int(rng.integers(1, 6))
     pads, stride, dil = [int(rng.integers(0, 3)), int(rng.integers(0, 3))], int(rng.integers(1, 3)), int(rng.integers(1, 3))
     x = rng.standard_normal((2, c, w_len)).astype(np.float32)
     w = rng.standard_normal((m, c // g, k)).astype(np.float32)
