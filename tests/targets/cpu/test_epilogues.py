@@ -226,4 +226,3 @@ def test_dense_bias_then_scale_runs_where_onednn_has_only_its_reference_kernel()
     assert_close(got, run_ort(model, {"x": x}))
     (op,) = _ops(p, DotEpilogue)
     assert op.n_residual == 1 and op.activations == (("linear", 0.25, 0.0), ("residual", 0.0, 0.0))
-
