@@ -198,3 +198,16 @@ def test_int8_convolutions_and_lookups_have_native_forms():
     want = run_ort(model, feeds, optimize=False)[0]
     for _ in range(2):
         assert _steps(p.run(feeds)[0], want, 0.05) <= 1.0
+
+
+def test_a_convolution_int8_kernels_lack_runs_in_float_inside_the_native_program():
+    """An SE block's 1x1 from 16 channels to 4 on a 1 x 1 map: oneDNN has only its reference int8
+    kernel, so it runs dequantize -> float primitive -> requantize; with the conversions as generated
+    C that step has a C form too; results as ORT's."""
+    model, feeds = conv_model(np.random.default_rng(12), c=16, m=4, hw=1, k=1, batch=1)
+    p = _compile(model)
+    (step,) = [s.fn for s in p.executable.main.steps if s.name == "int8_conv"]
+    assert step.__qualname__.startswith("_in_float") and getattr(step, "native", None) is not None
+    want = run_ort(model, feeds, optimize=False)[0]
+    for _ in range(2):
+        assert _steps(p.run(feeds)[0], want, Y_SCALE["conv"]) <= 1.0
