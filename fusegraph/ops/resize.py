@@ -178,6 +178,16 @@ class Resize(Interpolation):
                 y = np.where(_along(axis, r, outside), fill, y)
         return y if self.mode == "nearest" else saturate(y, x.dtype)
 
+    def interpolated_axes(self, in_lens: Sequence[int]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """(axis, idx, w) of each axis `compute` interpolates (linear or cubic, no crop), in its order:
+        out[o] = sum over k of w[o, k] * in[idx[o, k]] along that axis (see `taps`)."""
+        assert self.mode != "nearest" and self.coordinate_transformation_mode != "tf_crop_and_resize"
+        found = []
+        for axis, (n_in, n_out) in enumerate(zip(in_lens, self.output_lens(in_lens))):
+            if not (math.isclose(self.scales[axis], 1.0) and n_in == n_out):
+                found.append((axis, *self.taps(n_in, axis, self._source(axis, n_in, n_out, (0.0, 1.0))[0])))
+        return found
+
     def _source(self, axis: int, n_in: int, n_out: int, roi: tuple[float, float]):
         """Each output position's source coordinate (float64), and for tf_crop_and_resize which ones
         fall outside the input. Like the reference, the maps use the real-valued output length."""

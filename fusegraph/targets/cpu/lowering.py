@@ -39,9 +39,9 @@ class LowerContext:
         return ins.literal if ins.is_literal else None
 
     def threads_for(self, flops: float) -> int:
-        """Threads for a library kernel of `flops`: one below SMALL_WORK, where handing work to the
+        """Threads for a library kernel of `flops`: one below FORK_WORK, where handing work to the
         other workers costs more than splitting it saves."""
-        return 1 if flops < SMALL_WORK else self.threads
+        return 1 if flops < FORK_WORK else self.threads
 
     def finish(self) -> None:
         """Build the generated kernels (one library), then run the deferred callbacks."""
@@ -54,18 +54,26 @@ class LowerContext:
 
 
 LOWERINGS: dict[str, Callable[[Instruction, LowerContext], Kernel]] = {}
-# FLOPs under which a kernel runs on one thread. With workers asleep between kernels (OMP_WAIT_POLICY
+# FLOPs under which a product is too small for a library call (recurrent.py's input projections).
+# It was the one-thread bound too: with workers asleep between kernels (OMP_WAIT_POLICY
 # passive) waking them cost more than splitting saved up to ~30 MFLOP; now that they spin between
 # kernels (cpu/__init__.py) splitting pays from about 1 MFLOP. On the 2-core VM with libgomp's
 # defaults (benchmarks/cpu_vs_ort.py, 30 runs, two runs of each), going from 30e6 to 1e6: YOLOv8n
 # (nudenet) 16.7-17.0 -> 13.3-14.7 ms, ResNet-50 34.3 -> 32.0-32.3 ms, MiniLM 15.4 -> 15.2-15.4 ms.
 SMALL_WORK = 1e6
+# FLOPs under which a library kernel (oneDNN) runs on the calling thread. Between kernels this small
+# libgomp's workers have gone to sleep (GOMP_SPINCOUNT, openmp.py), and a fork waits for one to wake
+# and get a core: on the 2-core VM with one busy-looping process, kernels of 1-4 MFLOP forked on two
+# threads took grouped_cnn 0.28 ms a run against 0.04 on one, ssd_detector 0.73 against 0.28,
+# unet_segmenter 0.80 against 0.29; quiet, the fork saved nothing there either (ssd 0.35 against
+# 0.28). YOLOv8n (nudenet 320²) has 2 of its 75 library kernels in that range (5 of 2026 MFLOP).
+FORK_WORK = 4e6
 
 # Ops whose numpy reference is the right cpu kernel: numpy's own copies, gathers and views, and
 # control flow, which runs its submodules through the interpreter.
 REFERENCE_KINDS = frozenset({OpKind.MOVEMENT, OpKind.OPAQUE, OpKind.CONTROL})
 REFERENCE_OPS = frozenset({
-    "argmax", "argmin", "reduce_dynamic", "einsum", "quant_dot", "det", "causal_conv_with_state",
+    "reduce_dynamic", "einsum", "quant_dot", "det", "causal_conv_with_state",
     "deform_convolution", "max_pooling_indices", "quantize_linear", "dequantize_linear", "moments",
     "deconvolution", "reduce_prod",
 })

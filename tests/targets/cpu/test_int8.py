@@ -175,3 +175,39 @@ def test_matmul_integer_product_is_exact(k, b_dtype):
                        {"b": b, **zps})
     want = np.matmul(a.astype(np.int64) - 3, b.astype(np.int64) - int(info.min)).astype(np.int32)
     np.testing.assert_array_equal(_compile(model).run({"a": a})[0], want)
+
+
+def test_int8_convolutions_and_lookups_have_native_forms():
+    """A uint8 conv -> QDQ SiLU (an int8_lookup) chain: both steps have C forms, so a native program
+    runs them (they were Python steps between native programs); results as ORT's."""
+    from onnx import helper
+
+    model, feeds = conv_model(np.random.default_rng(3), c=16, m=16)
+    g = model.graph
+    out = g.output[0].name
+    for name, v in {"s_s": np.array(0.05, np.float32), "s_z": np.array(3, np.uint8)}.items():
+        g.initializer.append(onnx.numpy_helper.from_array(v, name))
+    g.node.extend([helper.make_node("Sigmoid", [out], ["sg"]), helper.make_node("Mul", [out, "sg"], ["silu"]),
+                   helper.make_node("QuantizeLinear", ["silu", "s_s", "s_z"], ["q3"]),
+                   helper.make_node("DequantizeLinear", ["q3", "s_s", "s_z"], ["y3"])])
+    g.output[0].name = "y3"
+    p = _compile(model)
+    steps = {s.name: s.fn for s in p.executable.main.steps}
+    assert {"int8_conv", "int8_lookup"} <= set(steps)
+    assert all(getattr(steps[k], "native", None) is not None for k in ("int8_conv", "int8_lookup"))
+    want = run_ort(model, feeds, optimize=False)[0]
+    for _ in range(2):
+        assert _steps(p.run(feeds)[0], want, 0.05) <= 1.0
+
+
+def test_a_convolution_int8_kernels_lack_runs_in_float_inside_the_native_program():
+    """An SE block's 1x1 from 16 channels to 4 on a 1 x 1 map: oneDNN has only its reference int8
+    kernel, so it runs dequantize -> float primitive -> requantize; with the conversions as generated
+    C that step has a C form too; results as ORT's."""
+    model, feeds = conv_model(np.random.default_rng(12), c=16, m=4, hw=1, k=1, batch=1)
+    p = _compile(model)
+    (step,) = [s.fn for s in p.executable.main.steps if s.name == "int8_conv"]
+    assert step.__qualname__.startswith("_in_float") and getattr(step, "native", None) is not None
+    want = run_ort(model, feeds, optimize=False)[0]
+    for _ in range(2):
+        assert _steps(p.run(feeds)[0], want, Y_SCALE["conv"]) <= 1.0

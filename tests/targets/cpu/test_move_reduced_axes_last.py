@@ -81,3 +81,21 @@ def test_others_are_left_alone(axis, qdq):
     before = p.to_text()
     run_pipeline(p, [move_reduced_axes_last])
     assert p.to_text() == before
+
+
+@pytest.mark.parametrize("op, axes", [("ReduceMean", [1, 2]), ("ReduceMax", [0, 2]), ("ReduceSum", [1])])
+def test_a_lone_reduction_over_leading_axes_is_moved_last(op, axes):
+    """An NHWC global average pool (mean over H and W of [N, H, W, C]): transposed so the generated
+    kernel reduces trailing axes; values as the reference's (a float sum in another order: close)."""
+    x = np.random.default_rng(1).standard_normal((2, 6, 5, 8)).astype(np.float32)
+    x[0, 1, 2, 3] = np.nan  # max keeps it, as numpy's
+    model = make_model([helper.make_node(op, ["x", "a"], ["y"], keepdims=1)], {"x": x}, ["y"],
+                       {"a": np.array(axes, np.int64)}, opset=18)
+    p = fusegraph.parse_onnx(model)
+    p.compile(target_or_skip("cpu"))
+    moved = [i for i in p.main if i.op.name.startswith("reduce_")]
+    assert len(moved) == 1 and moved[0].op.axes == tuple(range(4 - len(axes), 4))
+    ref = fusegraph.parse_onnx(model)
+    ref.compile(fusegraph.get_target("ref"))
+    for _ in range(2):
+        np.testing.assert_allclose(p.run({"x": x})[0], ref.run({"x": x})[0], rtol=1e-6, atol=1e-6)

@@ -42,7 +42,7 @@ _EXACT_IN_FLOAT = frozenset({DType.float32, DType.float16, DType.bfloat16, DType
 _UNSIGNED = {"int8_t": "uint8_t", "int16_t": "uint16_t", "int32_t": "uint32_t", "int64_t": "uint64_t"}
 _LIBM = {"exp", "log", "sqrt", "erf", "tanh", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
          "cosh", "asinh", "acosh", "atanh"}
-_FAST32 = {"exp": "fg_expf", "erf": "fg_erff", "tanh": "fg_tanhf"}
+_FAST32 = {"exp": "fg_expf", "erf": "fg_erff", "tanh": "fg_tanhf", "log": "fg_logf"}
 _COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _BITWISE = {"bitand": "&", "bitor": "|", "bitxor": "^"}
 EXPENSIVE = _LIBM | {"sigmoid", "pow", "fmod", "mod"}

@@ -137,6 +137,36 @@ static inline float fg_tanhf(float x) {
     return a < 0.625f ? small : big;
 }
 """,
+    # log: x = 2^e m with m in [sqrt(1/2), sqrt(2)), log(m) by Cephes' degree-9 polynomial of m - 1, e ln2
+    # added in two parts; a denormal is scaled by 2^23 first. The special values as logf's: 0 -> -inf,
+    # a negative or NaN -> NaN, inf -> inf. (libm's logf is one scalar call per element.)
+    "fg_logf": r"""
+static inline float fg_logf(float x) {
+    const int den = x < 1.17549435e-38f;
+    const float xs = den ? x * 8388608.0f : x;
+    const int32_t i = fg_float_to_bits(xs);
+    float e = (float)(((i >> 23) & 0xff) - 126 - (den ? 23 : 0));
+    float m = fg_bits_to_float((i & 0x007fffff) | 0x3f000000);
+    const int lo = m < 0.707106781186547524f;
+    e = lo ? e - 1.0f : e;
+    m = lo ? m + m - 1.0f : m - 1.0f;
+    const float z = m * m;
+    float y = 7.0376836292e-2f;
+    y = FG_FMAF(y, m, -1.1514610310e-1f);
+    y = FG_FMAF(y, m, 1.1676998740e-1f);
+    y = FG_FMAF(y, m, -1.2420140846e-1f);
+    y = FG_FMAF(y, m, 1.4249322787e-1f);
+    y = FG_FMAF(y, m, -1.6668057665e-1f);
+    y = FG_FMAF(y, m, 2.0000714765e-1f);
+    y = FG_FMAF(y, m, -2.4999993993e-1f);
+    y = FG_FMAF(y, m, 3.3333331174e-1f);
+    y = y * m * z;
+    y = FG_FMAF(e, -2.12194440e-4f, y);
+    y = FG_FMAF(z, -0.5f, y);
+    const float r = FG_FMAF(e, 0.693359375f, m + y);
+    return x > 0.0f ? (x < INFINITY ? r : x) : (x == 0.0f ? -INFINITY : NAN);
+}
+""",
     # sigmoid without overflow or cancellation on either side: e = exp(-|x|) <= 1.
     "fg_sigmoidf": r"""
 static inline float fg_sigmoidf(float x) {

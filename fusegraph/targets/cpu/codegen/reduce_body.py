@@ -65,9 +65,9 @@ class Body:
         self.full = tuple(red[0].inputs[0].shape.lens)
         nd = len(self.full)
         self.axes = tuple(sorted(a % nd for a in axes))
+        # (reducing size-1 axes only, R is 1: a row is one element, its per-row and per-element
+        # values the same numbers, so either reading of an ambiguous lens is right)
         self.reduced = tuple(1 if k in self.axes else n for k, n in enumerate(self.full))
-        if self.full == self.reduced:
-            raise CodegenUnsupported(f"{body.name}: reduces only size-1 axes of {list(self.full)}")
         self.outer = [k for k in range(nd) if k not in self.axes and self.full[k] > 1]
         self.red = [k for k in self.axes if self.full[k] > 1]
         if self.outer and self.red and max(self.outer) > min(self.red):

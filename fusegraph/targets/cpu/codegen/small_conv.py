@@ -79,7 +79,58 @@ FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
         }}
 }}
 """
+    q_lo, q_hi = max(lo), min(hi)  # the positions every tap of which reads inside the input
+    if stride == 1 and q_hi - q_lo >= 16:
+        template = _blocked_1d(template, k, q_lo, q_lo + (q_hi - q_lo) // 16 * 16)
     return _source(template, r, "small_conv1d", n_res)
+
+
+def _blocked_1d(template: str, k: int, b0: int, b1: int) -> str:
+    """The 1-D kernel with positions [b0, b1) (every tap inside the input, stride 1) summed in vector
+    registers, 64 or 16 at a time, and only the edges left to the per-tap rows, which load and store
+    the row at every product. Each output still adds its products in the same order (input
+    channels, then taps), so the sums are the same bits."""
+    block = """#define KNAME_BLOCK(NBV) { \\
+    fg_v16 a[NBV]; \\
+    for (int u = 0; u < NBV; u++) a[u] = (fg_v16){0}; \\
+    for (int64_t ci = 0; ci < CG; ci++) { \\
+        const float *xc = x + (b * C + g * CG + ci) * S_IN; \\
+        for (int64_t t = 0; t < K; t++) { \\
+            const float wv = wm[ci * K + t], *base = xc + q0 + (t * DIL - PAD); \\
+            for (int u = 0; u < NBV; u++) { fg_v16 xv; memcpy(&xv, base + 16 * u, sizeof xv); a[u] += wv * xv; } \\
+        } \\
+    } \\
+    memcpy(acc + q0, a, sizeof a); }
+typedef float fg_v16 __attribute__((vector_size(64)));
+"""
+    old_rows = """            for (int64_t q = 0; q < S_OUT; q++) acc[q] = 0.0f;
+            const float *wm = w + (g * MG + j) * CG * K;
+            for (int64_t ci = 0; ci < CG; ci++) {
+                const float *xc = x + (b * C + g * CG + ci) * S_IN;
+                for (int64_t t = 0; t < K; t++) {
+                    const float wv = wm[ci * K + t];
+                    for (int64_t q = KNAME_lo[t]; q < KNAME_hi[t]; q++) acc[q] += wv * xc[q + (t * DIL - PAD)];
+                }
+            }
+"""
+    new_rows = f"""            for (int64_t q = 0; q < {b0}; q++) acc[q] = 0.0f;
+            for (int64_t q = {b1}; q < S_OUT; q++) acc[q] = 0.0f;
+            const float *wm = w + (g * MG + j) * CG * K;
+            for (int64_t ci = 0; ci < CG; ci++) {{
+                const float *xc = x + (b * C + g * CG + ci) * S_IN;
+                for (int64_t t = 0; t < K; t++) {{
+                    const float wv = wm[ci * K + t];
+                    const int64_t lo = KNAME_lo[t], hi = KNAME_hi[t];
+                    for (int64_t q = lo; q < (hi < {b0} ? hi : {b0}); q++) acc[q] += wv * xc[q + (t * DIL - PAD)];
+                    for (int64_t q = (lo > {b1} ? lo : {b1}); q < hi; q++) acc[q] += wv * xc[q + (t * DIL - PAD)];
+                }}
+            }}
+            int64_t q0 = {b0};
+            for (; q0 + 64 <= {b1}; q0 += 64) KNAME_BLOCK(4)
+            for (; q0 < {b1}; q0 += 16) KNAME_BLOCK(1)
+"""
+    assert old_rows in template
+    return block + template.replace(old_rows, new_rows)
 
 
 def small_conv_kernel(n: int, c: int, s_in: int, groups: int, m: int, taps: int, s_out: int, has_bias: bool,

@@ -13,5 +13,6 @@ from . import (  # noqa: F401
     nms,
     pointwise,
     recurrent,
+    select,
     sparse,
 )

@@ -79,6 +79,10 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
         return reference_kernel(ins, ctx)
     if ins.shape.dtype in (DType.float16, DType.bfloat16) and ins.op.name == "convolution":
         return widened_convolution(ins, w, ctx) or reference_kernel(ins, ctx)
+    if ins.shape.dtype == DType.int32:
+        from .integer_conv import integer_convolution
+
+        return integer_convolution(ins, w, ctx)
     if not _f32(ins):
         return reference_kernel(ins, ctx)
     op = ins.op
@@ -268,6 +272,14 @@ class Chain:
             self.after(out, residuals)
 
 
+def pooling_work(outputs: int, spatial, kernel, padding) -> int:
+    """Values a pooling reads: each output's window as far as it overlaps the padded input (a
+    [1, 320, 1, 1] average over a 320 x 320 window, as an exported adaptive pool writes it, reads
+    one value per output, not 102400: counted whole, its 33 "MFLOP" forked a team for 320 adds)."""
+    n = len(spatial)
+    return outputs * math.prod(min(k, s + padding[d] + padding[d + n]) for d, (k, s) in enumerate(zip(kernel, spatial)))
+
+
 @lowering("pooling", "pooling_channels_last")
 def pooling(ins: Instruction, ctx: LowerContext) -> Kernel:
     from .. import onednn
@@ -287,7 +299,7 @@ def pooling(ins: Instruction, ctx: LowerContext) -> Kernel:
     prim = onednn.Pooling(src.desc(), op.mode, kernel, stride=stride, padding=padding,
                           dilation=() if op.global_pool else op.dilation, ceil_mode=op.ceil_mode and not op.global_pool,
                           count_include_pad=op.count_include_pad, dst_layout=dst.desc(),
-                          threads=ctx.threads_for(ins.shape.elements * math.prod(kernel)))
+                          threads=ctx.threads_for(pooling_work(ins.shape.elements, x[2:], kernel, padding)))
     if ("simple" in prim.impl and op.mode == "max" and not channels_last and not op.global_pool
             and ins.inputs[0].shape.standard and ins.shape.elements * math.prod(kernel) < SMALL_CONV):
         return small_max_pool(ins, kernel, ctx)  # oneDNN's plain C loop on N, C, *spatial: 67 us for 4000 values

@@ -75,12 +75,14 @@ def int8_conv(ins: Instruction, ctx: LowerContext) -> Kernel:
         fsrc = Operand(ins.inputs[0].shape.with_dtype(f32), op.channels_last, standard=True)
         fdst = Operand(ins.shape.with_dtype(f32), op.channels_last)
         return _in_float(op, onednn.Convolution(fsrc.desc(), wf, bias, dst_layout=fdst.desc(), **kw), fsrc, fdst,
-                         ins.shape)
-    return _kernel(prim, src.view, dst.view, ins.shape, shift)
+                         ins.shape, ins.inputs[0].shape, ctx)
+    return _kernel(prim, src.view, dst.view, ins.shape, shift, exact=(src, dst))
 
 
-def _kernel(prim, read, write, shape, shift: bool) -> Kernel:
-    """Run `prim` on x as `read` sees it (fed as uint8 with `shift`), into the output as `write` sees it."""
+def _kernel(prim, read, write, shape, shift: bool, exact=None) -> Kernel:
+    """Run `prim` on x as `read` sees it (fed as uint8 with `shift`), into the output as `write` sees it.
+    `exact` (src, dst): the Operands whose `exact` views give a native program's call, with no copy
+    (se_cnn_qdq's five int8 convolutions were Python steps between native programs)."""
     lens, dtype, feed = shape.lens, shape.dtype.np, _feed(shift)
 
     def run(args, out):
@@ -89,12 +91,22 @@ def _kernel(prim, read, write, shape, shift: bool) -> Kernel:
         prim(read(feed(args[0])), out=write(out))
         return out
 
+    if exact is not None and not shift:  # (fed as uint8, x needs a flipped copy every run)
+        def native(args, out):
+            from ..native_program import primitive_call
+
+            a, o = exact[0].exact(args[0]), exact[1].exact(out)
+            return None if a is None or o is None else [primitive_call(prim, a, out=o)]
+
+        run.native = native  # type: ignore[attr-defined]
     return run
 
 
-def _in_float(op, prim, src: Operand, dst: Operand, shape) -> Kernel:
+def _in_float(op, prim, src: Operand, dst: Operand, shape, x_shape, ctx: LowerContext) -> Kernel:
     """Dequantize x, the float primitive (bias and activations fused), requantize: the region as the
-    model wrote it, at float speed."""
+    model wrote it, at float speed. In a native program the two conversions are generated C (the
+    DequantizeLinear and QuantizeLinear bodies) around the primitive's call: an SE block's few-channel
+    1x1 convolutions were Python steps of three numpy passes."""
     lens = shape.lens
 
     def run(args, out):
@@ -106,7 +118,57 @@ def _in_float(op, prim, src: Operand, dst: Operand, shape) -> Kernel:
         np.copyto(out, q)
         return out
 
+    conversions = _conversions(op, x_shape, shape, ctx)
+    if conversions is None:
+        return run
+    (dequantize, x_numbers), (requantize, y_numbers) = conversions
+
+    def native(args, out):
+        from ..native_program import primitive_call
+
+        xf, yf = np.empty(x_shape.lens, np.float32), np.empty(lens, np.float32)  # this thread's, kept by the call
+        a, o = src.exact(xf), dst.exact(yf)
+        first, last = dequantize.native([args[0], *x_numbers], xf), requantize.native([yf, *y_numbers], out)
+        if a is None or o is None or first is None or last is None:
+            return None
+        return [*first, primitive_call(prim, a, out=o), *last]
+
+    run.native = native  # type: ignore[attr-defined]
     return run
+
+
+def _conversions(op, x_shape, shape, ctx: LowerContext):
+    """((dequantize step, its scale and zero point), (requantize step, ...)) as generated pointwise
+    kernels, or None (a float result: no requantization; a layout they do not take)."""
+    from types import SimpleNamespace
+
+    from ....ir.shape import Shape
+    from ....ops.quantize import DequantizeLinear, QuantizeLinear
+    from ..codegen import CodegenUnsupported, pointwise_kernel_for
+    from .pointwise import compiled_kernel
+
+    if op.out_type == DType.float32 or not x_shape.standard:
+        return None
+    f32 = DType.float32
+
+    def numbers(scale: float, zero_point: int, lens) -> tuple[np.ndarray, np.ndarray]:  # broadcast views
+        return tuple(np.broadcast_to(np.float32(v), lens) for v in (scale, zero_point))  # type: ignore[return-value]
+
+    x_numbers, y_numbers = numbers(op.x_scale, op.x_zero_point, x_shape.lens), numbers(op.y_scale, op.y_zero_point, shape.lens)
+    steps = []
+    for expr, src_shape, out_shape in ((DequantizeLinear().expr, x_shape, x_shape.with_dtype(f32)),
+                                       (QuantizeLinear(to=op.out_type).expr, shape.with_dtype(f32), shape)):
+        if not out_shape.standard:
+            return None
+        scalar = Shape.of(f32, out_shape.lens, [0] * out_shape.ndim)
+        ins = [src_shape, scalar, scalar]
+        try:
+            source, layout = pointwise_kernel_for(expr, ins, out_shape)
+        except CodegenUnsupported:
+            return None
+        step = SimpleNamespace(shape=out_shape, inputs=[SimpleNamespace(shape=s) for s in ins])
+        steps.append(compiled_kernel(step, ctx, source, layout.dims()))
+    return (steps[0], x_numbers), (steps[1], y_numbers)
 
 
 @lowering("int8_dot")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import CompileError, ExecutionError, FusegraphError, InputError
+from ....ir.dtypes import DType
 from ....ir.module import Instruction
 from ....ir.shape import Shape, same_steps
 from ....ops.indexing import check_range
@@ -121,9 +122,11 @@ def resize(ins: Instruction, ctx: LowerContext) -> Kernel:
     running the op's own reference on an index ramp (YOLO's and PP-OCR's upsampling); integer
     upsampling as one broadcasting copy."""
     x, op = ins.inputs[0].shape, ins.op
-    if (op.mode != "nearest" or op.coordinate_transformation_mode == "tf_crop_and_resize"
+    if (op.coordinate_transformation_mode == "tf_crop_and_resize"
             or not isinstance(x, Shape) or x.is_dynamic or x.elements == 0 or ins.shape.elements == 0):
         return reference_kernel(ins, ctx)
+    if op.mode != "nearest":
+        return _interpolating(ins, ctx)
     ramp = np.arange(x.elements, dtype=np.int64).reshape(x.lens)
     sources = np.unravel_index(op.compute([ramp]), x.lens)  # per output element, its source coordinates
     gathers = []
@@ -137,6 +140,23 @@ def resize(ins: Instruction, ctx: LowerContext) -> Kernel:
            for a, i in gathers):
         return with_take(_repeat(x.lens, ins.shape.lens, [a for a, _ in gathers]), ins)
     return with_take(_gather_axes(gathers), ins)
+
+
+def _interpolating(ins: Instruction, ctx: LowerContext) -> Kernel:
+    """A float32 linear or cubic resize: generated C with the op's own per-axis taps (codegen/resize.py)."""
+    from ..codegen import CodegenUnsupported
+    from ..codegen.resize import resize_kernel
+    from .pointwise import compiled_kernel
+
+    x = ins.inputs[0].shape
+    stages = ins.op.interpolated_axes(x.lens)
+    if x.dtype != DType.float32 or not x.standard or not stages:  # (the kernel reads x contiguous)
+        return reference_kernel(ins, ctx)
+    try:
+        source = resize_kernel(x.lens, stages)
+    except CodegenUnsupported:
+        return reference_kernel(ins, ctx)
+    return compiled_kernel(ins, ctx, source, ())
 
 
 def with_take(run: Kernel, ins: Instruction, constants: list | None = None) -> Kernel:

@@ -5,7 +5,6 @@ generated C (codegen/convert.py), the same in a step and in a native program."""
 
 from __future__ import annotations
 
-import math
 import threading
 
 import numpy as np
@@ -38,6 +37,7 @@ def widened_pooling(ins: Instruction, ctx: LowerContext) -> Kernel | None:
     between conversions (see `widened`; a max pooling would need its NaN guard: the reference's)."""
     from ....errors import CompileError
     from .. import onednn
+    from .dense import pooling_work
 
     x, op = ins.inputs[0].shape, ins.op
     if not isinstance(x, Shape) or x.is_dynamic or x.ndim not in (3, 4, 5):
@@ -48,7 +48,7 @@ def widened_pooling(ins: Instruction, ctx: LowerContext) -> Kernel | None:
         prim = onednn.Pooling(x.lens, "average", kernel, stride=stride, padding=padding,
                               dilation=() if op.global_pool else op.dilation,
                               ceil_mode=op.ceil_mode and not op.global_pool, count_include_pad=op.count_include_pad,
-                              threads=ctx.threads_for(ins.shape.elements * math.prod(kernel)))
+                              threads=ctx.threads_for(pooling_work(ins.shape.elements, x.lens[2:], kernel, padding)))
     except CompileError:
         return None
     return widened(ins, prim, [0], ctx)

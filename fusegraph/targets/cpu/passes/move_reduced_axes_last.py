@@ -8,6 +8,8 @@ vectorized passes; choose_layout keeps the float DFL convolution N, C, H, W arou
     fused_reduce[axes=(1,)](x: [1, 16, 4, 8400], s)
         -> transpose[perm=(0, 2, 3, 1)](fused_reduce[axes=(3,)](contiguous(transpose(x)), s))
 
+A lone reduce_sum/mean/max/min over leading axes (an NHWC global average pool) is moved the same way.
+
 Taken when every value of the body is 0-d or of the full rank and the body has only broadcasts,
 pointwise ops, reductions and softmaxes (whose attributes follow the permutation); anything else is
 left as it was. Invariant: values unchanged (the same body on permuted indices).
@@ -23,6 +25,9 @@ from ....ir.shape import Shape
 from ....ops.fused import FusedReduce
 from ....ops.movement import Broadcast, Contiguous, Transpose
 from ....passes.fuse_reduce import NORMALIZATIONS, REDUCTIONS
+
+# the reductions a lone step runs as generated C (kernels/pointwise.plain_reduce), trailing axes only
+PLAIN_REDUCTIONS = frozenset({"reduce_sum", "reduce_mean", "reduce_max", "reduce_min"})
 
 
 def _trailing(lens: tuple[int, ...], axes: tuple[int, ...]) -> bool:
@@ -73,7 +78,26 @@ def _body(module: Module, body: Module, params: list[Shape], ops: list[Op]) -> M
     return new
 
 
+def _plain(module: Module, ins: Instruction) -> bool:
+    """A lone reduction (kernels/pointwise.plain_reduce) over leading axes: its input transposed and
+    copied so they come last, its result transposed back. (An NHWC global average pool, reduce_mean
+    over H and W, ran as numpy's mean, a Python step between native programs.)"""
+    x = ins.inputs[0]
+    if len(ins.inputs) != 1 or ins.shape.is_dynamic or not isinstance(x.shape, Shape) or x.shape.is_dynamic:
+        return False
+    nd, axes = x.shape.ndim, tuple(sorted(a % max(x.shape.ndim, 1) for a in ins.op.axes))
+    if nd < 2 or _trailing(x.shape.lens, axes):
+        return False
+    perm = [a for a in range(nd) if a not in axes] + list(axes)
+    moved = module.insert(ins, Contiguous(), module.insert(ins, Transpose(perm=tuple(perm)), x))
+    new = module.insert(ins, _permuted(ins.op, perm), moved)
+    module.replace(ins, module.insert(ins, Transpose(perm=tuple(perm.index(a) for a in range(nd))), new))
+    return True
+
+
 def _rewrite(module: Module, ins: Instruction) -> bool:
+    if ins.op.name in PLAIN_REDUCTIONS:
+        return _plain(module, ins)
     if ins.op.name != "fused_reduce":
         return False
     axes = ins.op.axes
