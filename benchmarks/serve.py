@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -102,7 +103,7 @@ def threaded_load(seconds: float, threads: int, one) -> dict:
             "p50_ms": 1e3 * statistics.median(lat), "p99_ms": 1e3 * lat[min(len(lat) - 1, int(0.99 * len(lat)))]}
 
 
-def _client(protocol: str, port: int, model: str, x: np.ndarray, input_name: str):
+def _client(protocol: str, port: int, model: str, x: np.ndarray, input_name: str, binary: bool = True):
     def make():
         if protocol == "grpc":
             import tritonclient.grpc as mod
@@ -110,7 +111,7 @@ def _client(protocol: str, port: int, model: str, x: np.ndarray, input_name: str
             import tritonclient.http as mod
         client = mod.InferenceServerClient(f"127.0.0.1:{port}")
         inp = mod.InferInput(input_name, list(x.shape), "FP32")
-        inp.set_data_from_numpy(x, **({} if protocol == "grpc" else {"binary_data": True}))
+        inp.set_data_from_numpy(x, **({} if protocol == "grpc" else {"binary_data": binary}))
         return lambda: client.infer(model, [inp])
     return make
 
@@ -144,17 +145,39 @@ def _save_config(http_port: int, grpc_port: int, tmp: Path) -> None:
     client.close()
 
 
+@dataclass(frozen=True)
+class _Server:
+    label: str
+    cmd: list[str]
+    env: dict
+    http_port: int
+    grpc_port: int
+    entries: list[str]
+    http_binary: bool = True  # False: its HTTP front end takes JSON tensors only (MLServer)
+
+
+def _peer_env(pythonpath: list[str]) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {**env, "PYTHONPATH": os.pathsep.join(pythonpath)} if pythonpath else env
+
+
 def _servers(args, model_path: Path, root: Path, tmp: Path):
-    """(label, command, env, http port, grpc port, entries) of each server measured."""
+    """Each server measured: fusegraph, then the peers asked for (each on ports of its own)."""
     base = args.port_base
-    yield ("fusegraph", [sys.executable, "-m", "fusegraph", "serve", str(root), "--http-port", str(base),
-                         "--grpc-port", str(base + 1), "--metrics-port", str(base + 2)],
-           dict(os.environ), base, base + 1, list(ENTRIES))
-    if args.peer == "kserve":
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([args.peer_path, str(HERE.parent)]))
-        yield ("kserve", [sys.executable, str(HERE / "serve_peer_kserve.py"), str(model_path), "--http-port",
-                          str(base + 10), "--grpc-port", str(base + 11), "--config-json", str(tmp / "config.json"),
-                          "--config-pb", str(tmp / "config.pb")], env, base + 10, base + 11, ["plain"])
+    yield _Server("fusegraph", [sys.executable, "-m", "fusegraph", "serve", str(root), "--http-port", str(base),
+                                "--grpc-port", str(base + 1), "--metrics-port", str(base + 2)],
+                  dict(os.environ), base, base + 1, list(ENTRIES))
+    config = ["--config-json", str(tmp / "config.json"), "--config-pb", str(tmp / "config.pb")]
+    peers = set(filter(None, args.peer.split(",")))
+    if "kserve" in peers:
+        yield _Server("kserve", [sys.executable, str(HERE / "serve_peer_kserve.py"), str(model_path), "--http-port",
+                                 str(base + 10), "--grpc-port", str(base + 11), *config],
+                      _peer_env([args.peer_path, str(HERE.parent)]), base + 10, base + 11, ["plain"])
+    if "mlserver" in peers:
+        yield _Server("mlserver", [args.mlserver_python, str(HERE / "serve_peer_mlserver.py"), str(model_path),
+                                   "--http-port", str(base + 20), "--grpc-port", str(base + 21), "--metrics-port",
+                                   str(base + 22), *config],
+                      _peer_env([]), base + 20, base + 21, ["plain"], http_binary=False)
 
 
 def main() -> None:
@@ -170,8 +193,9 @@ def main() -> None:
     ap.add_argument("--ld-library-path", default="", help="where perf_analyzer finds libcudart.so.12")
     ap.add_argument("--interval-ms", type=int, default=5000, help="perf_analyzer's measurement window")
     ap.add_argument("--protocols", default="grpc,http")
-    ap.add_argument("--peer", choices=("kserve", "none"), default="none")
-    ap.add_argument("--peer-path", default="", help="folder the peer server's packages are installed in")
+    ap.add_argument("--peer", default="", help="peers, comma-separated: kserve, mlserver (none by default)")
+    ap.add_argument("--peer-path", default="", help="folder KServe is installed in (pip install --target)")
+    ap.add_argument("--mlserver-python", default="", help="the python of MLServer's own venv")
     ap.add_argument("--tool", choices=("perf_analyzer", "threads"), default="perf_analyzer",
                     help="threads: every server under the threaded tritonclient load (like for like with a peer "
                          "perf_analyzer cannot drive)")
@@ -207,24 +231,25 @@ def main() -> None:
         onnx.save(model, Path(tmp) / "model.onnx")
         servers = list(_servers(args, Path(tmp) / "model.onnx", Path(tmp) / "repo", Path(tmp)))
         # rounds alternate the servers, each in a fresh process: on a loaded machine compare within a round
-        for rnd, (label, cmd, env, http_port, grpc_port, entries) in ((r, s) for r in range(args.rounds)
-                                                                      for s in servers):
-            proc = subprocess.Popen(cmd, env=env)
+        for rnd, srv in ((r, s) for r in range(args.rounds) for s in servers):
+            proc = subprocess.Popen(srv.cmd, env=srv.env)
             try:
-                _wait_ready(proc, http_port, label)
-                if label == "fusegraph" and rnd == 0:
-                    _save_config(http_port, grpc_port, Path(tmp))
+                _wait_ready(proc, srv.http_port, srv.label)
+                if srv.label == "fusegraph" and rnd == 0:
+                    _save_config(srv.http_port, srv.grpc_port, Path(tmp))
                 for protocol in args.protocols.split(","):
-                    port = grpc_port if protocol == "grpc" else http_port
-                    for entry in entries:
+                    port = srv.grpc_port if protocol == "grpc" else srv.http_port
+                    binary = protocol == "grpc" or srv.http_binary
+                    for entry in srv.entries:
                         for c in levels:
+                            # perf_analyzer sends HTTP tensors binary only
                             r = perf_analyzer(args.perf_analyzer, pa_env, entry, protocol, port, c, args.interval_ms) \
-                                if args.tool == "perf_analyzer" else {}
+                                if args.tool == "perf_analyzer" and binary else {}
                             if "inferences_per_s" not in r:  # --tool threads, or perf_analyzer failed (no ModelConfig)
                                 r = {"tool": "tritonclient-threads", **({"perf_analyzer_error": r["error"]} if r else {}),
-                                     **threaded_load(seconds, c, _client(protocol, port, entry, x, input_name))}
-                            rows.append({"server": f"{label}-{entry}", "protocol": protocol, "concurrency": c,
-                                         "round": rnd, **r})
+                                     **threaded_load(seconds, c, _client(protocol, port, entry, x, input_name, binary))}
+                            rows.append({"server": f"{srv.label}-{entry}", "protocol": protocol, "concurrency": c,
+                                         "round": rnd, **({} if binary else {"http_tensors": "json"}), **r})
                             print(rows[-1], flush=True)
             finally:
                 proc.terminate()

@@ -2,7 +2,9 @@
 
 Programs are compiled at fixed shapes, so a batching model (max_batch_size > 0) gets one program per
 bucket (`config.batch_buckets`), all compiled at load (a compile inside a request's wait stalls every
-request queued behind it for seconds); a batch is zero-padded to its bucket and the outputs cut back. A `.fgx` file holds one compiled shape: its batch is its only bucket.
+request queued behind it for seconds). On a GPU a batch is zero-padded to its bucket and the outputs cut
+back; on a CPU it is cut into buckets it fills (`ServedModel.pieces`). A `.fgx` file holds one compiled
+shape: its batch is its only bucket.
 """
 
 from __future__ import annotations
@@ -191,18 +193,40 @@ class ServedModel:
                 return b
         raise ModelConfigError(f"model {self.name!r}: batch {n} exceeds max_batch_size {self.max_batch_size}")
 
+    def pieces(self, n: int) -> list[int]:
+        """The buckets a batch of `n` runs on. On a GPU one bucket, the smallest that holds it, zero-padded
+        (a larger batch costs it little more time). On a CPU time grows with the batch, so padding is work
+        thrown away (a batch of 5 on bucket 8: 60 % more): the batch is cut into buckets that it fills,
+        the largest first."""
+        if self.target == "gpu":
+            return [self.bucket_for(n)]
+        out = []
+        while n:
+            b = max((b for b in self.buckets if b <= n), default=None)
+            if b is None:  # the smallest bucket is larger than what is left: pad that one
+                b = self.bucket_for(n)
+            out.append(b)
+            n -= min(b, n)
+        return out
+
     def execute(self, inputs: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
         """Run one batch of `n` (0: a model that does not batch); outputs by name, cut back to `n`."""
-        if not n:
-            outs = self.program(0).run(inputs)
-        else:
-            b = self.bucket_for(n)
-            if b != n:
-                inputs = {k: np.concatenate([v, np.zeros((b - n, *v.shape[1:]), v.dtype)]) for k, v in inputs.items()}
-            outs = self.program(b).run(inputs)
         names = self._programs[self.buckets[0] if self.buckets else 0].output_names
-        by_name = dict(zip(names, outs, strict=True))
-        return {s.name: (np.asarray(by_name[s.name])[:n] if n else np.asarray(by_name[s.name])) for s in self.outputs}
+        if not n:
+            by_name = dict(zip(names, self.program(0).run(inputs), strict=True))
+            return {s.name: np.asarray(by_name[s.name]) for s in self.outputs}
+        parts, start = [], 0
+        for b in self.pieces(n):
+            k = min(b, n - start)
+            part = {name: v[start:start + k] for name, v in inputs.items()}
+            if k != b:
+                part = {name: np.concatenate([v, np.zeros((b - k, *v.shape[1:]), v.dtype)]) for name, v in part.items()}
+            parts.append((k, dict(zip(names, self.program(b).run(part), strict=True))))
+            start += k
+        if len(parts) == 1:
+            k, by_name = parts[0]
+            return {s.name: np.asarray(by_name[s.name])[:k] for s in self.outputs}
+        return {s.name: np.concatenate([np.asarray(o[s.name])[:k] for k, o in parts]) for s in self.outputs}
 
 
 def _numpy_dtype(dtype) -> np.dtype | None:
