@@ -124,12 +124,12 @@ class WorkerProcess:
     def running(self) -> bool:
         return self._ready and self.proc is not None and self.proc.poll() is None
 
-    def execute(self, inputs: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    def execute(self, inputs: dict[str, np.ndarray], n: int, solo: bool = False) -> dict[str, np.ndarray]:
         with self._lock:
             if not self.running:
                 raise WorkerNotRunning(f"model {self.name!r} instance {self.instance}: no worker process")
             try:
-                wire.send(self.sock, {"op": "run", "n": n}, inputs)
+                wire.send(self.sock, {"op": "run", "n": n, "solo": solo}, inputs)
             except OSError as e:
                 raise WorkerNotRunning(f"model {self.name!r} instance {self.instance}: {e}") from None
             try:

@@ -36,7 +36,7 @@ def _describe(model) -> dict:
         return [[s.name, s.datatype.name, list(s.dims)] for s in items]
 
     return {"op": "ready", "config": text_format.MessageToString(model.config), "target": model.target,
-            "threads": model.threads, "inputs": specs(model.inputs), "outputs": specs(model.outputs)}
+            "threads": model.threads, "solo_threads": model.solo_threads, "inputs": specs(model.inputs), "outputs": specs(model.outputs)}
 
 
 def _failure(e: BaseException) -> dict:
@@ -59,7 +59,7 @@ def serve(sock: socket.socket) -> int:
         if header["op"] == "stop":
             return 0
         try:
-            outputs = model.execute(inputs, header["n"])
+            outputs = model.execute(inputs, header["n"], header["solo"])
         except Exception as e:  # a model that raises fails its batch only; this process serves on
             wire.send(sock, _failure(e))
             continue

@@ -92,3 +92,35 @@ def test_unknown_precision_is_a_config_error(tmp_path):
 
     with pytest.raises(ModelConfigError, match="precision 'fp12'; expected one of fp32, fp16"):
         _served(tmp_path, "fp12")
+
+
+def test_solo_threads_compiles_a_second_program_set_that_solo_batches_run_on(tmp_path):
+    import onnx
+
+    from fusegraph.serve import config as cfg
+    from fusegraph.serve.errors import ModelConfigError
+    from fusegraph.serve.model import ServedModel
+
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp_model(), path)
+    entry = cfg.single_file_entry(path)
+    entry.config.instance_group.add(kind=cfg.pb().ModelInstanceGroup.KIND_CPU, count=2)
+    entry.config.parameters["solo_threads"].string_value = "2"
+    model = ServedModel(entry, 1, path, "cpu", cores=2)
+    assert (model.threads, model.solo_threads) == (1, 2)
+    for b in model.buckets:
+        shared, solo = model.program(b), model.program(b, solo=True)
+        assert (shared.executable.threads, solo.executable.threads) == (1, 2)
+    runs = []
+    for b in model.buckets:
+        for solo in (False, True):
+            prog = model.program(b, solo)
+            prog.run = (lambda run, key: lambda inputs: runs.append(key) or run(inputs))(prog.run, (b, solo))
+    x = np.random.default_rng(5).standard_normal((3, FEATURES)).astype(np.float32)
+    want = ort_reference(mlp_model(), x)["y"]
+    np.testing.assert_allclose(model.execute({"x": x}, 3, solo=True)["y"], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(model.execute({"x": x}, 3)["y"], want, rtol=1e-5, atol=1e-5)
+    assert runs == [(2, True), (1, True), (2, False), (1, False)]
+    entry.config.parameters["solo_threads"].string_value = "two"
+    with pytest.raises(ModelConfigError, match="parameter solo_threads 'two'"):
+        ServedModel(entry, 1, path, "cpu", cores=2)
