@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 
 from benchmarks._common import write_results  # noqa: E402
-from benchmarks.serve import _repo, _save_config, _wait_ready  # noqa: E402
+from benchmarks.serve import ENTRIES, _repo, _save_config, _wait_ready  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -133,7 +133,7 @@ def main() -> None:
     for k, (label, root) in enumerate(trees):
         for j, isolation in enumerate(args.isolations.split(",")):
             port = args.port_base + 20 * k + 10 * j
-            servers.append((f"{label}-{isolation}", port, ["plain", "batched"]))
+            servers.append((f"{label}-{isolation}", port, list(ENTRIES)))
             procs[servers[-1][0]] = subprocess.Popen(
                 [sys.executable, "-m", "fusegraph", "serve", str(tmp / "repo"), "--http-port", str(port), "--grpc-port",
                  str(port + 1), "--metrics-port", str(port + 2), "--isolation", isolation],

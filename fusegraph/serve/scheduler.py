@@ -277,8 +277,12 @@ class Scheduler:
         start = time.monotonic_ns()
         n = sum(p.n for p in batch)
         try:
-            inputs = batch[0].inputs if len(batch) == 1 else {
-                k: np.concatenate([p.inputs[k] for p in batch]) for k in batch[0].inputs}
+            gather = getattr(executor, "gather", None)  # a worker process's: into its shared arena
+            if gather is not None:
+                inputs = gather({k: [p.inputs[k] for p in batch] for k in batch[0].inputs})
+            else:
+                inputs = batch[0].inputs if len(batch) == 1 else {
+                    k: np.concatenate([p.inputs[k] for p in batch]) for k in batch[0].inputs}
             gathered = time.monotonic_ns()
             outputs = executor.execute(inputs, n, solo=True) if solo else executor.execute(inputs, n)
         except WorkerNotRunning:
