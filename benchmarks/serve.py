@@ -2,26 +2,36 @@
 next to a peer server serving the same ONNX model with ONNX Runtime, and the engine's own throughput.
 
     python benchmarks/serve.py --perf-analyzer PATH [--model resnet50|PATH.onnx]
-        [--concurrency 1,2,4,8,16,32,64] [--interval-ms 5000] [--peer kserve --peer-path DIR]
-        [--rounds N] [--label=-loaded] [--out FILE]
+        [--concurrency 1,2,4,8,16,32,64] [--interval-ms 5000] [--peer kserve,mlserver --peer-path DIR
+        --mlserver-python PATH] [--rounds N] [--label=-loaded] [--out FILE]
     python benchmarks/serve.py --device gpu ...      # ResNet-50 fp16 on a GPU: see serve_gpu.py
 
 perf_analyzer: the binary in the tritonclient==2.48.0 wheel (PyPI's perf-analyzer 2.60 needs glibc 2.38):
     pip download --no-deps tritonclient==2.48.0 -d /tmp/tc248 && python -m zipfile -e /tmp/tc248/*.whl /tmp/tc248
+    chmod +x /tmp/tc248/tritonclient-2.48.0.data/data/bin/perf_analyzer   # zipfile drops the mode
     PATH: /tmp/tc248/tritonclient-2.48.0.data/data/bin/perf_analyzer
 It links libb64.so.0d (apt-get install libb64-0d) and libcudart.so.12 (pip install --no-deps --target
 /tmp/cudart nvidia-cuda-runtime-cu12; pass --ld-library-path /tmp/cudart/nvidia/cuda_runtime/lib).
 
-The peer (a benchmark-only dependency, in its own folder): `pip install --target DIR kserve==0.21.0`; it
-runs `benchmarks/serve_peer_kserve.py` (KServe's Python ModelServer wrapping ONNX Runtime) from DIR.
-perf_analyzer reads each model's config: the peer is given the config fusegraph completes for `plain`
-(KServe has no ModelConfig endpoint of its own; serve_peer_kserve.py adds it). Where perf_analyzer
-fails, the row is measured with a threaded tritonclient load instead, and says which tool measured it.
+The peers (benchmark-only dependencies, each in a place of its own), both serving the model with ONNX
+Runtime at its defaults:
+- KServe 0.21's Python ModelServer: `pip install --target DIR kserve==0.21.0`, `--peer-path DIR`; it runs
+  `benchmarks/serve_peer_kserve.py` from DIR.
+- MLServer 1.7 with a custom ONNX Runtime runtime (`mlserver-onnx` is not on PyPI):
+  `python -m venv V && V/bin/pip install mlserver==1.7.1 uvloop==0.21.0 onnxruntime`,
+  `--mlserver-python V/bin/python`; it runs `benchmarks/serve_peer_mlserver.py`. Its REST front end has
+  no binary tensor extension, so its HTTP rows send JSON (the threaded tritonclient load: perf_analyzer
+  sends HTTP tensors binary only).
+perf_analyzer reads each model's config: the peers are given the config fusegraph completes for `plain`
+(neither has a ModelConfig endpoint of its own; their scripts add it). Where perf_analyzer fails, the
+row is measured with a threaded tritonclient load instead, and says which tool measured it.
 
-Each server runs in its own process on loopback; the fusegraph repository holds the model twice: `plain`
-(max_batch_size 8, no batcher) and `batched` (dynamic_batching, preferred 4 and 8). Requests are batch 1.
-"bare" is `program.run` at batch 1 from as many threads, in this process: the ceiling of a server here.
-Writes benchmarks/results/serve-<host>.json. The machine must be quiet for figures worth committing.
+Each server runs in its own process on loopback; the fusegraph repository holds the model three times
+(`ENTRIES`): `plain` (one instance on every core, no batcher, as the peers run), `pair` (two instances of
+half the cores, a lone request on all of them: `solo_threads`) and `batched` (the pair, batching what
+queues up, no delay). Requests are batch 1. "bare" is `program.run` at batch 1 from as many threads, in
+this process: the ceiling of a server here. Writes benchmarks/results/serve-<host>.json. The machine
+must be quiet for figures worth committing.
 """
 
 from __future__ import annotations

@@ -91,6 +91,22 @@ def _route(app, path: str, endpoint):
     return APIRoute(path, endpoint, methods=["GET"])
 
 
+def _tensors(path: str) -> dict:
+    """The model's inputs and outputs as MLServer metadata (perf_analyzer reads them; MLServer lists none
+    of its own for a custom runtime)."""
+    import onnxruntime as ort
+    from mlserver.types import MetadataTensor
+
+    kinds = {"tensor(float)": "FP32", "tensor(float16)": "FP16", "tensor(int64)": "INT64"}
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+
+    def meta(args):
+        return [MetadataTensor(name=a.name, datatype=kinds[a.type],
+                               shape=[d if isinstance(d, int) else -1 for d in a.shape]) for a in args]
+
+    return {"inputs": meta(sess.get_inputs()), "outputs": meta(sess.get_outputs())}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model")
@@ -116,7 +132,8 @@ def main() -> None:
     settings = Settings(debug=False, host="127.0.0.1", http_port=args.http_port, grpc_port=args.grpc_port,
                         metrics_port=args.metrics_port, metrics_dir=work, model_repository_root=work,
                         load_models_at_startup=False)
-    model = ModelSettings(name="plain", implementation=Runtime, parameters=ModelParameters(uri=args.model))
+    model = ModelSettings(name="plain", implementation=Runtime, parameters=ModelParameters(uri=args.model),
+                          **_tensors(args.model))
 
     async def serve() -> None:  # MLServer starts its worker pool from inside the running loop
         await MLServer(settings).start([model])
