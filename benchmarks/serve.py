@@ -203,7 +203,9 @@ def main() -> None:
     ap.add_argument("--concurrency", help="levels (default 1,2,4,8,16,32,64; with --device gpu, 32)")
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
                     help="gpu: ResNet-50 fp16 on a KIND_GPU instance, batched against unbatched (serve_gpu.py)")
-    ap.add_argument("--client-procs", type=int, default=4, help="--device gpu: load processes")
+    ap.add_argument("--client-procs", type=int, default=8, help="--device gpu: load processes")
+    ap.add_argument("--instance-kind", default="KIND_GPU", choices=("KIND_GPU", "KIND_CPU"),
+                    help="--device gpu: KIND_CPU runs the same benchmark on the CPU (a smoke test without a GPU)")
     ap.add_argument("--client", help=argparse.SUPPRESS)  # serve_gpu.py's load processes
     ap.add_argument("--out", type=Path, help="write the JSON here (default benchmarks/results/serve<label>-<host>.json)")
     ap.add_argument("--perf-analyzer", default="perf_analyzer", metavar="PATH")

@@ -38,18 +38,20 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of process `pid` and its children (the worker processes)."""
-    def stat(p):
-        return open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+    return sum(cpu_split(pid))
 
-    pids = {pid} | {int(d) for d in os.listdir("/proc") if d.isdigit() and _parent(d) == pid}
-    total = 0.0
-    for p in pids:
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """User + system CPU seconds of process `pid`, and of its children together."""
+    def seconds(p) -> float:
         try:
-            f = stat(p)
+            f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
         except OSError:  # exited meanwhile
-            continue
-        total += (int(f[11]) + int(f[12])) / _TICK
-    return total
+            return 0.0
+        return (int(f[11]) + int(f[12])) / _TICK
+
+    children = [int(d) for d in os.listdir("/proc") if d.isdigit() and _parent(d) == pid]
+    return seconds(pid), sum(seconds(p) for p in children)
 
 
 def _parent(d: str) -> int | None:
