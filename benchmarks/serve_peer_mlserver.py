@@ -28,8 +28,6 @@ from mlserver import MLModel
 from mlserver.codecs import NumpyCodec
 from mlserver.types import InferenceRequest, InferenceResponse
 
-_SERVICE = "inference.GRPCInferenceService"
-
 
 class OnnxRuntimeModel(MLModel):
     """An ONNX model on ONNX Runtime's CPU provider at its defaults (the file: `parameters.uri`)."""
@@ -50,21 +48,17 @@ class OnnxRuntimeModel(MLModel):
 
 def _add_model_config(config_json: dict | None, config_pb: bytes | None) -> None:
     """Patch MLServer's front ends to answer ModelConfig for `plain` with the given config."""
-    import grpc
     from mlserver.grpc import server as grpc_server
     from mlserver.rest import server as rest_server
 
     if config_pb is not None:
+        from serve_peer_config import add_model_config
+
         make_aio = grpc_server.aio.server
 
         def aio_server(*args, **kwargs):
             server = make_aio(*args, **kwargs)
-
-            async def model_config(request: bytes, context) -> bytes:
-                return config_pb
-            # an unknown method of a registered service falls through to this generic handler
-            server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-                _SERVICE, {"ModelConfig": grpc.unary_unary_rpc_method_handler(model_config)}),))
+            add_model_config(server, config_pb)
             return server
 
         grpc_server.aio = type("aio", (), {"server": staticmethod(aio_server)})
@@ -121,10 +115,11 @@ def main() -> None:
     from mlserver import MLServer
     from mlserver.settings import ModelParameters, ModelSettings, Settings
 
+    # the runtime is imported by name in MLServer's worker processes, and serve_peer_config here: this
+    # file's folder is on their path
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     _add_model_config(json.loads(args.config_json.read_text()) if args.config_json else None,
                       args.config_pb.read_bytes() if args.config_pb else None)
-    # the runtime is imported by name in MLServer's worker processes: this file's folder is on their path
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from serve_peer_mlserver import OnnxRuntimeModel as Runtime
 
     work = tempfile.mkdtemp(prefix="mlserver_peer_")
