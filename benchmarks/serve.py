@@ -181,9 +181,12 @@ def _peer_env(pythonpath: list[str]) -> dict:
 def _servers(args, model_path: Path, root: Path, tmp: Path):
     """Each server measured: fusegraph, then the peers asked for (each on ports of its own)."""
     base = args.port_base
-    yield _Server("fusegraph", [sys.executable, "-m", "fusegraph", "serve", str(root), "--http-port", str(base),
-                                "--grpc-port", str(base + 1), "--metrics-port", str(base + 2)],
-                  dict(os.environ), base, base + 1, list(ENTRIES))
+    for k, isolation in enumerate(args.isolations.split(",")):  # the first is the peers' config's source
+        port = base + 30 * k
+        yield _Server("fusegraph" if isolation == "process" else f"fusegraph_{isolation}",
+                      [sys.executable, "-m", "fusegraph", "serve", str(root), "--http-port", str(port), "--grpc-port",
+                       str(port + 1), "--metrics-port", str(port + 2), "--isolation", isolation],
+                      dict(os.environ), port, port + 1, list(ENTRIES))
     config = ["--config-json", str(tmp / "config.json"), "--config-pb", str(tmp / "config.pb")]
     peers = set(filter(None, args.peer.split(",")))
     if "kserve" in peers:
@@ -219,6 +222,8 @@ def main() -> None:
                     help="threads: every server under the threaded tritonclient load (like for like with a peer "
                          "perf_analyzer cannot drive)")
     ap.add_argument("--port-base", type=int, default=18000)
+    ap.add_argument("--isolations", default="process",
+                    help="fusegraph's instance isolations, each a server of its own (process,thread: both)")
     ap.add_argument("--rounds", type=int, default=1, help="times each server is measured, alternating")
     ap.add_argument("--label", default="", help="suffix of the results file (-loaded on a shared machine)")
     args = ap.parse_args()
@@ -254,7 +259,7 @@ def main() -> None:
             proc = subprocess.Popen(srv.cmd, env=srv.env)
             try:
                 _wait_ready(proc, srv.http_port, srv.label)
-                if srv.label == "fusegraph" and rnd == 0:
+                if srv.label.startswith("fusegraph") and not (Path(tmp) / "config.pb").exists():
                     _save_config(srv.http_port, srv.grpc_port, Path(tmp))
                 for protocol in args.protocols.split(","):
                     port = srv.grpc_port if protocol == "grpc" else srv.http_port
