@@ -2,26 +2,36 @@
 next to a peer server serving the same ONNX model with ONNX Runtime, and the engine's own throughput.
 
     python benchmarks/serve.py --perf-analyzer PATH [--model resnet50|PATH.onnx]
-        [--concurrency 1,2,4,8,16,32,64] [--interval-ms 5000] [--peer kserve --peer-path DIR]
-        [--rounds N] [--label=-loaded] [--out FILE]
+        [--concurrency 1,2,4,8,16,32,64] [--interval-ms 5000] [--peer kserve,mlserver --peer-path DIR
+        --mlserver-python PATH] [--rounds N] [--label=-loaded] [--out FILE]
     python benchmarks/serve.py --device gpu ...      # ResNet-50 fp16 on a GPU: see serve_gpu.py
 
 perf_analyzer: the binary in the tritonclient==2.48.0 wheel (PyPI's perf-analyzer 2.60 needs glibc 2.38):
     pip download --no-deps tritonclient==2.48.0 -d /tmp/tc248 && python -m zipfile -e /tmp/tc248/*.whl /tmp/tc248
+    chmod +x /tmp/tc248/tritonclient-2.48.0.data/data/bin/perf_analyzer   # zipfile drops the mode
     PATH: /tmp/tc248/tritonclient-2.48.0.data/data/bin/perf_analyzer
 It links libb64.so.0d (apt-get install libb64-0d) and libcudart.so.12 (pip install --no-deps --target
 /tmp/cudart nvidia-cuda-runtime-cu12; pass --ld-library-path /tmp/cudart/nvidia/cuda_runtime/lib).
 
-The peer (a benchmark-only dependency, in its own folder): `pip install --target DIR kserve==0.21.0`; it
-runs `benchmarks/serve_peer_kserve.py` (KServe's Python ModelServer wrapping ONNX Runtime) from DIR.
-perf_analyzer reads each model's config: the peer is given the config fusegraph completes for `plain`
-(KServe has no ModelConfig endpoint of its own; serve_peer_kserve.py adds it). Where perf_analyzer
-fails, the row is measured with a threaded tritonclient load instead, and says which tool measured it.
+The peers (benchmark-only dependencies, each in a place of its own), both serving the model with ONNX
+Runtime at its defaults:
+- KServe 0.21's Python ModelServer: `pip install --target DIR kserve==0.21.0`, `--peer-path DIR`; it runs
+  `benchmarks/serve_peer_kserve.py` from DIR.
+- MLServer 1.7 with a custom ONNX Runtime runtime (`mlserver-onnx` is not on PyPI):
+  `python -m venv V && V/bin/pip install mlserver==1.7.1 uvloop==0.21.0 onnxruntime`,
+  `--mlserver-python V/bin/python`; it runs `benchmarks/serve_peer_mlserver.py`. Its REST front end has
+  no binary tensor extension, so its HTTP rows send JSON (the threaded tritonclient load: perf_analyzer
+  sends HTTP tensors binary only).
+perf_analyzer reads each model's config: the peers are given the config fusegraph completes for `plain`
+(neither has a ModelConfig endpoint of its own; their scripts add it). Where perf_analyzer fails, the
+row is measured with a threaded tritonclient load instead, and says which tool measured it.
 
-Each server runs in its own process on loopback; the fusegraph repository holds the model twice: `plain`
-(max_batch_size 8, no batcher) and `batched` (dynamic_batching, preferred 4 and 8). Requests are batch 1.
-"bare" is `program.run` at batch 1 from as many threads, in this process: the ceiling of a server here.
-Writes benchmarks/results/serve-<host>.json. The machine must be quiet for figures worth committing.
+Each server runs in its own process on loopback; the fusegraph repository holds the model three times
+(`ENTRIES`): `plain` (one instance on every core, no batcher, as the peers run), `pair` (two instances of
+half the cores, a lone request on all of them: `solo_threads`) and `batched` (the pair, batching what
+queues up, no delay). Requests are batch 1. "bare" is `program.run` at batch 1 from as many threads, in
+this process: the ceiling of a server here. Writes benchmarks/results/serve-<host>.json. The machine
+must be quiet for figures worth committing.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -47,18 +58,25 @@ import fusegraph  # noqa: E402
 from benchmarks._common import write_results  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-CONFIG = """max_batch_size: 8
-instance_group [ {{ kind: KIND_CPU count: 1 }} ]
-{batching}
-"""
-ENTRIES = {"plain": "", "batched": "dynamic_batching { max_queue_delay_microseconds: 2000 preferred_batch_size: [ 4, 8 ] }"}
+CORES = len(os.sched_getaffinity(0))
+# plain: one instance on every core, as the peers run; pair: two instances of half the cores each, and a
+# request that comes alone on every core (solo_threads); batched: the pair, batching what queues up
+# while both instances run (no delay: on a CPU a batch of 8 saves only ~7 % per image over batch 1, so
+# waiting for one costs more than it gains)
+_PAIR = f"""instance_group [ {{ kind: KIND_CPU count: 2 }} ]
+parameters {{ key: "solo_threads" value {{ string_value: "{CORES}" }} }}"""
+ENTRIES = {
+    "plain": "instance_group [ { kind: KIND_CPU count: 1 } ]",
+    "pair": _PAIR,
+    "batched": _PAIR + "\ndynamic_batching { max_queue_delay_microseconds: 0 }",
+}
 
 
 def _repo(model: onnx.ModelProto, root: Path) -> None:
-    for name, batching in ENTRIES.items():
+    for name, config in ENTRIES.items():
         (root / name / "1").mkdir(parents=True)
         onnx.save(model, root / name / "1" / "model.onnx")
-        (root / name / "config.pbtxt").write_text(CONFIG.format(batching=batching))
+        (root / name / "config.pbtxt").write_text(f"max_batch_size: 8\n{config}\n")
 
 
 def perf_analyzer(binary: str, env: dict, model: str, protocol: str, port: int, concurrency: int,
@@ -102,7 +120,7 @@ def threaded_load(seconds: float, threads: int, one) -> dict:
             "p50_ms": 1e3 * statistics.median(lat), "p99_ms": 1e3 * lat[min(len(lat) - 1, int(0.99 * len(lat)))]}
 
 
-def _client(protocol: str, port: int, model: str, x: np.ndarray, input_name: str):
+def _client(protocol: str, port: int, model: str, x: np.ndarray, input_name: str, binary: bool = True):
     def make():
         if protocol == "grpc":
             import tritonclient.grpc as mod
@@ -110,7 +128,7 @@ def _client(protocol: str, port: int, model: str, x: np.ndarray, input_name: str
             import tritonclient.http as mod
         client = mod.InferenceServerClient(f"127.0.0.1:{port}")
         inp = mod.InferInput(input_name, list(x.shape), "FP32")
-        inp.set_data_from_numpy(x, **({} if protocol == "grpc" else {"binary_data": True}))
+        inp.set_data_from_numpy(x, **({} if protocol == "grpc" else {"binary_data": binary}))
         return lambda: client.infer(model, [inp])
     return make
 
@@ -144,17 +162,42 @@ def _save_config(http_port: int, grpc_port: int, tmp: Path) -> None:
     client.close()
 
 
+@dataclass(frozen=True)
+class _Server:
+    label: str
+    cmd: list[str]
+    env: dict
+    http_port: int
+    grpc_port: int
+    entries: list[str]
+    http_binary: bool = True  # False: its HTTP front end takes JSON tensors only (MLServer)
+
+
+def _peer_env(pythonpath: list[str]) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {**env, "PYTHONPATH": os.pathsep.join(pythonpath)} if pythonpath else env
+
+
 def _servers(args, model_path: Path, root: Path, tmp: Path):
-    """(label, command, env, http port, grpc port, entries) of each server measured."""
+    """Each server measured: fusegraph, then the peers asked for (each on ports of its own)."""
     base = args.port_base
-    yield ("fusegraph", [sys.executable, "-m", "fusegraph", "serve", str(root), "--http-port", str(base),
-                         "--grpc-port", str(base + 1), "--metrics-port", str(base + 2)],
-           dict(os.environ), base, base + 1, list(ENTRIES))
-    if args.peer == "kserve":
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([args.peer_path, str(HERE.parent)]))
-        yield ("kserve", [sys.executable, str(HERE / "serve_peer_kserve.py"), str(model_path), "--http-port",
-                          str(base + 10), "--grpc-port", str(base + 11), "--config-json", str(tmp / "config.json"),
-                          "--config-pb", str(tmp / "config.pb")], env, base + 10, base + 11, ["plain"])
+    for k, isolation in enumerate(args.isolations.split(",")):  # the first is the peers' config's source
+        port = base + 30 * k
+        yield _Server("fusegraph" if isolation == "process" else f"fusegraph_{isolation}",
+                      [sys.executable, "-m", "fusegraph", "serve", str(root), "--http-port", str(port), "--grpc-port",
+                       str(port + 1), "--metrics-port", str(port + 2), "--isolation", isolation],
+                      dict(os.environ), port, port + 1, list(ENTRIES))
+    config = ["--config-json", str(tmp / "config.json"), "--config-pb", str(tmp / "config.pb")]
+    peers = set(filter(None, args.peer.split(",")))
+    if "kserve" in peers:
+        yield _Server("kserve", [sys.executable, str(HERE / "serve_peer_kserve.py"), str(model_path), "--http-port",
+                                 str(base + 10), "--grpc-port", str(base + 11), *config],
+                      _peer_env([args.peer_path, str(HERE.parent)]), base + 10, base + 11, ["plain"])
+    if "mlserver" in peers:
+        yield _Server("mlserver", [args.mlserver_python, str(HERE / "serve_peer_mlserver.py"), str(model_path),
+                                   "--http-port", str(base + 20), "--grpc-port", str(base + 21), "--metrics-port",
+                                   str(base + 22), *config],
+                      _peer_env([]), base + 20, base + 21, ["plain"], http_binary=False)
 
 
 def main() -> None:
@@ -163,19 +206,24 @@ def main() -> None:
     ap.add_argument("--concurrency", help="levels (default 1,2,4,8,16,32,64; with --device gpu, 32)")
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
                     help="gpu: ResNet-50 fp16 on a KIND_GPU instance, batched against unbatched (serve_gpu.py)")
-    ap.add_argument("--client-procs", type=int, default=4, help="--device gpu: load processes")
+    ap.add_argument("--client-procs", type=int, default=8, help="--device gpu: load processes")
+    ap.add_argument("--instance-kind", default="KIND_GPU", choices=("KIND_GPU", "KIND_CPU"),
+                    help="--device gpu: KIND_CPU runs the same benchmark on the CPU (a smoke test without a GPU)")
     ap.add_argument("--client", help=argparse.SUPPRESS)  # serve_gpu.py's load processes
     ap.add_argument("--out", type=Path, help="write the JSON here (default benchmarks/results/serve<label>-<host>.json)")
     ap.add_argument("--perf-analyzer", default="perf_analyzer", metavar="PATH")
     ap.add_argument("--ld-library-path", default="", help="where perf_analyzer finds libcudart.so.12")
     ap.add_argument("--interval-ms", type=int, default=5000, help="perf_analyzer's measurement window")
     ap.add_argument("--protocols", default="grpc,http")
-    ap.add_argument("--peer", choices=("kserve", "none"), default="none")
-    ap.add_argument("--peer-path", default="", help="folder the peer server's packages are installed in")
+    ap.add_argument("--peer", default="", help="peers, comma-separated: kserve, mlserver (none by default)")
+    ap.add_argument("--peer-path", default="", help="folder KServe is installed in (pip install --target)")
+    ap.add_argument("--mlserver-python", default="", help="the python of MLServer's own venv")
     ap.add_argument("--tool", choices=("perf_analyzer", "threads"), default="perf_analyzer",
                     help="threads: every server under the threaded tritonclient load (like for like with a peer "
                          "perf_analyzer cannot drive)")
     ap.add_argument("--port-base", type=int, default=18000)
+    ap.add_argument("--isolations", default="process",
+                    help="fusegraph's instance isolations, each a server of its own (process,thread: both)")
     ap.add_argument("--rounds", type=int, default=1, help="times each server is measured, alternating")
     ap.add_argument("--label", default="", help="suffix of the results file (-loaded on a shared machine)")
     args = ap.parse_args()
@@ -207,24 +255,25 @@ def main() -> None:
         onnx.save(model, Path(tmp) / "model.onnx")
         servers = list(_servers(args, Path(tmp) / "model.onnx", Path(tmp) / "repo", Path(tmp)))
         # rounds alternate the servers, each in a fresh process: on a loaded machine compare within a round
-        for rnd, (label, cmd, env, http_port, grpc_port, entries) in ((r, s) for r in range(args.rounds)
-                                                                      for s in servers):
-            proc = subprocess.Popen(cmd, env=env)
+        for rnd, srv in ((r, s) for r in range(args.rounds) for s in servers):
+            proc = subprocess.Popen(srv.cmd, env=srv.env)
             try:
-                _wait_ready(proc, http_port, label)
-                if label == "fusegraph" and rnd == 0:
-                    _save_config(http_port, grpc_port, Path(tmp))
+                _wait_ready(proc, srv.http_port, srv.label)
+                if srv.label.startswith("fusegraph") and not (Path(tmp) / "config.pb").exists():
+                    _save_config(srv.http_port, srv.grpc_port, Path(tmp))
                 for protocol in args.protocols.split(","):
-                    port = grpc_port if protocol == "grpc" else http_port
-                    for entry in entries:
+                    port = srv.grpc_port if protocol == "grpc" else srv.http_port
+                    binary = protocol == "grpc" or srv.http_binary
+                    for entry in srv.entries:
                         for c in levels:
+                            # perf_analyzer sends HTTP tensors binary only
                             r = perf_analyzer(args.perf_analyzer, pa_env, entry, protocol, port, c, args.interval_ms) \
-                                if args.tool == "perf_analyzer" else {}
+                                if args.tool == "perf_analyzer" and binary else {}
                             if "inferences_per_s" not in r:  # --tool threads, or perf_analyzer failed (no ModelConfig)
                                 r = {"tool": "tritonclient-threads", **({"perf_analyzer_error": r["error"]} if r else {}),
-                                     **threaded_load(seconds, c, _client(protocol, port, entry, x, input_name))}
-                            rows.append({"server": f"{label}-{entry}", "protocol": protocol, "concurrency": c,
-                                         "round": rnd, **r})
+                                     **threaded_load(seconds, c, _client(protocol, port, entry, x, input_name, binary))}
+                            rows.append({"server": f"{srv.label}-{entry}", "protocol": protocol, "concurrency": c,
+                                         "round": rnd, **({} if binary else {"http_tensors": "json"}), **r})
                             print(rows[-1], flush=True)
             finally:
                 proc.terminate()

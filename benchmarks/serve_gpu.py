@@ -28,31 +28,47 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.serve_overhead import cpu_split
 from fusegraph.serve.config import batch_buckets
 
 HERE = Path(__file__).resolve().parent
 MAX_BATCH = 16
 # plain's max_batch_size 1: its requests are batch 1, and every bucket up to the maximum is compiled at load
 CONFIG = """max_batch_size: {max_batch}
-instance_group [ {{ kind: KIND_GPU count: 1 gpus: [ 0 ] }} ]
+instance_group [ {{ kind: {kind} count: 1{gpus} }} ]
 parameters {{ key: "precision" value {{ string_value: "fp16" }} }}
 {batching}
 """
-ENTRIES = {"plain": (1, ""), "batched": (MAX_BATCH, f"dynamic_batching {{ max_queue_delay_microseconds: 500 "
-                                                 f"preferred_batch_size: [ {MAX_BATCH} ] }}")}
+_BATCHING = f"dynamic_batching {{ max_queue_delay_microseconds: 500 preferred_batch_size: [ {MAX_BATCH} ] }}"
+# ceiling: batched, on a model that only averages its input: the same requests, next to no device work,
+# so its throughput is what the front end and the hop to the worker can carry
+ENTRIES = {"plain": (1, ""), "batched": (MAX_BATCH, _BATCHING), "ceiling": (MAX_BATCH, _BATCHING)}
 MODEL, INPUT, SHAPE = "resnet50", "input", [3, 224, 224]
 
 
-def _repo(root: Path) -> None:
+def _mean_model():
+    """y = mean(input over H, W): ResNet-50's input, and almost no work."""
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("ReduceMean", [INPUT, "axes"], ["y"], keepdims=0)], "mean",
+                          [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, ["N", *SHAPE])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", SHAPE[0]])],
+                          [helper.make_tensor("axes", TensorProto.INT64, [2], [2, 3])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _repo(root: Path, kind: str) -> None:
     import onnx
 
     from fusegraph.models import get_model
 
-    model = get_model(MODEL)
+    resnet = get_model(MODEL)
     for name, (max_batch, batching) in ENTRIES.items():
         (root / name / "1").mkdir(parents=True)
-        onnx.save(model, root / name / "1" / "model.onnx")
-        (root / name / "config.pbtxt").write_text(CONFIG.format(max_batch=max_batch, batching=batching))
+        onnx.save(_mean_model() if name == "ceiling" else resnet, root / name / "1" / "model.onnx")
+        gpus = " gpus: [ 0 ]" if kind == "KIND_GPU" else ""
+        (root / name / "config.pbtxt").write_text(CONFIG.format(max_batch=max_batch, batching=batching, kind=kind,
+                                                                gpus=gpus))
 
 
 def _request(grpcclient, batch: int, name: str | None = None, shape: list[int] | None = None):
@@ -152,7 +168,7 @@ def run(args) -> dict:
     levels = [int(c) for c in args.concurrency.split(",")]
     base = args.port_base
     with tempfile.TemporaryDirectory() as tmp:
-        _repo(Path(tmp) / "repo")
+        _repo(Path(tmp) / "repo", args.instance_kind)
         proc = subprocess.Popen([sys.executable, "-m", "fusegraph", "serve", str(Path(tmp) / "repo"),
                                  "--http-port", str(base), "--grpc-port", str(base + 1),
                                  "--metrics-port", str(base + 2)])
@@ -163,9 +179,14 @@ def run(args) -> dict:
             rows = []
             for c in levels:
                 for entry in ENTRIES:
-                    rows.append({"server": f"fusegraph-{entry}", "device": "gpu", "precision": "fp16",
-                                 "protocol": "grpc", "concurrency": c,
-                                 **_load(base + 1, entry, c, min(args.client_procs, c), args.interval_ms / 1e3)})
+                    cpu0 = cpu_split(proc.pid)
+                    row = _load(base + 1, entry, c, min(args.client_procs, c), args.interval_ms / 1e3)
+                    # the server's own CPU (the front ends, the scheduler) and its workers', per request
+                    cpu = [(b - a) * 1e6 / row["requests"] for a, b in zip(cpu0, cpu_split(proc.pid), strict=True)]
+                    rows.append({"server": f"fusegraph-{entry}", "device": "gpu" if args.instance_kind == "KIND_GPU"
+                                 else "cpu", "precision": "fp16", "protocol": "grpc", "concurrency": c,
+                                 "client_procs": min(args.client_procs, c), **row,
+                                 "server_cpu_us_per_request": cpu[0], "worker_cpu_us_per_request": cpu[1]})
                     print(rows[-1], flush=True)
         finally:
             proc.terminate()

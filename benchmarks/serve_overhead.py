@@ -2,8 +2,9 @@
 throughput for a fixed number of requests of a cheap model, fusegraph (worker processes and threads)
 against the KServe peer, over gRPC or HTTP.
 
-    python benchmarks/serve_overhead.py [--model PATH.onnx] [--requests 2000] [--concurrency 4]
-        [--rounds 2] [--protocol grpc] [--peer-path DIR] [--tree LABEL=DIR ...] [--label=-loaded]
+    python benchmarks/serve_overhead.py [--model PATH.onnx|resnet50] [--requests 2000] [--concurrency 4]
+        [--rounds 2] [--protocol grpc] [--peer-path DIR] [--mlserver-python PATH] [--isolations process,thread]
+        [--tree LABEL=DIR ...] [--label=-loaded]
 
 Each round also runs the engine alone (`bare`, in this process) for its CPU per inference: a server's CPU
 per request less that is the server's own cost. CPU time per request is what a loaded machine distorts least (throughput there is mostly waiting for a
@@ -29,7 +30,7 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 
 from benchmarks._common import write_results  # noqa: E402
-from benchmarks.serve import _repo, _save_config, _wait_ready  # noqa: E402
+from benchmarks.serve import ENTRIES, _repo, _save_config, _wait_ready  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -37,18 +38,20 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of process `pid` and its children (the worker processes)."""
-    def stat(p):
-        return open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+    return sum(cpu_split(pid))
 
-    pids = {pid} | {int(d) for d in os.listdir("/proc") if d.isdigit() and _parent(d) == pid}
-    total = 0.0
-    for p in pids:
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """User + system CPU seconds of process `pid`, and of its children together."""
+    def seconds(p) -> float:
         try:
-            f = stat(p)
+            f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
         except OSError:  # exited meanwhile
-            continue
-        total += (int(f[11]) + int(f[12])) / _TICK
-    return total
+            return 0.0
+        return (int(f[11]) + int(f[12])) / _TICK
+
+    children = [int(d) for d in os.listdir("/proc") if d.isdigit() and _parent(d) == pid]
+    return seconds(pid), sum(seconds(p) for p in children)
 
 
 def _parent(d: str) -> int | None:
@@ -58,7 +61,8 @@ def _parent(d: str) -> int | None:
         return None
 
 
-def _send(protocol: str, port: int, model: str, x: np.ndarray, input_name: str, n: int, threads: int) -> float:
+def _send(protocol: str, port: int, model: str, x: np.ndarray, input_name: str, n: int, threads: int,
+          binary: bool = True) -> float:
     """`n` requests from `threads` clients; the wall time."""
     if protocol == "grpc":
         import tritonclient.grpc as mod
@@ -69,7 +73,7 @@ def _send(protocol: str, port: int, model: str, x: np.ndarray, input_name: str, 
     def worker() -> None:
         client = mod.InferenceServerClient(f"127.0.0.1:{port}")
         inp = mod.InferInput(input_name, list(x.shape), "FP32")
-        inp.set_data_from_numpy(x, **({} if protocol == "grpc" else {"binary_data": True}))
+        inp.set_data_from_numpy(x, **({} if protocol == "grpc" else {"binary_data": binary}))
         while True:
             with lock:
                 if left[0] <= 0:
@@ -103,13 +107,19 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
-    ap.add_argument("--peer-path", default="", help="folder KServe is installed in (empty: no peer)")
+    ap.add_argument("--peer-path", default="", help="folder KServe is installed in (empty: no KServe)")
+    ap.add_argument("--mlserver-python", default="", help="the python of MLServer's venv (empty: no MLServer)")
+    ap.add_argument("--isolations", default="process,thread", help="fusegraph's instance isolations to measure")
     ap.add_argument("--tree", action="append", default=[], metavar="LABEL=DIR", help="another fusegraph tree")
     ap.add_argument("--port-base", type=int, default=18700)
     ap.add_argument("--label", default="")
     args = ap.parse_args()
-    if args.model:
+    if args.model and args.model.endswith(".onnx"):
         model = onnx.load(args.model)
+    elif args.model:
+        from fusegraph.models import get_model
+
+        model = get_model(args.model)
     else:
         from tests.serve.util import mlp_model
 
@@ -123,9 +133,9 @@ def main() -> None:
     trees = [("fusegraph", str(HERE.parent))] + [tuple(t.split("=", 1)) for t in args.tree]
     servers, procs = [], {}
     for k, (label, root) in enumerate(trees):
-        for j, isolation in enumerate(("process", "thread")):
+        for j, isolation in enumerate(args.isolations.split(",")):
             port = args.port_base + 20 * k + 10 * j
-            servers.append((f"{label}-{isolation}", port, ["plain", "batched"]))
+            servers.append((f"{label}-{isolation}", port, list(ENTRIES)))
             procs[servers[-1][0]] = subprocess.Popen(
                 [sys.executable, "-m", "fusegraph", "serve", str(tmp / "repo"), "--http-port", str(port), "--grpc-port",
                  str(port + 1), "--metrics-port", str(port + 2), "--isolation", isolation],
@@ -134,14 +144,23 @@ def main() -> None:
     try:
         for label, port, _ in servers:
             _wait_ready(procs[label], port, label)
+        first = servers[0][1]
+        _save_config(first, first + 1, tmp)
+        config = ["--config-json", str(tmp / "config.json"), "--config-pb", str(tmp / "config.pb")]
+        if args.mlserver_python:
+            port = args.port_base + 80
+            procs["mlserver"] = subprocess.Popen(
+                [args.mlserver_python, str(HERE / "serve_peer_mlserver.py"), str(tmp / "model.onnx"), "--http-port",
+                 str(port), "--grpc-port", str(port + 1), "--metrics-port", str(port + 2), *config],
+                env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            _wait_ready(procs["mlserver"], port, "mlserver")
+            servers.append(("mlserver", port, ["plain"]))
         if args.peer_path:
-            first = servers[0][1]
-            _save_config(first, first + 1, tmp)
             port = args.port_base + 90
             procs["kserve"] = subprocess.Popen(
                 [sys.executable, str(HERE / "serve_peer_kserve.py"), str(tmp / "model.onnx"), "--http-port", str(port),
-                 "--grpc-port", str(port + 1), "--config-json", str(tmp / "config.json"), "--config-pb",
-                 str(tmp / "config.pb")], env=dict(os.environ, PYTHONPATH=os.pathsep.join([args.peer_path, str(HERE.parent)])),
+                 "--grpc-port", str(port + 1), *config], env=dict(os.environ, PYTHONPATH=os.pathsep.join([args.peer_path, str(HERE.parent)])),
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             _wait_ready(procs["kserve"], port, "kserve")
             servers.append(("kserve", port, ["plain"]))
@@ -153,10 +172,11 @@ def main() -> None:
             print(rows[-1], flush=True)
             for label, port, entries in servers:
                 target = port + 1 if args.protocol == "grpc" else port
+                binary = label != "mlserver"  # its HTTP front end takes JSON tensors only
                 for entry in entries:
-                    _send(args.protocol, target, entry, x, name, min(50, args.requests), args.concurrency)  # warm
+                    _send(args.protocol, target, entry, x, name, min(50, args.requests), args.concurrency, binary)  # warm
                     c0 = _cpu_s(procs[label].pid)
-                    wall = _send(args.protocol, target, entry, x, name, args.requests, args.concurrency)
+                    wall = _send(args.protocol, target, entry, x, name, args.requests, args.concurrency, binary)
                     cpu = _cpu_s(procs[label].pid) - c0
                     rows.append({"server": f"{label}-{entry}", "round": rnd, "protocol": args.protocol,
                                  "concurrency": args.concurrency, "cpu_us_per_request": 1e6 * cpu / args.requests,

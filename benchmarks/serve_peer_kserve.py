@@ -21,14 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-_SERVICE = "inference.GRPCInferenceService"
-
 
 def _loopback_only(config_pb: bytes | None) -> None:
     """Patch KServe's front ends: bind loopback, and answer ModelConfig where a config is given."""
-    import grpc
     from kserve.protocol.grpc import server as grpc_server
     from kserve.protocol.rest import server as rest_server
+
+    from benchmarks.serve_peer_config import add_model_config
 
     make_aio = grpc_server.aio.server
 
@@ -36,11 +35,8 @@ def _loopback_only(config_pb: bytes | None) -> None:
         server = make_aio(*args, **kwargs)
         bind = server.add_insecure_port
         server.add_insecure_port = lambda addr: bind(addr.replace("[::]", "127.0.0.1"))
-        if config_pb is not None:  # an unknown method of a registered service falls through to this
-            async def model_config(request: bytes, context) -> bytes:
-                return config_pb
-            server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-                _SERVICE, {"ModelConfig": grpc.unary_unary_rpc_method_handler(model_config)}),))
+        if config_pb is not None:
+            add_model_config(server, config_pb)
         return server
 
     grpc_server.aio = type("aio", (), {"server": staticmethod(aio_server)})

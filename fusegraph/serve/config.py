@@ -122,6 +122,21 @@ def precision_options(config) -> dict:
     return PRECISIONS[name]
 
 
+def solo_threads(config) -> int:
+    """The `solo_threads` parameter: the threads of a batch that runs while the model's other instances
+    are idle and nothing else is queued (0, the default: every batch runs on its instance's share). On a
+    CPU, N instances of cores/N threads serve concurrent requests best (no OpenMP team waits at a
+    barrier for a core another instance holds), but leave cores idle when one request comes at a time;
+    with solo_threads each instance also compiles its programs at that many threads, for those batches."""
+    if "solo_threads" not in config.parameters:
+        return 0
+    text = config.parameters["solo_threads"].string_value
+    if not text.isdigit():
+        raise ModelConfigError(f"model {config.name!r}: parameter solo_threads {text!r}; expected a number of "
+                               f"threads (0: off)")
+    return int(text)
+
+
 def instance_count(config) -> int:
     """Instances of the model; GPU groups count theirs on each listed GPU (an unlisted set counts once here:
     the server that places them knows how many GPUs there are, see `instance_devices`)."""

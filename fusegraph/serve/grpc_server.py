@@ -1,118 +1,51 @@
-"""KServe v2 over gRPC: `inference.GRPCInferenceService`, with tritonclient's generated modules (the one
-copy of the protos in the process). Errors are answered with their status code and message."""
+"""KServe v2 over gRPC: `inference.GRPCInferenceService` on grpc's asyncio server, with tritonclient's
+generated modules (the one copy of the protos in the process). Errors are answered with their status
+code and message.
+
+One event loop, on a thread of its own, runs every call: a request is decoded and queued on the loop,
+and the loop is woken once more when its answer comes (the scheduler's thread hands it over). The
+synchronous server took each call from grpc's polling thread to a pool thread, which then slept on the
+answer: two more thread switches per request, the larger part of the server's own CPU per request
+(docs/serving.md has the figures). What may block for long (loading a model) runs on a thread.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import functools
-import queue
 import threading
 import time
-from concurrent import futures
 from dataclasses import dataclass
 
 from . import views
-from .errors import InvalidRequestError, ServeError
-from .infer import check_input, infer
+from .errors import ServeError
+from .grpc_codec import decode_request, encode_response, limits, pb, uint_param
+from .infer import infer_async
 from .repository import Repository
 from .shared_memory import SharedMemoryRegistry, ShmRef, cuda_unsupported
-from .tensors import from_raw, from_values, to_raw
 
 
-def _pb():
-    from tritonclient.grpc import service_pb2, service_pb2_grpc
+def _error_status(e: Exception):
+    """The status code and message a failed call answers with: a ServeError's own, else INTERNAL naming
+    the bug (the client still gets an answer, never a hang)."""
+    import grpc
 
-    return service_pb2, service_pb2_grpc
+    if isinstance(e, ServeError):
+        return getattr(grpc.StatusCode, e.grpc_code), str(e)
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}"
 
 
 def _answer(method):
-    """Turn a ServeError into the protocol's status; anything else is INTERNAL, named, never a hang."""
+    """Turn a failure into the protocol's status (a cancelled call stays cancelled)."""
 
     @functools.wraps(method)
-    def wrapper(self, request, context):
-        import grpc
-
+    async def wrapper(self, request, context):
         try:
-            return method(self, request, context)
-        except ServeError as e:
-            context.abort(getattr(grpc.StatusCode, e.grpc_code), str(e))
-        except Exception as e:  # a bug: the client still gets a status naming it
-            context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}")
+            return await method(self, request, context)
+        except Exception as e:
+            await context.abort(*_error_status(e))
 
     return wrapper
-
-
-# grpc reports a call without a deadline as one centuries away
-_NO_DEADLINE_S = 1e7
-
-
-def _uint_param(request, key: str) -> int:
-    """An integer request parameter (tritonclient sends `priority` as uint64, `timeout` as int64)."""
-    if key not in request.parameters:
-        return 0
-    p = request.parameters[key]
-    kind = p.WhichOneof("parameter_choice")
-    if kind not in ("int64_param", "uint64_param") or getattr(p, kind) < 0:
-        raise InvalidRequestError(f"request parameter {key!r} must be a non-negative integer, got {kind}")
-    return getattr(p, kind)
-
-
-def _limits(request, context) -> tuple[float | None, float | None]:
-    """The request's `timeout` parameter (microseconds, Triton's) and the call's deadline, in seconds."""
-    timeout = _uint_param(request, "timeout") / 1e6 or None
-    remaining = context.time_remaining()
-    return timeout, remaining if remaining is not None and remaining < _NO_DEADLINE_S else None
-
-
-def _shm_ref(params, what: str) -> ShmRef | None:
-    """The shared memory placement in a tensor's parameters (`shared_memory_region`, ..._byte_size,
-    ..._offset, as tritonclient's set_shared_memory sends them), or None."""
-    if "shared_memory_region" not in params:
-        return None
-
-    def value(key: str, kind: str):
-        p = params[key]
-        if p.WhichOneof("parameter_choice") != kind:
-            raise InvalidRequestError(f"{what}: parameter {key!r} must be {kind}")
-        return getattr(p, kind)
-
-    if "shared_memory_byte_size" not in params:
-        raise InvalidRequestError(f"{what}: shared_memory_region without shared_memory_byte_size")
-    offset = value("shared_memory_offset", "int64_param") if "shared_memory_offset" in params else 0
-    return ShmRef(value("shared_memory_region", "string_param"), value("shared_memory_byte_size", "int64_param"),
-                  offset)
-
-
-def decode_request(loaded, request, shm: SharedMemoryRegistry):
-    """The inputs of a ModelInferRequest (from shared memory, raw_input_contents or typed contents), its
-    requested outputs, and those of them asked for in shared memory. raw_input_contents hold the inputs
-    not in shared memory, in order (as tritonclient sends them)."""
-    raw = list(request.raw_input_contents)
-    placed = [_shm_ref(t.parameters, f"input {t.name!r}") for t in request.inputs]
-    if raw and len(raw) != placed.count(None):
-        raise InvalidRequestError(f"{placed.count(None)} inputs outside shared memory but {len(raw)} "
-                                  f"raw_input_contents")
-    inputs, raw_left = {}, iter(raw)
-    for t, ref in zip(request.inputs, placed, strict=True):
-        if t.name in inputs:
-            raise InvalidRequestError(f"input {t.name!r} given more than once")
-        dt = check_input(loaded, t.name, t.datatype, t.shape)
-        if ref is not None:
-            inputs[t.name] = shm.read(t.name, dt, t.shape, ref)
-        elif raw:
-            if t.HasField("contents"):
-                raise InvalidRequestError(f"input {t.name!r} has both contents and raw_input_contents")
-            inputs[t.name] = from_raw(t.name, dt, t.shape, next(raw_left))
-        elif dt.contents is None:
-            raise InvalidRequestError(f"input {t.name!r}: {dt.name} data must come as raw_input_contents")
-        else:
-            inputs[t.name] = from_values(t.name, dt, t.shape, getattr(t.contents, dt.contents))
-    out_refs = {}
-    for o in request.outputs:
-        ref = _shm_ref(o.parameters, f"output {o.name!r}")
-        if ref is not None:
-            shm.check(o.name, ref)
-            out_refs[o.name] = ref
-    return inputs, [o.name for o in request.outputs], out_refs
 
 
 @dataclass(frozen=True)
@@ -121,60 +54,53 @@ class _EndOfStream:
 
 
 class InferenceServicer:
-    """The servicer methods; `start_grpc_server` mixes them into the generated base class."""
+    """The servicer methods; `GrpcServer` mixes them into the generated base class."""
 
-    def __init__(self, repo: Repository, stream_workers: int, shm: SharedMemoryRegistry):
+    def __init__(self, repo: Repository, shm: SharedMemoryRegistry):
         self.repo, self.shm = repo, shm
-        # runs the requests of streams; each waits for its answer, so this bounds their concurrency
-        self.stream_pool = futures.ThreadPoolExecutor(stream_workers, thread_name_prefix="fusegraph-grpc-stream")
 
     @_answer
-    def ServerLive(self, request, context):
-        return _pb()[0].ServerLiveResponse(live=True)
+    async def ServerLive(self, request, context):
+        return pb()[0].ServerLiveResponse(live=True)
 
     @_answer
-    def ServerReady(self, request, context):
-        return _pb()[0].ServerReadyResponse(ready=self.repo.all_ready())
+    async def ServerReady(self, request, context):
+        return pb()[0].ServerReadyResponse(ready=self.repo.all_ready())
 
     @_answer
-    def ServerMetadata(self, request, context):
-        return _pb()[0].ServerMetadataResponse(**views.server_metadata())
+    async def ServerMetadata(self, request, context):
+        return pb()[0].ServerMetadataResponse(**views.server_metadata())
 
     @_answer
-    def ModelReady(self, request, context):
+    async def ModelReady(self, request, context):
         try:
             self.repo.get(request.name, request.version)
         except ServeError:
-            return _pb()[0].ModelReadyResponse(ready=False)
-        return _pb()[0].ModelReadyResponse(ready=True)
+            return pb()[0].ModelReadyResponse(ready=False)
+        return pb()[0].ModelReadyResponse(ready=True)
 
     @_answer
-    def ModelMetadata(self, request, context):
+    async def ModelMetadata(self, request, context):
         from google.protobuf import json_format
 
         meta = views.model_metadata(self.repo.get(request.name, request.version))
-        return json_format.ParseDict(meta, _pb()[0].ModelMetadataResponse())
+        return json_format.ParseDict(meta, pb()[0].ModelMetadataResponse())
 
     @_answer
-    def ModelConfig(self, request, context):
-        return _pb()[0].ModelConfigResponse(config=self.repo.get(request.name, request.version).model.config)
+    async def ModelConfig(self, request, context):
+        return pb()[0].ModelConfigResponse(config=self.repo.get(request.name, request.version).model.config)
 
     @_answer
-    def ModelStatistics(self, request, context):
+    async def ModelStatistics(self, request, context):
         from google.protobuf import json_format
 
         stats = views.statistics(self.repo, request.name, request.version)
-        return json_format.ParseDict(stats, _pb()[0].ModelStatisticsResponse())
+        return json_format.ParseDict(stats, pb()[0].ModelStatisticsResponse())
 
-    def _infer(self, request, context):
+    async def _infer(self, request, context):
         arrival = time.monotonic_ns()
         loaded = self.repo.get(request.model_name, request.model_version)
-        timeout, deadline = _limits(request, context)
-
-        def on_cancel(cancel):  # the call ends (answered, or the client cancelled it): drop it if still queued
-            if not context.add_callback(cancel):
-                cancel()  # already over
-
+        timeout, deadline = limits(request, context)
         out_refs: dict[str, ShmRef] = {}
 
         def build():
@@ -182,129 +108,161 @@ class InferenceServicer:
             out_refs.update(refs)
             return inputs, names
 
-        outputs = infer(loaded, build, timeout, arrival, _uint_param(request, "priority"), deadline, on_cancel)
-        resp = _pb()[0].ModelInferResponse(model_name=loaded.name, model_version=loaded.version, id=request.id)
-        specs = {s.name: s for s in loaded.model.outputs}
-        for name, arr in outputs.items():
-            out = resp.outputs.add(name=name, datatype=specs[name].datatype.name, shape=arr.shape)
-            ref = out_refs.get(name)
-            if ref is None:
-                resp.raw_output_contents.append(to_raw(arr))
-                continue
-            self.shm.write(name, ref, arr)
-            out.parameters["shared_memory_region"].string_param = ref.region
-            out.parameters["shared_memory_byte_size"].int64_param = arr.nbytes
-            if ref.offset:
-                out.parameters["shared_memory_offset"].int64_param = ref.offset
-            # tritonclient finds an output's bytes by its index among the outputs: keep the places
-            resp.raw_output_contents.append(b"")
-        return resp
+        # a client that cancels the call cancels this task: infer_async drops the request if still queued
+        outputs = await infer_async(loaded, build, timeout, arrival, uint_param(request, "priority"), deadline)
+        return encode_response(loaded, request, outputs, out_refs, self.shm)
 
     @_answer
-    def ModelInfer(self, request, context):
-        return self._infer(request, context)
+    async def ModelInfer(self, request, context):
+        return await self._infer(request, context)
 
-    def ModelStreamInfer(self, request_iterator, context):
+    async def ModelStreamInfer(self, request_iterator, context):
         """The stream's requests run concurrently (so they batch together) and are answered as they
         finish, matched by their id; a failed one answers with its error_message and the stream goes on."""
-        service_pb2 = _pb()[0]
-        answers: queue.Queue = queue.Queue()
+        service_pb2 = pb()[0]
+        answers: asyncio.Queue = asyncio.Queue()
+        running: set[asyncio.Task] = set()
 
-        def one(request):
+        async def one(request):
             try:
-                answers.put(service_pb2.ModelStreamInferResponse(infer_response=self._infer(request, context)))
+                answers.put_nowait(service_pb2.ModelStreamInferResponse(infer_response=await self._infer(request, context)))
             except Exception as e:  # each request's failure is its own answer, never the stream's end
-                message = str(e) if isinstance(e, ServeError) else f"internal error: {type(e).__name__}: {e}"
-                answers.put(service_pb2.ModelStreamInferResponse(
-                    error_message=message, infer_response=service_pb2.ModelInferResponse(id=request.id)))
+                answers.put_nowait(service_pb2.ModelStreamInferResponse(
+                    error_message=_error_status(e)[1], infer_response=service_pb2.ModelInferResponse(id=request.id)))
 
-        def read():
+        async def read():
             count = 0
             try:
-                for request in request_iterator:
-                    self.stream_pool.submit(one, request)
+                async for request in request_iterator:
+                    task = asyncio.create_task(one(request))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
                     count += 1
             finally:  # the client closed or cancelled its side: answer what was read
-                answers.put(_EndOfStream(count))
+                answers.put_nowait(_EndOfStream(count))
 
-        threading.Thread(target=read, name="fusegraph-grpc-stream", daemon=True).start()
+        reader = asyncio.create_task(read())
         sent, total = 0, None
-        while total is None or sent < total:
-            item = answers.get()
-            if isinstance(item, _EndOfStream):
-                total = item.count
-            else:
-                yield item
-                sent += 1
+        try:
+            while total is None or sent < total:
+                item = await answers.get()
+                if isinstance(item, _EndOfStream):
+                    total = item.count
+                else:
+                    yield item
+                    sent += 1
+        finally:  # the call ended early (cancelled): its requests still queued are dropped
+            reader.cancel()
+            for task in list(running):
+                task.cancel()
 
     @_answer
-    def SystemSharedMemoryStatus(self, request, context):
-        resp = _pb()[0].SystemSharedMemoryStatusResponse()
+    async def SystemSharedMemoryStatus(self, request, context):
+        resp = pb()[0].SystemSharedMemoryStatusResponse()
         for row in self.shm.status(request.name):
-            resp.regions[row["name"]].CopyFrom(
-                _pb()[0].SystemSharedMemoryStatusResponse.RegionStatus(**row))
+            resp.regions[row["name"]].CopyFrom(pb()[0].SystemSharedMemoryStatusResponse.RegionStatus(**row))
         return resp
 
     @_answer
-    def SystemSharedMemoryRegister(self, request, context):
+    async def SystemSharedMemoryRegister(self, request, context):
         self.shm.register(request.name, request.key, request.offset, request.byte_size)
-        return _pb()[0].SystemSharedMemoryRegisterResponse()
+        return pb()[0].SystemSharedMemoryRegisterResponse()
 
     @_answer
-    def SystemSharedMemoryUnregister(self, request, context):
+    async def SystemSharedMemoryUnregister(self, request, context):
         self.shm.unregister(request.name)
-        return _pb()[0].SystemSharedMemoryUnregisterResponse()
+        return pb()[0].SystemSharedMemoryUnregisterResponse()
 
     @_answer
-    def CudaSharedMemoryStatus(self, request, context):
+    async def CudaSharedMemoryStatus(self, request, context):
         raise cuda_unsupported()
 
     @_answer
-    def CudaSharedMemoryRegister(self, request, context):
+    async def CudaSharedMemoryRegister(self, request, context):
         raise cuda_unsupported()
 
     @_answer
-    def CudaSharedMemoryUnregister(self, request, context):
+    async def CudaSharedMemoryUnregister(self, request, context):
         raise cuda_unsupported()
 
     @_answer
-    def RepositoryIndex(self, request, context):
-        service_pb2 = _pb()[0]
-        resp = service_pb2.RepositoryIndexResponse()
+    async def RepositoryIndex(self, request, context):
+        resp = pb()[0].RepositoryIndexResponse()
         for row in views.repository_index(self.repo, request.ready):
             resp.models.add(**row)
         return resp
 
     @_answer
-    def RepositoryModelLoad(self, request, context):
-        self.repo.load(request.model_name)
-        return _pb()[0].RepositoryModelLoadResponse()
+    async def RepositoryModelLoad(self, request, context):
+        await asyncio.to_thread(self.repo.load, request.model_name)  # compiles: never on the loop
+        return pb()[0].RepositoryModelLoadResponse()
 
     @_answer
-    def RepositoryModelUnload(self, request, context):
-        self.repo.unload(request.model_name)
-        return _pb()[0].RepositoryModelUnloadResponse()
+    async def RepositoryModelUnload(self, request, context):
+        await asyncio.to_thread(self.repo.unload, request.model_name)  # drains the model's queue
+        return pb()[0].RepositoryModelUnloadResponse()
 
 
-def start_grpc_server(repo: Repository, host: str, port: int, max_message_bytes: int, workers: int,
-                      shm: SharedMemoryRegistry | None = None):
-    """Start serving on (host, port) (port 0 picks one); the grpc.Server and the bound port. `shm`: the
-    server's shared memory regions (shared with its HTTP front end)."""
-    import grpc
-
-    service_pb2_grpc = _pb()[1]
-    servicer_cls = type("GrpcInferenceServicer", (InferenceServicer, service_pb2_grpc.GRPCInferenceServiceServicer), {})
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fusegraph-grpc"),
-                         options=[("grpc.max_receive_message_length", max_message_bytes),
-                                  ("grpc.max_send_message_length", max_message_bytes),
-                                  ("grpc.so_reuseport", 0)])
-    servicer = servicer_cls(repo, workers, shm or SharedMemoryRegistry())
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop where it is installed (less of the loop's own Python per wakeup), else asyncio's."""
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
-    except RuntimeError as e:  # grpc's way of saying the address is taken or not ours
-        raise OSError(f"cannot bind the gRPC port {host}:{port}: {e}") from None
-    if bound == 0:
-        raise OSError(f"cannot bind the gRPC port {host}:{port}")
-    server.start()
-    return server, bound
+        import uvloop
+    except ModuleNotFoundError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class GrpcServer:
+    """grpc's asyncio server on an event loop of its own thread, started and stopped from any thread."""
+
+    def __init__(self, repo: Repository, host: str, port: int, max_message_bytes: int,
+                 shm: SharedMemoryRegistry | None = None):
+        self.loop = _new_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="fusegraph-grpc", daemon=True)
+        self._thread.start()
+        try:
+            self.server, self.port = asyncio.run_coroutine_threadsafe(
+                self._start(repo, host, port, max_message_bytes, shm or SharedMemoryRegistry()), self.loop).result()
+        except BaseException:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            raise
+
+    async def _start(self, repo, host, port, max_message_bytes, shm):
+        import grpc
+
+        service_pb2_grpc = pb()[1]
+        servicer_cls = type("GrpcInferenceServicer", (InferenceServicer, service_pb2_grpc.GRPCInferenceServiceServicer), {})
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", max_message_bytes),
+                                          ("grpc.max_send_message_length", max_message_bytes),
+                                          ("grpc.so_reuseport", 0)])
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer_cls(repo, shm), server)
+        try:
+            bound = server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError as e:  # grpc's way of saying the address is taken or not ours
+            raise OSError(f"cannot bind the gRPC port {host}:{port}: {e}") from None
+        if bound == 0:
+            raise OSError(f"cannot bind the gRPC port {host}:{port}")
+        await server.start()
+        return server, bound
+
+    def stop(self, grace_s: float) -> threading.Event:
+        """Refuse new calls, give those in flight `grace_s` to finish; the event is set once stopped."""
+        done = threading.Event()
+
+        async def stop() -> None:
+            try:
+                await self.server.stop(grace_s)
+            finally:
+                done.set()
+                self.loop.stop()
+
+        asyncio.run_coroutine_threadsafe(stop(), self.loop)
+        return done
+
+
+def start_grpc_server(repo: Repository, host: str, port: int, max_message_bytes: int,
+                      shm: SharedMemoryRegistry | None = None) -> tuple[GrpcServer, int]:
+    """Start serving on (host, port) (port 0 picks one); the server and the bound port. `shm`: the
+    server's shared memory regions (shared with its HTTP front end)."""
+    server = GrpcServer(repo, host, port, max_message_bytes, shm)
+    return server, server.port

@@ -49,6 +49,7 @@ class RemoteModel:
     target: str
     instances: int
     threads: int
+    solo_threads: int
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
 
@@ -66,7 +67,7 @@ class RemoteModel:
             return [TensorSpec(name, DATATYPES[dt], tuple(dims)) for name, dt, dims in rows]
 
         return cls(entry.name, version, path, config, ready["target"], instances, ready["threads"],
-                   specs(ready["inputs"]), specs(ready["outputs"]))
+                   ready["solo_threads"], specs(ready["inputs"]), specs(ready["outputs"]))
 
 
 def load_instances(entry: cfg.ModelEntry, version: int, path: Path, default_target: str, cores: int | None,
@@ -85,7 +86,8 @@ def load_instances(entry: cfg.ModelEntry, version: int, path: Path, default_targ
         return model, [model] * model.instances
     from google.protobuf import text_format
 
-    threads = max(1, (cores or usable_cores()) // len(devices))
+    # the math libraries' thread pools are sized for the larger of its two program sets
+    threads = max(1, (cores or usable_cores()) // len(devices), cfg.solo_threads(entry.config))
     init = {"op": "init", "name": entry.name, "version": version, "path": str(path),
             "config": text_format.MessageToString(entry.config), "explicit": entry.explicit_config,
             "target": default_target, "cores": cores or usable_cores()}

@@ -2,7 +2,9 @@
 
 Programs are compiled at fixed shapes, so a batching model (max_batch_size > 0) gets one program per
 bucket (`config.batch_buckets`), all compiled at load (a compile inside a request's wait stalls every
-request queued behind it for seconds); a batch is zero-padded to its bucket and the outputs cut back. A `.fgx` file holds one compiled shape: its batch is its only bucket.
+request queued behind it for seconds). On a GPU a batch is zero-padded to its bucket and the outputs cut
+back; on a CPU it is cut into buckets it fills (`ServedModel.pieces`). A `.fgx` file holds one compiled
+shape: its batch is its only bucket.
 """
 
 from __future__ import annotations
@@ -62,7 +64,11 @@ class ServedModel:
         self.instances = cfg.instance_count(self.config)
         # threads per instance so that instances x threads <= cores
         self.threads = max(1, (cores or usable_cores()) // self.instances)
-        self._programs: dict[int, object] = {}
+        # a second set of programs for batches that run alone (a GPU's threads do not matter; a .fgx file
+        # holds one compiled program)
+        solo = cfg.solo_threads(self.config)
+        self.solo_threads = solo if solo > self.threads and self.target != "gpu" and path.suffix != ".fgx" else 0
+        self._programs: dict[tuple[int, bool], object] = {}
         self._compile_lock = threading.Lock()
         self.inputs: list[TensorSpec] = []
         self.outputs: list[TensorSpec] = []
@@ -87,7 +93,7 @@ class ServedModel:
                                            f"{[s.lens for s in shapes]}; max_batch_size {self.max_batch_size} "
                                            f"needs a common first dim of at least that")
                 self.buckets = [shapes[0].lens[0]]
-            self._programs[self.buckets[0] if self.buckets else 0] = program
+            self._programs[self.buckets[0] if self.buckets else 0, False] = program
         else:
             self._onnx_inputs, onnx_outputs = _onnx_dims(self.path)
             if self._complete and self.max_batch_size == 0 and self._batchable(onnx_outputs):
@@ -99,6 +105,9 @@ class ServedModel:
             self._check_io(program)  # a mismatch with the config fails before the other compiles
             for b in self.buckets[1:]:
                 self.program(b)
+            if self.solo_threads:
+                for b in self.buckets or [0]:
+                    self.program(b, solo=True)
             return
         self._check_io(program)
 
@@ -123,20 +132,23 @@ class ServedModel:
             out[name] = d
         return out
 
-    def program(self, bucket: int):
-        """The compiled program of batch bucket `bucket` (0: a model that does not batch)."""
-        prog = self._programs.get(bucket)
+    def program(self, bucket: int, solo: bool = False):
+        """The compiled program of batch bucket `bucket` (0: a model that does not batch), at the instance's
+        threads or, `solo`, at solo_threads."""
+        key = (bucket, solo and bool(self.solo_threads))
+        prog = self._programs.get(key)
         if prog is not None:
             return prog
         with self._compile_lock:  # one compile per bucket, even when several instances need it at once
-            if bucket not in self._programs:
+            if key not in self._programs:
                 import fusegraph
 
                 dims = {n: ([bucket, *d] if bucket else d) for n, d in self._input_dims().items()}
                 prog = fusegraph.parse_onnx(self.path, map_input_dims=dims)
-                prog.compile(self.target, fusegraph.CompileOptions(threads=self.threads, **self.precision))
-                self._programs[bucket] = prog
-            return self._programs[bucket]
+                threads = self.solo_threads if key[1] else self.threads
+                prog.compile(self.target, fusegraph.CompileOptions(threads=threads, **self.precision))
+                self._programs[key] = prog
+            return self._programs[key]
 
     def _check_io(self, program) -> None:
         """Complete the config's inputs and outputs from the program, or check the given ones against it."""
@@ -191,18 +203,41 @@ class ServedModel:
                 return b
         raise ModelConfigError(f"model {self.name!r}: batch {n} exceeds max_batch_size {self.max_batch_size}")
 
-    def execute(self, inputs: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
-        """Run one batch of `n` (0: a model that does not batch); outputs by name, cut back to `n`."""
+    def pieces(self, n: int) -> list[int]:
+        """The buckets a batch of `n` runs on. On a GPU one bucket, the smallest that holds it, zero-padded
+        (a larger batch costs it little more time). On a CPU time grows with the batch, so padding is work
+        thrown away (a batch of 5 on bucket 8: 60 % more): the batch is cut into buckets that it fills,
+        the largest first."""
+        if self.target == "gpu":
+            return [self.bucket_for(n)]
+        out = []
+        while n:
+            b = max((b for b in self.buckets if b <= n), default=None)
+            if b is None:  # the smallest bucket is larger than what is left: pad that one
+                b = self.bucket_for(n)
+            out.append(b)
+            n -= min(b, n)
+        return out
+
+    def execute(self, inputs: dict[str, np.ndarray], n: int, solo: bool = False) -> dict[str, np.ndarray]:
+        """Run one batch of `n` (0: a model that does not batch); outputs by name, cut back to `n`. `solo`:
+        no other instance runs, so the batch may take solo_threads."""
+        names = self._programs[self.buckets[0] if self.buckets else 0, False].output_names
         if not n:
-            outs = self.program(0).run(inputs)
-        else:
-            b = self.bucket_for(n)
-            if b != n:
-                inputs = {k: np.concatenate([v, np.zeros((b - n, *v.shape[1:]), v.dtype)]) for k, v in inputs.items()}
-            outs = self.program(b).run(inputs)
-        names = self._programs[self.buckets[0] if self.buckets else 0].output_names
-        by_name = dict(zip(names, outs, strict=True))
-        return {s.name: (np.asarray(by_name[s.name])[:n] if n else np.asarray(by_name[s.name])) for s in self.outputs}
+            by_name = dict(zip(names, self.program(0, solo).run(inputs), strict=True))
+            return {s.name: np.asarray(by_name[s.name]) for s in self.outputs}
+        parts, start = [], 0
+        for b in self.pieces(n):
+            k = min(b, n - start)
+            part = {name: v[start:start + k] for name, v in inputs.items()}
+            if k != b:
+                part = {name: np.concatenate([v, np.zeros((b - k, *v.shape[1:]), v.dtype)]) for name, v in part.items()}
+            parts.append((k, dict(zip(names, self.program(b, solo).run(part), strict=True))))
+            start += k
+        if len(parts) == 1:
+            k, by_name = parts[0]
+            return {s.name: np.asarray(by_name[s.name])[:k] for s in self.outputs}
+        return {s.name: np.concatenate([np.asarray(o[s.name])[:k] for k, o in parts]) for s in self.outputs}
 
 
 def _numpy_dtype(dtype) -> np.dtype | None:

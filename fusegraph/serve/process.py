@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from . import wire
+from .arena import Arena
 from .errors import ModelConfigError, WorkerCrashedError, execution_error, serve_error_class
 
 log = logging.getLogger("fusegraph.serve")
@@ -56,6 +57,7 @@ class WorkerProcess:
         self.name = init["name"]
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
+        self.arena: Arena | None = None  # the batches' inputs, shared with the current process
         self.starts = 0        # processes that loaded the model (the first, then each restart)
         self._ready = False    # the current process has loaded the model and not died since
         self._lock = threading.Lock()
@@ -86,9 +88,11 @@ class WorkerProcess:
         """Start the process and wait for its model to load: its `ready` header. A load that fails is a
         ModelConfigError with the worker's reason; the process is gone then."""
         parent, child = socket.socketpair()
+        self.arena = Arena.create()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "fusegraph.serve.worker", str(child.fileno())],
-                                         pass_fds=(child.fileno(),), env=self._env(), stdin=subprocess.DEVNULL)
+            fds = (child.fileno(), self.arena.fd)
+            self.proc = subprocess.Popen([sys.executable, "-m", "fusegraph.serve.worker", *map(str, fds)],
+                                         pass_fds=fds, env=self._env(), stdin=subprocess.DEVNULL)
         finally:
             child.close()
         self.sock = parent
@@ -103,6 +107,7 @@ class WorkerProcess:
             self._reap()
             raise ModelConfigError(f"model {self.name!r} failed to load: {self.init['path']}: "
                                    f"{header['error']}: {header['message']}")
+        self.arena.map(header["input_bytes"])
         self.starts += 1
         self._ready = True
         return header
@@ -112,6 +117,9 @@ class WorkerProcess:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
+        if self.arena is not None:
+            self.arena.close()
+            self.arena = None
         if self.proc is None:
             return None
         try:
@@ -124,12 +132,19 @@ class WorkerProcess:
     def running(self) -> bool:
         return self._ready and self.proc is not None and self.proc.poll() is None
 
-    def execute(self, inputs: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    def gather(self, parts: dict[str, list[np.ndarray]]) -> dict[str, np.ndarray]:
+        """A batch's inputs, concatenated into the worker's arena (then `execute` sends only their place)."""
+        arena = self.arena
+        if arena is None:  # no process: execute says so
+            return {k: np.concatenate(v) if len(v) > 1 else v[0] for k, v in parts.items()}
+        return arena.gather(parts)
+
+    def execute(self, inputs: dict[str, np.ndarray], n: int, solo: bool = False) -> dict[str, np.ndarray]:
         with self._lock:
             if not self.running:
                 raise WorkerNotRunning(f"model {self.name!r} instance {self.instance}: no worker process")
             try:
-                wire.send(self.sock, {"op": "run", "n": n}, inputs)
+                wire.send(self.sock, {"op": "run", "n": n, "solo": solo}, inputs, self.arena)
             except OSError as e:
                 raise WorkerNotRunning(f"model {self.name!r} instance {self.instance}: {e}") from None
             try:

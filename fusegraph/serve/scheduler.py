@@ -91,6 +91,9 @@ class Scheduler:
         lock = threading.Lock()
         self._cv, self._reap_cv = threading.Condition(lock), threading.Condition(lock)
         self._closed = False
+        self._running = 0  # instances running a batch
+        # batches that find every other instance idle and nothing queued run on solo_threads
+        self._solo = getattr(model, "solo_threads", 0) > 0
         self._threads = [threading.Thread(target=self._worker, args=(ex,), daemon=True,
                                           name=f"fusegraph-serve-{model.name}-{k}") for k, ex in enumerate(self.executors)]
         # fails queued requests at their deadline even while every instance is busy
@@ -159,10 +162,17 @@ class Scheduler:
         while True:
             if ensure is not None and not ensure(lambda: self._closed and not self.pending):
                 return
-            batch = self._next_batch(alive)
-            if batch is None:
+            taken = self._next_batch(alive)
+            if taken is None:
                 return
-            self._run(executor, batch)
+            batch, alone = taken
+            if not batch:
+                continue
+            try:
+                self._run(executor, batch, self._solo and alone)
+            finally:
+                with self._cv:
+                    self._running -= 1
 
     def _reaper(self) -> None:
         with self._cv:
@@ -207,9 +217,10 @@ class Scheduler:
     def _oldest_ns(self) -> int:
         return min(q[0].arrival_ns for q in self._queues if q)
 
-    def _next_batch(self, alive=None) -> list[Pending] | None:
-        """The next batch; None once closed and drained; [] when `alive()` turns false while idle (a worker
-        process that died between batches is restarted before it is given one)."""
+    def _next_batch(self, alive=None) -> tuple[list[Pending], bool] | None:
+        """The next batch and whether it runs alone (`_started`); None once closed and drained; an empty
+        batch when `alive()` turns false while idle (a worker process that died between batches is
+        restarted before it is given one)."""
         with self._cv:
             while True:
                 self._drop_dead()
@@ -217,17 +228,25 @@ class Scheduler:
                     if self._closed:
                         return None
                     if alive is not None and not alive():
-                        return []
+                        return [], False
                     self._wait(None, None if alive is None else _IDLE_CHECK_S)
                     continue
                 if not self.dynamic:
-                    return self._take(1)
+                    return self._started(self._take(1))
                 until = time.monotonic() + self.delay_s - (time.monotonic_ns() - self._oldest_ns()) / 1e9
                 while self.pending and self._samples() < self.target and time.monotonic() < until and not self._closed:
                     self._wait(until)
                     self._drop_dead()
                 if self.pending:
-                    return self._take(self.model.max_batch_size)
+                    return self._started(self._take(self.model.max_batch_size))
+
+    def _started(self, batch: list[Pending]) -> tuple[list[Pending], bool]:
+        """Count a batch taken (under the lock), and whether it runs alone: no other instance runs and
+        nothing is left queued for one."""
+        alone = self._running == 0 and not self.pending
+        if batch:
+            self._running += 1
+        return batch, alone
 
     def _take(self, limit: int) -> list[Pending]:
         """Up to `limit` samples (one request when the model does not batch), highest priority first;
@@ -254,16 +273,18 @@ class Scheduler:
             self._cv.notify_all()
             self._reap_cv.notify()
 
-    def _run(self, executor, batch: list[Pending]) -> None:
-        if not batch:
-            return
+    def _run(self, executor, batch: list[Pending], solo: bool = False) -> None:
         start = time.monotonic_ns()
         n = sum(p.n for p in batch)
         try:
-            inputs = batch[0].inputs if len(batch) == 1 else {
-                k: np.concatenate([p.inputs[k] for p in batch]) for k in batch[0].inputs}
+            gather = getattr(executor, "gather", None)  # a worker process's: into its shared arena
+            if gather is not None:
+                inputs = gather({k: [p.inputs[k] for p in batch] for k in batch[0].inputs})
+            else:
+                inputs = batch[0].inputs if len(batch) == 1 else {
+                    k: np.concatenate([p.inputs[k] for p in batch]) for k in batch[0].inputs}
             gathered = time.monotonic_ns()
-            outputs = executor.execute(inputs, n)
+            outputs = executor.execute(inputs, n, solo=True) if solo else executor.execute(inputs, n)
         except WorkerNotRunning:
             return self._requeue(batch)
         except ServeError as e:

@@ -23,7 +23,6 @@ class ServerOptions:
     metrics_port: int | None = 8002
     default_target: str = "cpu"
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    grpc_workers: int = 64        # concurrent gRPC calls (each open stream holds one)
     cores: int | None = None      # cores the instances share (None: those this process may use)
     load_models: tuple[str, ...] | None = None  # None: every model of the repository
     isolation: str | None = None  # "process" | "thread" instances (None: instances.default_isolation)
@@ -66,7 +65,7 @@ class Server:
             from .grpc_server import start_grpc_server
 
             self._grpc, self.grpc_port = start_grpc_server(self.repo, o.host, o.grpc_port, o.max_message_bytes,
-                                                           o.grpc_workers, self.shared_memory)
+                                                           self.shared_memory)
         if o.http_port is not None:
             from .http_server import start_http_server
 

@@ -1,4 +1,5 @@
-"""A model instance's worker process: `python -m fusegraph.serve.worker FD`, started by `process.py`.
+"""A model instance's worker process: `python -m fusegraph.serve.worker FD ARENA_FD`, started by
+`process.py` (ARENA_FD: the memfd its batches' inputs are written to, `arena.py`).
 
 It loads the model (compiling it for its target; a GPU worker sees only its device, which the server
 names in CUDA_VISIBLE_DEVICES), answers `ready` with the completed config and the tensor specs (or
@@ -14,7 +15,10 @@ import socket
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from . import wire
+from .arena import Arena
 from .errors import ServeError
 
 
@@ -29,6 +33,13 @@ def _load(init: dict):
     return ServedModel(entry, init["version"], Path(init["path"]), init["target"], init["cores"])
 
 
+def _input_bytes(model) -> int:
+    """The arena a batch's inputs need: each input at the largest batch, on cache-line boundaries."""
+    batch = max(model.max_batch_size, 1)
+    sizes = [s.datatype.numpy.itemsize * batch * int(np.prod(s.dims, dtype=np.int64)) for s in model.inputs]
+    return sum(-(-n // 64) * 64 for n in sizes)
+
+
 def _describe(model) -> dict:
     from google.protobuf import text_format
 
@@ -36,14 +47,14 @@ def _describe(model) -> dict:
         return [[s.name, s.datatype.name, list(s.dims)] for s in items]
 
     return {"op": "ready", "config": text_format.MessageToString(model.config), "target": model.target,
-            "threads": model.threads, "inputs": specs(model.inputs), "outputs": specs(model.outputs)}
+            "threads": model.threads, "input_bytes": _input_bytes(model), "solo_threads": model.solo_threads, "inputs": specs(model.inputs), "outputs": specs(model.outputs)}
 
 
 def _failure(e: BaseException) -> dict:
     return {"op": "failed", "error": type(e).__name__, "message": str(e), "serve": isinstance(e, ServeError)}
 
 
-def serve(sock: socket.socket) -> int:
+def serve(sock: socket.socket, arena: Arena | None = None) -> int:
     init, _ = wire.recv(sock)
     try:
         model = _load(init)
@@ -53,13 +64,13 @@ def serve(sock: socket.socket) -> int:
     wire.send(sock, _describe(model))
     while True:
         try:
-            header, inputs = wire.recv(sock)
+            header, inputs = wire.recv(sock, arena)
         except wire.PeerClosed:
             return 0
         if header["op"] == "stop":
             return 0
         try:
-            outputs = model.execute(inputs, header["n"])
+            outputs = model.execute(inputs, header["n"], header["solo"])
         except Exception as e:  # a model that raises fails its batch only; this process serves on
             wire.send(sock, _failure(e))
             continue
@@ -70,8 +81,9 @@ def main(argv: list[str]) -> int:
     # Ctrl-C reaches the whole process group: the server drains, then stops its workers itself
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=int(argv[0]))
+    arena = Arena(int(argv[1])) if len(argv) > 1 else None
     try:
-        return serve(sock)
+        return serve(sock, arena)
     except wire.PeerClosed:  # the server went away before the model was loaded
         return 0
     finally:

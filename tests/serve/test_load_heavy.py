@@ -28,8 +28,7 @@ def loaded_server(tmp_path_factory):
     from fusegraph.serve import Server, ServerOptions
 
     root = write_mlp_repo(tmp_path_factory.mktemp("load"))
-    with Server(root, ServerOptions(http_port=0, grpc_port=0, metrics_port=None, cores=2, isolation="process",
-                                    grpc_workers=96)) as s:
+    with Server(root, ServerOptions(http_port=0, grpc_port=0, metrics_port=None, cores=2, isolation="process")) as s:
         yield s
 
 

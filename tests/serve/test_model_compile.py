@@ -43,7 +43,35 @@ def test_every_batch_bucket_is_compiled_at_load(tmp_path, monkeypatch):
     x = np.random.default_rng(2).standard_normal((3, FEATURES)).astype(np.float32)
     np.testing.assert_allclose(model.execute({"x": x}, 3)["y"], ort_reference(mlp_model(), x)["y"], rtol=1e-5,
                                atol=1e-5)
-    assert len(compiled) == 3  # a batch of 3 ran on bucket 4, compiled before
+    assert len(compiled) == 3  # a batch of 3 ran on buckets compiled before
+
+
+def test_a_cpu_batch_is_cut_into_buckets_it_fills_a_gpu_batch_padded(tmp_path):
+    import onnx
+
+    from fusegraph.serve import config as cfg
+    from fusegraph.serve.model import ServedModel
+
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp_model(), path)
+    entry = cfg.single_file_entry(path)
+    entry.config.max_batch_size = 8
+    model = ServedModel(entry, 1, path, "ref", cores=1)
+    assert model.buckets == [1, 2, 4, 8]
+    assert [model.pieces(n) for n in (1, 3, 5, 7, 8)] == [[1], [2, 1], [4, 1], [4, 2, 1], [8]]
+    runs = []
+    for b in model.buckets:  # record the batch each program is run at
+        prog = model.program(b)
+        prog.run = (lambda run: lambda inputs: runs.append(len(next(iter(inputs.values())))) or run(inputs))(prog.run)
+    x = np.random.default_rng(4).standard_normal((7, FEATURES)).astype(np.float32)
+    got = model.execute({"x": x}, 7)
+    assert runs == [4, 2, 1]
+    want = ort_reference(mlp_model(), x)
+    for name in ("y", "s"):
+        assert got[name].shape[0] == 7
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
+    model.target = "gpu"  # the decision only: a GPU pads to the smallest bucket that holds the batch
+    assert [model.pieces(n) for n in (1, 3, 5, 7)] == [[1], [4], [8], [8]]
 
 
 def test_fp16_precision_compiles_the_program_in_float16(tmp_path):
@@ -64,3 +92,35 @@ def test_unknown_precision_is_a_config_error(tmp_path):
 
     with pytest.raises(ModelConfigError, match="precision 'fp12'; expected one of fp32, fp16"):
         _served(tmp_path, "fp12")
+
+
+def test_solo_threads_compiles_a_second_program_set_that_solo_batches_run_on(tmp_path):
+    import onnx
+
+    from fusegraph.serve import config as cfg
+    from fusegraph.serve.errors import ModelConfigError
+    from fusegraph.serve.model import ServedModel
+
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp_model(), path)
+    entry = cfg.single_file_entry(path)
+    entry.config.instance_group.add(kind=cfg.pb().ModelInstanceGroup.KIND_CPU, count=2)
+    entry.config.parameters["solo_threads"].string_value = "2"
+    model = ServedModel(entry, 1, path, "cpu", cores=2)
+    assert (model.threads, model.solo_threads) == (1, 2)
+    for b in model.buckets:
+        shared, solo = model.program(b), model.program(b, solo=True)
+        assert (shared.executable.threads, solo.executable.threads) == (1, 2)
+    runs = []
+    for b in model.buckets:
+        for solo in (False, True):
+            prog = model.program(b, solo)
+            prog.run = (lambda run, key: lambda inputs: runs.append(key) or run(inputs))(prog.run, (b, solo))
+    x = np.random.default_rng(5).standard_normal((3, FEATURES)).astype(np.float32)
+    want = ort_reference(mlp_model(), x)["y"]
+    np.testing.assert_allclose(model.execute({"x": x}, 3, solo=True)["y"], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(model.execute({"x": x}, 3)["y"], want, rtol=1e-5, atol=1e-5)
+    assert runs == [(2, True), (1, True), (2, False), (1, False)]
+    entry.config.parameters["solo_threads"].string_value = "two"
+    with pytest.raises(ModelConfigError, match="parameter solo_threads 'two'"):
+        ServedModel(entry, 1, path, "cpu", cores=2)

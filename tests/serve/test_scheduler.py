@@ -239,3 +239,39 @@ def test_bad_priority_config_is_refused_by_name():
     model.config.dynamic_batching.default_queue_policy.timeout_action = 1
     with pytest.raises(ModelConfigError, match="DELAY is not supported"):
         Scheduler(model, ModelStats("held", "1"))
+
+
+class SoloModel(HeldModel):
+    """Two instances with solo programs: records whether each batch was told it runs alone."""
+
+    instances, solo_threads = 2, 2
+
+    def __init__(self):
+        super().__init__(max_batch_size=0)
+        self.config.ClearField("dynamic_batching")
+        self.solos: list[bool] = []
+        self.started = threading.Semaphore(0)
+
+    def execute(self, inputs, n, solo=False):
+        self.solos.append(solo)
+        self.started.release()
+        return super().execute(inputs, n)
+
+
+def test_a_batch_runs_solo_only_while_the_other_instances_are_idle_and_nothing_waits():
+    model = SoloModel()
+    s = Scheduler(model, ModelStats("held", "1"))
+    try:
+        one = s.submit({"x": np.ones((1, 2), np.float32)}, 0, time.monotonic_ns())
+        assert model.started.acquire(timeout=5)
+        two = s.submit({"x": np.ones((1, 2), np.float32)}, 0, time.monotonic_ns())  # the other instance takes it
+        assert model.started.acquire(timeout=5)
+        assert model.solos == [True, False]
+        model.gate.set()
+        one.result(5), two.result(5)
+        _until(lambda: s._running == 0)
+        s.submit({"x": np.ones((1, 2), np.float32)}, 0, time.monotonic_ns()).result(5)
+        assert model.solos == [True, False, True]  # alone again
+    finally:
+        model.gate.set()
+        s.close()

@@ -177,3 +177,31 @@ def test_gpu_instances_each_run_in_a_process_bound_to_their_device(tmp_path):
     finally:
         for w in executors:
             w.close()
+
+
+@pytest.mark.parametrize("isolation", ["process", "thread"])
+def test_solo_threads_instances_answer_alone_and_together(tmp_path, isolation):
+    """Two 1-thread instances with 2-thread solo programs: a lone request (solo) and concurrent ones
+    (each instance's own) all answer as ONNX Runtime does, over gRPC."""
+    import concurrent.futures
+
+    import tritonclient.grpc as grpcclient
+
+    from fusegraph.serve import Server, ServerOptions
+    from tests.serve.util import ort_reference
+
+    config = CONFIG + 'parameters { key: "solo_threads" value { string_value: "2" } }\n'
+    write_mlp_repo(tmp_path, config.replace("max_queue_delay_microseconds: 2000", "max_queue_delay_microseconds: 0"))
+    rng = np.random.default_rng(6)
+    xs = [rng.standard_normal((1, FEATURES)).astype(np.float32) for _ in range(16)]
+    with Server(tmp_path, ServerOptions(http_port=None, grpc_port=0, metrics_port=None, cores=2,
+                                        isolation=isolation)) as s:
+        model = s.repo.get("mlp").model
+        assert (model.instances, model.threads, model.solo_threads) == (2, 1, 2)
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{s.grpc_port}")
+        got = [client.infer("mlp", [_grpc_input(xs[0])]).as_numpy("y")]  # alone: the solo programs
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            got += list(pool.map(lambda x: grpcclient.InferenceServerClient(f"127.0.0.1:{s.grpc_port}").infer(
+                "mlp", [_grpc_input(x)]).as_numpy("y"), xs[1:]))
+    for x, y in zip(xs, got, strict=True):
+        np.testing.assert_allclose(y, ort_reference(mlp_model(), x)["y"], rtol=1e-5, atol=1e-5)
