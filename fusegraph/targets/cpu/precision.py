@@ -1,11 +1,11 @@
-"""Why float16/bfloat16 programs are slow on the cpu target, said once at compile.
+"""Why a half-precision program is slow on the cpu target, said once at compile.
 
-The cpu target computes half precision the way ONNX Runtime's CPU provider does: products,
-convolutions with constant weights and average poolings (static shapes) run widened to float32
-through oneDNN, each result rounded to the half type (kernels/widened.py); pointwise and
-reduction kernels are generated C. The rest of its heavy half-precision ops (recurrent layers,
-transposed and run-time-weight convolutions, dynamic shapes) run as the ops' numpy references,
-16-24x slower than float32 (ResNet-50 `--fp16` on the 2-core AVX2 VM, before the widening: 1.67-2.07
+float16 programs compute in float32, as ONNX Runtime's CPU provider computes them (passes/widen_half.py:
+float32 speed). bfloat16 ones keep each op's rounding: products, convolutions with constant weights
+and average poolings (static shapes) run widened to float32 through oneDNN, each result rounded to
+bfloat16 (kernels/widened.py); pointwise and reduction kernels are generated C. The rest of the heavy
+ops left in a half type (recurrent layers, transposed and run-time-weight convolutions, dynamic
+shapes) run as the ops' numpy references, 16-24x slower than float32 (ResNet-50 `--fp16` on the 2-core AVX2 VM, before the widening: 1.67-2.07
 s against 71-129 ms). A deployment engineer asking for `--fp16` on a CPU expects speed or a reason,
 so the compile warns, naming those ops and the float32 alternative; the program still runs, in the
 precision it was asked for.

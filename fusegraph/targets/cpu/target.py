@@ -26,6 +26,7 @@ from .passes import (
     plan_memory,
     split_sliced_conv,
     tabulate_int8,
+    widen_half,
 )
 from .precision import warn_half_precision
 from .shared import SharedConstants, active
@@ -42,7 +43,8 @@ class CpuTarget(Target):
         # which buffers exist (and it is the cpu's: epilogues write over their dying residuals)
         # int8 regions first: the generic passes fold dequantize(int8 weights) into float weights (and
         # fuse a dynamic product's float epilogue away from it)
-        return [fuse_int8, fuse_dynamic_int8] + generic[:-1] + [gather_elements_as_gather, move_reduced_axes_last, fuse_conv_epilogue, fuse_dot_epilogue, merge_parallel_dots, split_sliced_conv,
+        # half precision computes in float32 (the cpu has float32 kernels), before anything fuses
+        return [widen_half, fuse_int8, fuse_dynamic_int8] + generic[:-1] + [gather_elements_as_gather, move_reduced_axes_last, fuse_conv_epilogue, fuse_dot_epilogue, merge_parallel_dots, split_sliced_conv,
                                choose_layout, tabulate_int8, eliminate_dead_code, plan_memory]
 
     def lower(self, program: Program, options: CompileOptions) -> Executable:

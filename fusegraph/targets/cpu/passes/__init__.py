@@ -11,6 +11,7 @@ from .move_reduced_axes_last import move_reduced_axes_last
 from .plan_memory import plan_memory
 from .split_sliced_conv import split_sliced_conv
 from .tabulate_int8 import tabulate_int8
+from .widen_half import widen_half
 
 __all__ = ["choose_layout", "fuse_conv_epilogue", "fuse_dot_epilogue", "fuse_dynamic_int8", "fuse_int8", "gather_elements_as_gather", "merge_parallel_dots", "move_reduced_axes_last", "plan_memory",
-           "split_sliced_conv", "tabulate_int8"]
+           "split_sliced_conv", "tabulate_int8", "widen_half"]
