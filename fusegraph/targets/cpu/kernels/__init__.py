@@ -13,5 +13,6 @@ from . import (  # noqa: F401
     nms,
     pointwise,
     recurrent,
+    recurrent_int8,
     sparse,
 )

@@ -1,0 +1,79 @@
+"""DynamicQuantizeLSTM on the cpu target: the generated kernel (kernels/recurrent_int8.py) against
+the ref target over the variants tests/onnx/test_contrib_quantized_layers.py (against ORT) leaves
+out: int8 weights, peepholes, coupled input-forget gates, clip, items of length 0, no initial state,
+zero points that differ per column, and a feed from a graph input (run-time weights: the reference)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import fusegraph
+from tests.onnx.contrib_util import MS
+from tests.util import assert_close, make_model, target_or_skip
+
+
+def _model(direction="bidirectional", wdtype=np.uint8, peepholes=False, lens=(5, 0, 3), initial=True,
+           attrs=None, seed=0):
+    rng = np.random.default_rng(seed)
+    d, t, batch, size, hidden = (2 if direction == "bidirectional" else 1), 5, len(lens) if lens else 3, 7, 6
+    info = np.iinfo(wdtype)
+    cols = 4 * hidden
+    init = {
+        "w": rng.integers(info.min, info.max + 1, (d, size, cols)).astype(wdtype),
+        "r": rng.integers(info.min, info.max + 1, (d, hidden, cols)).astype(wdtype),
+        "b": (rng.standard_normal((d, 8 * hidden)) * 0.1).astype(np.float32),
+        "ws": rng.uniform(0.001, 0.004, (d, cols)).astype(np.float32),
+        "wz": rng.integers(info.min // 2 + info.max // 4, info.max // 2 + info.max // 4, (d, cols)).astype(wdtype),
+        "rs": rng.uniform(0.001, 0.004, d).astype(np.float32),
+        "rz": np.full(d, info.max // 2, wdtype),
+    }
+    names = ["x", "w", "r", "b", "", "", "", "", "ws", "wz", "rs", "rz"]
+    if lens:
+        init["lens"] = np.array(lens, np.int32)
+        names[4] = "lens"
+    if initial:
+        init["h0"] = (rng.standard_normal((d, batch, hidden)) * 0.5).astype(np.float32)
+        init["c0"] = (rng.standard_normal((d, batch, hidden)) * 0.5).astype(np.float32)
+        names[5:7] = ["h0", "c0"]
+    if peepholes:
+        init["p"] = (rng.standard_normal((d, 3 * hidden)) * 0.3).astype(np.float32)
+        names[7] = "p"
+    x = rng.standard_normal((t, batch, size)).astype(np.float32)
+    node = helper.make_node("DynamicQuantizeLSTM", names, ["y", "yh", "yc"], domain=MS, hidden_size=hidden,
+                            direction=direction, **(attrs or {}))
+    return make_model([node], {"x": x}, ["y", "yh", "yc"], init, 17, {MS: 1}), {"x": x}
+
+
+def _run(model, feeds, target):
+    p = fusegraph.parse_onnx(model)
+    p.compile(fusegraph.get_target(target) if target == "ref" else target)
+    return p, p.run(feeds)
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("variant", [
+    {}, {"wdtype": np.int8}, {"peepholes": True}, {"attrs": {"input_forget": 1}}, {"attrs": {"clip": 0.7}},
+    {"initial": False}, {"lens": None}, {"lens": (0, 0, 0)}, {"lens": (5, 5, 5), "seed": 3},
+])
+def test_generated_kernel_matches_ref(direction, variant):
+    cpu = target_or_skip("cpu")
+    model, feeds = _model(direction, **variant)
+    p, got = _run(model, feeds, cpu)
+    assert "fg_dqlstm" in p.executable.built.library.source  # the generated kernel ran, not the reference
+    _, expected = _run(model, feeds, "ref")
+    assert_close(got, expected, 1e-5, 1e-6)
+
+
+def test_threads_split_directions_with_one_answer():
+    """Two threads run the directions side by side: the same numbers as one thread."""
+    cpu = target_or_skip("cpu")
+    model, feeds = _model()
+    outs = []
+    for threads in (1, 2):
+        p = fusegraph.parse_onnx(model)
+        p.compile(cpu, fusegraph.CompileOptions(threads=threads))
+        outs.append(p.run(feeds))
+    for a, b in zip(*outs, strict=True):
+        np.testing.assert_array_equal(a, b)
