@@ -30,10 +30,13 @@ from typing import Any
 import numpy as np
 
 from ...errors import FusegraphError
+from ...ir import run_limits
 
 KERNEL, PRIMITIVE, GUARD, COPY, COPY_ROWS = 0, 1, 2, 3, 4
 TAKE = {1: 5, 2: 6, 4: 7, 8: 8}  # by element size
 GATHER, GATHER_ND, SCATTER_ND, SCATTER_ELEMENTS = 9, 10, 11, 12
+LOOP, COPY_AT = 13, 14  # native_loops.py
+NO_BOUND = (1 << 63) - 1
 TAKE_LIMIT = 1 << 16  # elements: a take's table is 16 bytes an element
 MIN_STEPS = 1  # one step too: a oneDNN step binds its buffers through ctypes on every Python call (~3 us), a region did once
 
@@ -83,9 +86,10 @@ static int fg_all_finite(const uint32_t *x, int64_t n) {
     return !bad;
 }
 
-/* Runs calls[0..n) in order; returns n, or the index of the call that stopped it with *status set
-   (-1: a guard found a NaN or infinity, or a gather an index out of range; > 0: oneDNN's error status). */
-FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status) {
+/* Runs calls[0..n) in order, in iteration t of the loop around them (0 outside any); returns n, or
+   the index of the call that stopped it with *status set (-1: a guard found a NaN or infinity, or a
+   gather an index out of range; > 0: oneDNN's error status). */
+static int64_t fg_run(const fg_call *calls, int64_t n, int32_t *status, int64_t t) {
     for (int64_t i = 0; i < n; i++) {
         const fg_call *c = calls + i;
         switch (c->kind) {
@@ -163,9 +167,30 @@ FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status)
                     }
             break;
         }
+        case 13: {  /* a loop: the n calls at fn run *(int64 *)b[0] times (none when c, a bool, is
+                       false), iteration t written to the int64 at a first (where a is not NULL); a
+                       count past b[1] (the run's max_loop_iterations) stops here */
+            const int64_t *g = (const int64_t *)c->b;
+            const int64_t count = c->c && !*(const uint8_t *)c->c ? 0 : *(const int64_t *)(intptr_t)g[0];
+            if (count > g[1]) { *status = -1; return i; }
+            for (int64_t k = 0; k < count; k++) {
+                if (c->a) *(int64_t *)c->a = k;
+                if (fg_run((const fg_call *)c->fn, c->n, status, k) != c->n) return i;
+            }
+            break;
+        }
+        case 14: {  /* memcpy of c[0] bytes, to a + t * c[1] from b + t * c[2] (a loop's slice t) */
+            const int64_t *g = (const int64_t *)c->c;
+            memcpy((char *)c->a + t * g[1], (const char *)c->b + t * g[2], (size_t)g[0]);
+            break;
+        }
         }
     }
     return n;
+}
+
+FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status) {
+    return fg_run(calls, n, status, 0);
 }
 """
 
@@ -371,6 +396,7 @@ class Region:
         flat = [c for cs in calls for c in cs]
         self.table = (FgCall * len(flat))(*[FgCall(*record) for record, _ in flat])
         self.keep = [objs for _, objs in flat]
+        self.calls = flat  # (a loop around this region, native_loops.py, runs its records again)
         self.starts = np.cumsum([0] + [len(cs) for cs in calls[:-1]])
         freed = {u for r in rows for u in r[3]}
         # values later steps read: set in the environment as the Python rows would have
@@ -378,10 +404,20 @@ class Region:
         self.produced = frozenset(produced)
         self.frees = tuple(u for r in rows for u in r[3] if u not in produced)
         self.status = ctypes.c_int32(0)
+        # a loop's count is checked against the run's max_loop_iterations (written into the last
+        # object a loop record keeps: native_loops.loop); with a deadline the rows run in Python
+        self.loop_bounds = [objs[-1] for record, objs in flat if record[0] == LOOP]
         self.run_calls = runner()
         self.address, self.n, self.status_address = ctypes.addressof(self.table), len(flat), ctypes.addressof(self.status)
 
     def __call__(self, values: list, out: Any, env: dict[int, Any]) -> Any:
+        if self.loop_bounds:
+            limits = run_limits.current()
+            if limits.deadline_at is not None:  # (iterations are not timed in C)
+                self._resume(0, env)
+                return self.rows[-1][5]
+            for g in self.loop_bounds:
+                g[1] = NO_BOUND if limits.max_loop_iterations is None else limits.max_loop_iterations
         stopped = self.run_calls(self.address, self.n, self.status_address)
         if stopped != self.n:
             self._resume(stopped, env)

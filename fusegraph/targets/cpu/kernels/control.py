@@ -3,9 +3,15 @@ module (generated and oneDNN kernels, constants folded) rather than interpreted 
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
+
 from ....ir.module import Instruction
 from ....ir.op import OpKind, registered_ops
-from ..lowering import Kernel, LowerContext, lower_module, lowering, reference_kernel
+from ..lowering import Kernel, LowerContext, _into, lower_module, lowering, reference_kernel
+from ..native_loops import NATIVE
+from ..passes.plan_memory import TUPLE_WRITERS
 
 
 def control(ins: Instruction, ctx: LowerContext) -> Kernel:
@@ -24,11 +30,27 @@ def control(ins: Instruction, ctx: LowerContext) -> Kernel:
         return run_if
 
     def run(args, out, env):
-        return op.compute_control(args, modules, lambda m, params: bodies[m.name].run_body(params, env))
+        r = op.compute_control(args, modules, lambda m, params: bodies[m.name].run_body(params, env))
+        # Scan and Loop write tuples (plan_memory.TUPLE_WRITERS): their elements go into the planned
+        # buffers, and are never an input's array (no iterations) or a view of a body's buffers
+        if op.name not in TUPLE_WRITERS:
+            return r
+        if out is None:
+            out = (None,) * len(r)
+        return tuple(_fresh(v, args) if o is None else _into(o, v) for o, v in zip(out, r, strict=True))
 
     run.needs_env = True  # type: ignore[attr-defined]  # bodies read values of the enclosing module
     run.bodies = bodies  # type: ignore[attr-defined]  # (ModuleSteps by module name)
+    if op.name in NATIVE:  # the whole loop as one record of a native program
+        (body,) = bodies.values()
+        run.native = functools.partial(NATIVE[op.name], op, body)  # type: ignore[attr-defined]
     return run
+
+
+def _fresh(v, args):
+    if isinstance(v, np.ndarray) and (not v.flags.owndata or any(v is a for a in args)):
+        return v.copy()
+    return v
 
 
 lowering(*[n for n, c in registered_ops().items() if c.kind is OpKind.CONTROL])(control)

@@ -22,7 +22,7 @@ EPILOGUES = frozenset({"conv_epilogue", "deconv_epilogue", "dot_epilogue"})
 # ops whose tuple results are fresh arrays (never their inputs or views of them), each element
 # written into a buffer of its own (kernels/recurrent.py takes a tuple of output buffers; a reference
 # kernel copies each element in: lowering.reference_kernel)
-TUPLE_WRITERS = frozenset({"lstm", "gru", "rnn", "dynamic_quantize_lstm", "moments"})
+TUPLE_WRITERS = frozenset({"lstm", "gru", "rnn", "dynamic_quantize_lstm", "moments", "scan", "loop"})
 # module outputs up to this size are planned and copied out at the end of a run (ModuleSteps):
 # their kernels then join native programs; a larger one is its kernel's own array (no copy)
 SMALL_OUTPUT = 1 << 16
@@ -34,8 +34,8 @@ def plan_memory(module: Module, body: bool = False) -> bool:
     if module.parent is not None and not body:
         return False
     # a body may also return a value it reads from here: what control flow reads escapes too
-    # (an If's condition is only tested)
-    flows = set().union(*[body_reads(i) | {x.uid for x in i.inputs[i.op.name == "if":]}
+    # (an If's condition is only tested; a tuple writer's results are never its inputs' arrays)
+    flows = set().union(*[body_reads(i) | {x.uid for x in i.inputs[i.op.name == "if":] if i.op.name not in TUPLE_WRITERS}
                           for i in module.instructions if i.op.kind is OpKind.CONTROL])
     escaping = {_root(i).uid for i in module.instructions if _escapes(i) or i.uid in flows}
     escaping |= _aliased_by_outputs(module)
