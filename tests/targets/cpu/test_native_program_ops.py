@@ -175,3 +175,22 @@ def test_a_scatter_elements_joins_the_region_applying_its_updates_in_order(reduc
     bad[1, 2, 3] = 6
     with pytest.raises(fusegraph.errors.ExecutionError):
         p.run({"x": x, "i": bad, "u": upd})
+
+
+def test_a_scatter_elements_by_indices_broadcast_along_the_row_copies_them_dense_first():
+    # torch's scatter_add of a message matrix: dst.unsqueeze(1).expand(-1, F) (an Expand: a stride-0
+    # view) was left to numpy's ufunc.at
+    x = rng.standard_normal((7, 5)).astype(np.float32)
+    dst = rng.integers(-7, 7, (9, 1)).astype(np.int64)
+    msg = rng.standard_normal((9, 5)).astype(np.float32)
+    shape = np.array([9, 5], np.int64)
+    model = make_model([n("Expand", ["d", "shape"], ["i"]), n("Neg", ["x"], ["s"]),
+                        n("ScatterElements", ["s", "i", "m"], ["out"], axis=0, reduction="add")],
+                       {"x": x, "d": dst, "m": msg}, ["out"], {"shape": shape}, opset=18)
+    p, ref = _compile(model), _compile(model, "ref")
+    for f in ({"x": x, "d": dst, "m": msg}, {"x": -x, "d": dst[::-1].copy(), "m": msg * 2}):
+        np.testing.assert_array_equal(p.run(f)[0], ref.run(f)[0])
+    regions = [r[0] for r in p.executable.main.thread_plan()[0] if isinstance(r[0], Region)]
+    assert any(SCATTER_ELEMENTS in _kinds(r) for r in regions)
+    with pytest.raises(fusegraph.errors.ExecutionError):
+        p.run({"x": x, "d": np.full((9, 1), 7, np.int64), "m": msg})

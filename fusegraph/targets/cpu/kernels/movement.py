@@ -254,15 +254,26 @@ def gather_nd(ins: Instruction, ctx: LowerContext) -> Kernel:
 @lowering("scatter_nd", "scatter_elements")
 def scatter(ins: Instruction, ctx: LowerContext) -> Kernel:
     """The reference's scatter; in a native program (float32) a copy of the data and a C loop over
-    the indices, checked first, applied in order as numpy's ufunc.at applies them."""
+    the indices, checked first, applied in order as numpy's ufunc.at applies them. Operands laid
+    out otherwise (indices broadcast along the row: torch's scatter_add of a message matrix) are
+    copied into dense scratch arrays first."""
     run = reference_kernel(ins, ctx)
     if isinstance(ins.shape, Shape) and not ins.shape.is_dynamic:
         def native(args, out):
             from .. import native_program
 
+            copies, operands = [], []
+            for a in args:
+                d = native_program.dense(a)
+                if d is None:
+                    return None
+                operands.append(d[0])
+                copies += d[1]
             if ins.op.name == "scatter_nd":
-                return native_program.scatter_nd(out, *args, ins.op.reduction)
-            return native_program.scatter_elements(out, *args, ins.op.axis, ins.op.reduction)
+                calls = native_program.scatter_nd(out, *operands, ins.op.reduction)
+            else:
+                calls = native_program.scatter_elements(out, *operands, ins.op.axis, ins.op.reduction)
+            return None if calls is None else [*copies, *calls]
 
         run.native = native  # type: ignore[attr-defined]
     return run
