@@ -224,3 +224,22 @@ def test_qlinear_matmul_product_takes_the_same_kernel(a_type, a_zp):
     p = _compiled(model)
     assert _ops(p) == ["int8_dynamic_dot"] and "int8_dynamic_dot" in _kernels(p)
     np.testing.assert_array_equal(p.run({"a": a})[0], run_ort(model, {"a": a}, optimize=False)[0])
+
+
+@pytest.mark.parametrize("case", ["per-tensor s8 weights, bias", "per-channel weight scales", "u8 weights, zero point 128",
+                                  "Cast alone"])
+def test_dynamic_product_runs_in_the_native_program(case, monkeypatch):
+    """min_max, the scale and zero point, the zero point widened to int32 and the oneDNN product: one
+    region, no Python step between them (a BERT layer had 16 regions split by them); the same bits
+    as the steps run one by one."""
+    from fusegraph.targets.cpu.native_program import KERNEL, PRIMITIVE, Region
+
+    model, feeds = _model(np.random.default_rng(4), **CASES[case])
+    p = _compiled(model)
+    rows, _ = p.executable.main.thread_plan()
+    assert len(rows) == 1 and isinstance(rows[0][0], Region)
+    assert {KERNEL, PRIMITIVE} <= {c.kind for c in rows[0][0].table}
+    got = p.run(feeds)[0]
+    np.testing.assert_array_equal(got, _compiled(model, "ref").run(feeds)[0])
+    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
+    np.testing.assert_array_equal(got, _compiled(model).run(feeds)[0])
