@@ -77,3 +77,27 @@ def test_threads_split_directions_with_one_answer():
         outs.append(p.run(feeds))
     for a, b in zip(*outs, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_layer_joins_the_native_program(monkeypatch):
+    """The kernel is a call of the region around it (states read from a graph input's transpose:
+    copied into a dense scratch first); the same bits as the steps run one by one."""
+    from fusegraph.targets.cpu.native_program import Region
+
+    cpu = target_or_skip("cpu")
+    model, feeds = _model(lens=None)
+    graph = model.graph
+    graph.node[0].input[0] = "xt"
+    graph.node.insert(0, helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]))
+    graph.node.append(helper.make_node("Neg", ["yh"], ["nyh"]))
+    graph.output[1].name = "nyh"
+    feeds = {"x": np.ascontiguousarray(feeds["x"].transpose(1, 0, 2))}
+    graph.input[0].type.tensor_type.shape.dim[0].dim_value, graph.input[0].type.tensor_type.shape.dim[1].dim_value = 3, 5
+    p, got = _run(model, feeds, cpu)
+    rows, _ = p.executable.main.thread_plan()
+    assert all(isinstance(r[0], Region) for r in rows)
+    _, expected = _run(model, feeds, "ref")
+    assert_close(got, expected, 1e-5, 1e-6)
+    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
+    for a, b in zip(got, _run(model, feeds, cpu)[1], strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -60,4 +60,32 @@ def dynamic_quantize_lstm(ins: Instruction, ctx: LowerContext) -> Kernel:
         return tuple(ys)
 
     run.projection = fixed  # type: ignore[attr-defined]  # kept alive with the kernel
+
+    def native(args, out):
+        """The kernel's C call over fixed buffers (a strided X copied into a dense scratch first);
+        the elements nobody reads go to this thread's scratch arrays."""
+        from ..native_program import dense, kernel_call
+
+        given = [args[0]] + [args[k] if f else None for k, f in (
+            (k_lens, op.has_sequence_lens), (k_h0, op.has_initial_h), (k_c0, op.has_initial_c))]
+        if out is None or any(a is not None and a.dtype != d for a, d in zip(given, (np.float32, np.int64, np.float32,
+                                                                                  np.float32))):
+            return None
+        calls, operands = [], []
+        for a in given:
+            d = None if a is None else dense(a)
+            if a is not None and d is None:
+                return None
+            operands.append(None if d is None else d[0])
+            calls += [] if d is None else d[1]
+        ys = [np.empty(sh, np.float32) if out[k] is None else out[k] for k, sh in enumerate(shapes)]
+        if not all(y.flags.c_contiguous for y in ys):
+            return None
+        kernel = cell["kernel"]
+        ptrs = ([a.ctypes.data for a in fixed] + [0 if a is None else a.ctypes.data for a in operands[1:]]
+                + [y.ctypes.data for y in ys])
+        record, keep = kernel_call(kernel._fn, operands[0].ctypes.data, ptrs, [0], kernel.threads)
+        return [*calls, (record, (*keep, operands, ys))]
+
+    run.native = native  # type: ignore[attr-defined]
     return run
