@@ -76,11 +76,12 @@ def int8_conv(ins: Instruction, ctx: LowerContext) -> Kernel:
         fdst = Operand(ins.shape.with_dtype(f32), op.channels_last)
         return _in_float(op, onednn.Convolution(fsrc.desc(), wf, bias, dst_layout=fdst.desc(), **kw), fsrc, fdst,
                          ins.shape)
-    return _kernel(prim, src.view, dst.view, ins.shape, shift)
+    return _kernel(prim, src.view, dst.view, ins.shape, shift, lambda x, out: (src.exact(x), dst.exact(out)))
 
 
-def _kernel(prim, read, write, shape, shift: bool) -> Kernel:
-    """Run `prim` on x as `read` sees it (fed as uint8 with `shift`), into the output as `write` sees it."""
+def _kernel(prim, read, write, shape, shift: bool, exact=None) -> Kernel:
+    """Run `prim` on x as `read` sees it (fed as uint8 with `shift`), into the output as `write` sees
+    it. `exact`: (x, out) as the primitive sees them without a copy, or None: the step's C form."""
     lens, dtype, feed = shape.lens, shape.dtype.np, _feed(shift)
 
     def run(args, out):
@@ -89,7 +90,20 @@ def _kernel(prim, read, write, shape, shift: bool) -> Kernel:
         prim(read(feed(args[0])), out=write(out))
         return out
 
+    def native(args, out):  # (integer operands: oneDNN's post-ops need no finiteness guard)
+        from ..native_program import primitive_call
+
+        a, o = exact(args[0], out)
+        return None if a is None or o is None else [primitive_call(prim, a, out=o)]
+
+    if exact is not None and not shift:  # (a shifted int8 source is flipped by numpy per call)
+        run.native = native  # type: ignore[attr-defined]
     return run
+
+
+def _same_bytes(v: np.ndarray, a: np.ndarray) -> np.ndarray | None:
+    """`v` (a reshape of `a`) where it is a view of a's bytes, else None."""
+    return v if a.flags.c_contiguous and v.ctypes.data == a.ctypes.data else None
 
 
 def _in_float(op, prim, src: Operand, dst: Operand, shape) -> Kernel:
@@ -122,7 +136,8 @@ def int8_dot(ins: Instruction, ctx: LowerContext) -> Kernel:
     prim = onednn.MatMul(a.desc(quant.src), wq, bias, post_ops=_post_ops(ins.op), threads=ctx.threads_for(flops),
                          quant=quant)
     product = prim.out_shape  # the output is its reshape (out_lens): the same bytes
-    return _kernel(prim, a.view, lambda out: out.reshape(product), ins.shape, shift)
+    return _kernel(prim, a.view, lambda out: out.reshape(product), ins.shape, shift,
+                   lambda x, out: (a.exact(x), _same_bytes(out.reshape(product), out)))
 
 
 # MatMulInteger's integer product (quant_dot) through float BLAS where that is exact: every partial
