@@ -194,3 +194,28 @@ def test_a_scatter_elements_by_indices_broadcast_along_the_row_copies_them_dense
     assert any(SCATTER_ELEMENTS in _kinds(r) for r in regions)
     with pytest.raises(fusegraph.errors.ExecutionError):
         p.run({"x": x, "d": np.full((9, 1), 7, np.int64), "m": msg})
+
+
+@pytest.mark.parametrize("axis", [1, 2])
+def test_a_gather_elements_by_constant_indices_is_a_table(axis, monkeypatch):
+    # DeBERTa's relative-position lookup: a literal index seen through a reshape and a broadcast
+    x = rng.standard_normal((2, 5, 5)).astype(np.float32)
+    idx = rng.integers(-5, 5, (1, 5, 5)).astype(np.int64)
+    model = make_model([n("Neg", ["x"], ["s"]), n("Expand", ["i", "shape"], ["ib"]),
+                        n("GatherElements", ["s", "ib"], ["out"], axis=axis)],
+                       {"x": x}, ["out"], {"i": idx, "shape": np.array([2, 5, 5], np.int64)}, opset=18)
+    p = _compile(model)
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and TAKE[4] in _kinds(row[0])
+    got = p.run({"x": x})[0]
+    np.testing.assert_array_equal(got, _compile(model, "ref").run({"x": x})[0])
+    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
+    np.testing.assert_array_equal(got, _compile(model).run({"x": x})[0])
+
+
+def test_a_gather_elements_by_a_constant_index_out_of_range_raises_at_run():
+    x = rng.standard_normal((2, 5)).astype(np.float32)
+    model = make_model([n("GatherElements", ["x", "i"], ["out"], axis=1)], {"x": x}, ["out"],
+                       {"i": np.array([[0, 5], [1, 2]], np.int64)}, opset=18)
+    with pytest.raises(fusegraph.errors.ExecutionError):
+        _compile(model).run({"x": x})

@@ -8,6 +8,7 @@ import numpy as np
 
 from ....errors import CompileError, ExecutionError, FusegraphError, InputError
 from ....ir.module import Instruction
+from ....ir.op import OpKind
 from ....ir.shape import Shape, same_steps
 from ....ops.indexing import check_range
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
@@ -249,6 +250,29 @@ def gather_nd(ins: Instruction, ctx: LowerContext) -> Kernel:
 
         run.native = native  # type: ignore[attr-defined]
     return run
+
+
+@lowering("gather_elements")
+def gather_elements(ins: Instruction, ctx: LowerContext) -> Kernel:
+    """The reference's gather; by constant indices (DeBERTa's relative positions: a literal seen
+    through broadcasts) in a native program a table of offsets, checked once here."""
+    run = reference_kernel(ins, ctx)
+    if ins.inputs[0].shape.is_dynamic:
+        return run
+    index = _folded(ins.inputs[1])
+    if index is None or not _in_range(ins.op, index, ins.inputs[0].shape.lens[ins.op.axis]):
+        return run
+    return with_take(run, ins, [index])
+
+
+def _folded(ins: Instruction, depth: int = 8) -> np.ndarray | None:
+    """The value of a literal, or of movement ops (reshapes, broadcasts) over one; else None."""
+    if ins.is_literal:
+        return np.asarray(ins.literal)
+    if depth == 0 or ins.op.kind is not OpKind.MOVEMENT or not ins.op.deterministic or not ins.inputs:
+        return None
+    values = [_folded(x, depth - 1) for x in ins.inputs]
+    return None if any(v is None for v in values) else np.asarray(ins.op.compute(values))
 
 
 @lowering("scatter_nd", "scatter_elements")
