@@ -142,6 +142,26 @@ def test_fast_float32_functions_within_1e6_relative(scalar_lib):
         assert np.abs(got[tiny] - ref[tiny]).max(initial=0) < 1e-44
 
 
+def test_float32_pow_multiplies_for_exponents_2_and_3_as_onnx_runtime_does(scalar_lib):
+    """x^2 is the correctly rounded x * x; x^3 (GPT's tanh GELU) x * x * x; both, and the other
+    exponents (libm's powf), within the float32 tolerance of numpy's power, infinities, NaNs,
+    overflow and underflow alike."""
+    mag = np.exp(rng.uniform(np.log(1e-15), np.log(1e15), 4000)).astype(np.float32)
+    x = np.concatenate([mag, -mag, np.float32([0, -0.0, np.inf, -np.inf, np.nan, 1, -1])])
+    kernel = scalar_lib[("pow", (F32, F32))]
+    for b in (2.0, 3.0, 2.5, -1.0, 0.5):
+        e = np.full_like(x, b)
+        with np.errstate(all="ignore"):
+            want = np.power(x, e)
+        got = kernel(np.empty_like(x), x, e)
+        if b == 2.0:  # the correctly rounded square (numpy's SIMD power is itself an ulp off it)
+            np.testing.assert_array_equal(got, x * x)
+        # (numpy's powf and libm's are themselves an ulp apart: the scalar test's tolerance)
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-44)
+    src = cg.pointwise_kernel(_expr("pow", 2), (F32, F32), F32, 1, (1, 1))
+    assert "fg_powf" in src.code or any(name == "fg_powf" for name, _ in src.helpers)
+
+
 # -- random expressions -------------------------------------------------------------------------------
 UNARY = ["neg", "abs", "exp", "tanh", "erf", "sigmoid", "floor", "round", "sqrt", "sign"]
 BINARY = ["add", "sub", "mul", "div", "max", "min", "pow", "mod"]
