@@ -35,7 +35,7 @@ from ...ir import run_limits
 KERNEL, PRIMITIVE, GUARD, COPY, COPY_ROWS = 0, 1, 2, 3, 4
 TAKE = {1: 5, 2: 6, 4: 7, 8: 8}  # by element size
 GATHER, GATHER_ND, SCATTER_ND, SCATTER_ELEMENTS = 9, 10, 11, 12
-LOOP, COPY_AT = 13, 14  # native_loops.py
+LOOP, COPY_AT, IF = 13, 14, 15  # native_control.py
 NO_BOUND = (1 << 63) - 1
 TAKE_LIMIT = 1 << 16  # elements: a take's table is 16 bytes an element
 MIN_STEPS = 1  # one step too: a oneDNN step binds its buffers through ctypes on every Python call (~3 us), a region did once
@@ -177,6 +177,12 @@ static int64_t fg_run(const fg_call *calls, int64_t n, int32_t *status, int64_t 
                 if (c->a) *(int64_t *)c->a = k;
                 if (fg_run((const fg_call *)c->fn, c->n, status, k) != c->n) return i;
             }
+            break;
+        }
+        case 15: {  /* an If: the calls at fn (then) or at b (else), as the bool at a says; c: their counts */
+            const int go = *(const uint8_t *)c->a != 0;
+            const int64_t m = ((const int64_t *)c->c)[go ? 0 : 1];
+            if (fg_run((const fg_call *)(go ? c->fn : c->b), m, status, t) != m) return i;
             break;
         }
         case 14: {  /* memcpy of c[0] bytes, to a + t * c[1] from b + t * c[2] (a loop's slice t) */
@@ -396,7 +402,7 @@ class Region:
         flat = [c for cs in calls for c in cs]
         self.table = (FgCall * len(flat))(*[FgCall(*record) for record, _ in flat])
         self.keep = [objs for _, objs in flat]
-        self.calls = flat  # (a loop around this region, native_loops.py, runs its records again)
+        self.calls = flat  # (a loop around this region, native_control.py, runs its records again)
         self.starts = np.cumsum([0] + [len(cs) for cs in calls[:-1]])
         freed = {u for r in rows for u in r[3]}
         # values later steps read: set in the environment as the Python rows would have
@@ -405,7 +411,7 @@ class Region:
         self.frees = tuple(u for r in rows for u in r[3] if u not in produced)
         self.status = ctypes.c_int32(0)
         # a loop's count is checked against the run's max_loop_iterations (written into the last
-        # object a loop record keeps: native_loops.loop); with a deadline the rows run in Python
+        # object a loop record keeps: native_control.loop); with a deadline the rows run in Python
         self.loop_bounds = [objs[-1] for record, objs in flat if record[0] == LOOP]
         self.run_calls = runner()
         self.address, self.n, self.status_address = ctypes.addressof(self.table), len(flat), ctypes.addressof(self.status)
@@ -462,7 +468,9 @@ def native_rows(rows: list[tuple], stable: dict[int, Any]) -> list[tuple]:
         native = getattr(fn, "native", None)
         c = None
         if native is not None and buf is not None and all(isinstance(stable.get(a), np.ndarray) for a in args):
-            c = native([stable[a] for a in args], buf)
+            values = [stable[a] for a in args]
+            # (a step reading its environment, control flow, is given the values that stay where they are)
+            c = native(values, buf, stable) if needs_env else native(values, buf)
         if c is None:
             close()
             out.append(row)

@@ -1,4 +1,4 @@
-"""Scan and Loop steps as loop records of native programs (targets/cpu/native_loops.py): against the
+"""Scan and Loop steps as loop records of native programs (targets/cpu/native_control.py): against the
 ref target, against the same executable run step by step, and the run limits a Python iteration
 enforces (max_loop_iterations, deadlines)."""
 
@@ -27,7 +27,7 @@ def _compile(model, target="cpu", **options):
     return p
 
 
-def _native_loops(p) -> int:
+def _native_control(p) -> int:
     rows, _ = p.executable.main.thread_plan()
     return sum(len(r[0].loop_bounds) for r in rows if isinstance(r[0], Region))
 
@@ -60,7 +60,7 @@ def _scan_model(input_reverse=(0, 1), output_reverse=(0, 1)):
 def test_scan_runs_as_a_native_loop_like_the_ref_target(input_reverse, output_reverse, monkeypatch):
     model, feeds = _scan_model(input_reverse, output_reverse)
     p = _compile(model)
-    assert _native_loops(p) == 1
+    assert _native_control(p) == 1
     got = p.run(feeds)
     assert_close(got, _compile(model, "ref").run(feeds), 1e-5, 1e-6)
     monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")  # the same kernels, step by step: bit for bit
@@ -88,14 +88,14 @@ def test_loop_runs_as_a_native_loop_like_the_ref_target(trips, go):
     model, feeds = _loop_model()
     feeds = {**feeds, "M": np.array(trips, np.int64), "c": np.array(go)}
     p = _compile(model)
-    assert _native_loops(p) == 1
+    assert _native_control(p) == 1
     assert_close(p.run(feeds), _compile(model, "ref").run(feeds), 1e-5, 1e-6)
 
 
 def test_a_native_loop_past_max_loop_iterations_is_refused_by_the_python_step():
     model, feeds = _loop_model()
     p = _compile(model, max_loop_iterations=6)
-    assert _native_loops(p) == 1
+    assert _native_control(p) == 1
     with pytest.raises(ExecutionError, match="would run 7 iterations, more than max_loop_iterations=6"):
         p.run({**feeds, "M": np.array(7, np.int64)})
     six = {**feeds, "M": np.array(6, np.int64)}
@@ -124,3 +124,39 @@ def test_threads_run_their_own_loop_tables():
     with ThreadPoolExecutor(4) as pool:
         for got in pool.map(lambda _: p.run(feeds), range(16)):
             assert_close(got, expected, 1e-5, 1e-6)
+
+
+def _if_model(else_returns_x=False):
+    """y = tanh(x @ a) if mean(x^2) > 0.5 else relu(x @ b) * 2 (TorchScript's If): the branches read
+    the graph input x and weights of the main graph."""
+    a, b = ((rng.standard_normal((6, 4)) * 0.5).astype(np.float32) for _ in range(2))
+    then = helper.make_graph([n("MatMul", ["x", "a"], ["m"]), n("Tanh", ["m"], ["yt"])], "then", [], [_vi("yt", [3, 4])])
+    other = (helper.make_graph([n("Identity", ["xs"], ["ye"])], "else", [], [_vi("ye", [3, 4])]) if else_returns_x else
+             helper.make_graph([n("MatMul", ["x", "b"], ["q"]), n("Relu", ["q"], ["r"]), n("Mul", ["r", "two"], ["ye"])],
+                               "else", [], [_vi("ye", [3, 4])]))
+    nodes = [n("Mul", ["x", "x"], ["sq"]), n("ReduceMean", ["sq"], ["e"], keepdims=0), n("Greater", ["e", "half"], ["c"]),
+             n("Slice", ["x", "s0", "s4", "s1"], ["xs"]), n("If", ["c"], ["y"], then_branch=then, else_branch=other),
+             n("Neg", ["y"], ["out"])]
+    feeds = {"x": rng.standard_normal((3, 6)).astype(np.float32)}
+    inits = {"a": a, "b": b, "two": np.array(2, np.float32), "half": np.array(0.9, np.float32),
+             "s0": np.array([0], np.int64), "s4": np.array([4], np.int64), "s1": np.array([1], np.int64)}
+    return make_model(nodes, feeds, ["out"], inits, opset=17), feeds
+
+
+@pytest.mark.parametrize("else_returns_x", [False, True])
+def test_if_takes_its_branch_in_c_like_the_ref_target(else_returns_x, monkeypatch):
+    from fusegraph.targets.cpu.native_program import IF
+
+    model, feeds = _if_model(else_returns_x)
+    p = _compile(model)
+    rows, _ = p.executable.main.thread_plan()
+    in_c = any(isinstance(r[0], Region) and IF in {c.kind for c in r[0].table} for r in rows)
+    assert in_c != else_returns_x  # a branch returning an enclosing value stays a Python step
+    ref = _compile(model, "ref")
+    for scale in (0.3, 3.0):  # one run down each branch
+        f = {"x": feeds["x"] * scale}
+        got = p.run(f)
+        assert_close(got, ref.run(f), 1e-5, 1e-6)
+        monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
+        np.testing.assert_array_equal(got[0], _compile(model).run(f)[0])
+        monkeypatch.delenv("FUSEGRAPH_NATIVE_PROGRAMS")

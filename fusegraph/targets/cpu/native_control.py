@@ -1,10 +1,14 @@
-"""Scan and Loop steps as native calls: the whole loop one record of a native program.
+"""If, Scan and Loop steps as native calls: the whole control flow one record of a native program.
 
 A Scan or Loop step iterated from Python pays ~10 us an iteration around its body (the body's
 environment, staging its parameters, a native region's call, copying its outputs out, slicing and
-stacking); scan_rnn's two 10-step scans took 0.19 ms for 20 tiny bodies. Where the body is one
-native region (native_program.Region) over buffers of this thread's, the step's C form is:
+stacking); scan_rnn's two 10-step scans took 0.19 ms for 20 tiny bodies. An If pays the body's
+run from Python. Where each body is one native region (native_program.Region, or no step at all)
+over buffers of this thread's, the step's C form is:
 
+    copy the enclosing values the body reads into its staged buffers
+    If: IF the condition: the then-body's calls, else the else-body's; each copies its results out
+    Scan / Loop:
     copy the initial states into the body's state parameters
     LOOP count times:                      (Scan: its static length; Loop: its trip count, read at
         copy slice t of each scan input       run time, none when its condition is false)
@@ -13,12 +17,13 @@ native region (native_program.Region) over buffers of this thread's, the step's 
         copy the new states into the state parameters
     copy the state parameters into the step's results
 
-so the results are bit for bit the Python iteration's (the same kernels on the same buffers).
-Covered: Scan without batching (opset 9+) over axis 0, either direction; a Loop whose condition
-stays true (ends by its trip count: TorchScript's `for`) and that has no scan outputs. A body that
-reads moving values of the enclosing module (not literals), holds a loop itself, or returns a
-parameter keeps the Python iteration. A loop past the run's max_loop_iterations stops the region
-(native_program.Region checks the bound) and the Python step raises its error.
+so the results are bit for bit the Python step's (the same kernels on the same buffers). Covered:
+Scan without batching (opset 9+) over axis 0, either direction; a Loop whose condition stays true
+(ends by its trip count: TorchScript's `for`) and that has no scan outputs; If whose branches give
+results of one shape. A body that reads an enclosing value which moves (not in a buffer of the
+thread's), holds control flow itself, or returns a parameter or an enclosing value keeps the
+Python step. A loop past the run's max_loop_iterations stops the region (native_program.Region
+checks the bound) and the Python step raises its error.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ...ops.control import _condition_stays_true
-from .native_program import COPY_AT, LOOP, NO_BOUND, Call, FgCall, Region, copy
+from .native_program import COPY_AT, IF, LOOP, NO_BOUND, Call, FgCall, Region, copy
 
 
 def loop(calls: list[Call], count: np.ndarray, iteration: np.ndarray | None = None,
@@ -54,37 +59,42 @@ def copy_at(dst: np.ndarray, dst_step: int, src: np.ndarray, src_step: int, nbyt
 
 class _Body:
     """A body's parameters' buffers (None: not read) and its outputs' arrays, on this thread, when
-    the body is one native region; `calls` its records."""
+    the body is one native region or none; `pre` copies the enclosing values it reads (from
+    `stable`, the enclosing module's values that stay where they are) into its staged buffers."""
 
-    def __init__(self, steps: Any):
+    def __init__(self, steps: Any, stable: dict[int, Any]):
         rows, _ = steps.thread_plan()
-        self.ok = (len(rows) == 1 and isinstance(rows[0][0], Region) and not rows[0][0].loop_bounds
-                   and set(steps.outer) <= set(steps._outer_literals()))
+        region = rows[0][0] if len(rows) == 1 and isinstance(rows[0][0], Region) else None
+        literals = steps._outer_literals()
+        staged = dict(steps._local.staged)
+        moving = [u for u in steps.outer if u not in literals]
+        self.ok = ((region is not None and not region.loop_bounds and not any(r[4] for r in region.rows)) or not rows) \
+            and all(u in staged and isinstance(stable.get(u), np.ndarray) for u in moving)
         if not self.ok:
             return
-        region = rows[0][0]
-        staged = dict(steps._local.staged)
+        self.pre = [copy(staged[u], stable[u]) for u in moving]
+        self.ok = all(c is not None for c in self.pre)
         self.params = [staged.get(uid) for uid, _ in steps.params]
-        known = {**steps._local.base, **{r[2]: r[5] for r in region.rows}}
+        known = {**steps._local.base, **({} if region is None else {r[2]: r[5] for r in region.rows})}
         self.outputs = [known.get(u) if u not in staged else None for u in steps.outputs]
-        self.calls = region.calls
+        self.calls = [] if region is None else region.calls
 
 
 def _dense(*arrays: np.ndarray | None) -> bool:
     return all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in arrays)
 
 
-def native_scan(op: Any, steps: Any, args: list[np.ndarray], out: Any) -> list[Call] | None:
+def native_scan(op: Any, steps: Any, args: list[np.ndarray], out: Any, stable: dict) -> list[Call] | None:
     ns = op.n_states
     states, xs = args[:ns], args[ns:]
     if (op.batched or not xs or any(op.input_axes) or any(op.output_axes) or not isinstance(out, tuple)
             or not _dense(*xs)):
         return None
     length = xs[0].shape[0]
-    body = _Body(steps)
+    body = _Body(steps, stable)
     if not body.ok or length == 0 or not _dense(*body.params[:ns], *body.outputs):
         return None
-    first = [copy(p, s) for p, s in zip(body.params, states)]
+    first = body.pre + [copy(p, s) for p, s in zip(body.params, states)]
     inner = []
     for x, p, rev in zip(xs, body.params[ns:], op.input_reverse, strict=True):
         if p is not None:  # slice t (from the end when reversed) into the body's parameter
@@ -104,26 +114,50 @@ def native_scan(op: Any, steps: Any, args: list[np.ndarray], out: Any) -> list[C
     return [*first, loop(inner, np.array([length], np.int64)), *last]
 
 
-def native_loop(op: Any, steps: Any, args: list[np.ndarray], out: Any) -> list[Call] | None:
+def native_loop(op: Any, steps: Any, args: list[np.ndarray], out: Any, stable: dict) -> list[Call] | None:
     limit, cond, *init = args
     n = len(init)
     if (len(steps.outputs) != n + 1 or not isinstance(out, tuple) or not _condition_stays_true(steps.module)
             or limit.dtype != np.int64 or limit.size != 1 or cond.dtype != np.bool_ or cond.size != 1
             or not _dense(limit, cond)):
         return None
-    body = _Body(steps)
+    body = _Body(steps, stable)
     if not body.ok or not _dense(*body.params[2:], *body.outputs[1:]):
         return None
     iteration, go = body.params[:2]
     if iteration is not None and (iteration.dtype != np.int64 or iteration.size != 1):
         return None
     # the condition parameter reads true in every iteration that runs (it stays true)
-    first = ([] if go is None else [copy(go, cond)]) + [copy(p, s) for p, s in zip(body.params[2:], init)]
+    first = body.pre + ([] if go is None else [copy(go, cond)]) + [copy(p, s) for p, s in zip(body.params[2:], init)]
     inner = body.calls + [copy(p, y) for p, y in zip(body.params[2:], body.outputs[1:])]
     last = [copy(o, p) for o, p in zip(out, body.params[2:]) if o is not None]
     if any(c is None for c in first + inner + last):
         return None
     return [*first, loop(inner, limit, iteration, cond), *last]
+
+
+def native_if(op: Any, branches: tuple, args: list[np.ndarray], out: Any, stable: dict) -> list[Call] | None:
+    (cond,) = args
+    if cond.dtype != np.bool_ or cond.size != 1 or not isinstance(out, tuple):
+        return None
+    tables = []
+    for steps in branches:
+        body = _Body(steps, stable)
+        if not body.ok or any(o is not None and not _dense(o, y) for o, y in zip(out, body.outputs, strict=True)):
+            return None
+        calls = [*body.pre, *body.calls, *(copy(o, y) for o, y in zip(out, body.outputs) if o is not None)]
+        if any(c is None for c in calls):
+            return None
+        tables.append(calls)
+    return [branch(cond, *tables)]
+
+
+def branch(cond: np.ndarray, then: list[Call], other: list[Call]) -> Call:
+    """`then` where the one-element bool `cond` is true, else `other`."""
+    a, b = ((FgCall * max(len(t), 1))(*[FgCall(*record) for record, _ in t]) for t in (then, other))
+    counts = (ctypes.c_int64 * 2)(len(then), len(other))
+    return ((IF, 1, ctypes.addressof(a), cond.ctypes.data, ctypes.addressof(b), ctypes.addressof(counts), 0),
+            ([objs for _, objs in then + other], a, b, counts, cond))
 
 
 NATIVE = {"scan": native_scan, "loop": native_loop}
