@@ -378,6 +378,20 @@ def test_standalone_softmax(dtype, lens, log):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_softmax_exp_loop_is_apart_from_its_double_sum():
+    """float32 softmax: the exps are computed (and kept) in a loop of their own, then summed in
+    double from the buffer: one loop doing both ran at double's vector width."""
+    src = cg.softmax_kernel(F32, (158, 79)).code
+    loops = src.split("for (int64_t j = 0;")[1:]
+    exp_loops = [body for body in loops if "fg_expf(" in body.split("}")[0]]
+    sum_loops = [body for body in loops if "+= (double)" in body.split("}")[0]]
+    assert len(exp_loops) == 1 and sum_loops and all("fg_expf(" not in b.split("}")[0] for b in sum_loops)
+    x = rng.standard_normal((158, 79)).astype(np.float32) * 4
+    s = cg.softmax_kernel(F32, (158, 79))
+    got = build([s], threads=1)[s.name](np.empty_like(x), x)
+    np.testing.assert_allclose(got, fusegraph.ir.make_op("softmax", axis=1).compute([x]), rtol=1e-5, atol=1e-6)
+
+
 # -- build, cache and call contract -------------------------------------------------------------------------
 def _axpy():
     return cg.pointwise_kernel(AXPY, [F32, F32], F32, 1, (1, 1))
