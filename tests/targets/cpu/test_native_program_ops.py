@@ -243,3 +243,14 @@ def test_a_linear_or_cubic_resize_is_generated_c_bit_for_bit(attrs, lens, scales
     np.testing.assert_array_equal(got, _compile(model, "ref").run({"x": x})[0])
     monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
     np.testing.assert_array_equal(got, _compile(model).run({"x": x})[0])
+
+
+def test_a_softmax_over_one_position_is_pointwise_c_nan_and_all():
+    # x - x must stay in the generated C (NaN for a non-finite x): no fast-math folding of it
+    x = rng.standard_normal((4, 2, 1, 1)).astype(np.float32)
+    x[0, 0], x[1, 1], x[2, 0] = np.inf, -np.inf, np.nan
+    model = make_model([n("Neg", ["x"], ["s"]), n("Softmax", ["s"], ["out"], axis=3)], {"x": x}, ["out"], opset=18)
+    p = _compile(model)
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region)
+    np.testing.assert_array_equal(p.run({"x": x})[0], _compile(model, "ref").run({"x": x})[0])
