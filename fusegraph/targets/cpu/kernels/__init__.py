@@ -14,5 +14,6 @@ from . import (  # noqa: F401
     pointwise,
     recurrent,
     recurrent_int8,
+    select,
     sparse,
 )
