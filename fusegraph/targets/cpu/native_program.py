@@ -16,7 +16,9 @@ with the step's fixed arrays (None: not for these buffers, the step stays a Pyth
 - `copy`: a memcpy into a dense buffer, from a dense or a row-strided one (a column slice);
 - `take`: elements gathered by a table of offsets (a small pad, gather or resize), fills copied in;
 - `gather`: blocks picked by run-time indices (an embedding lookup); an index out of range stops
-  the region like a guard, and the step's Python form raises its error.
+  the region like a guard, and the step's Python form raises its error (native_indexing.py: the
+  gathers and scatters by run-time indices);
+- `loop`, `copy_at`, `branch`: control flow (native_control.py).
 The results are bit for bit the Python steps': the same kernels on the same buffers, in order.
 """
 
@@ -34,7 +36,7 @@ from ...ir import run_limits
 
 KERNEL, PRIMITIVE, GUARD, COPY, COPY_ROWS = 0, 1, 2, 3, 4
 TAKE = {1: 5, 2: 6, 4: 7, 8: 8}  # by element size
-GATHER, GATHER_ND, SCATTER_ND, SCATTER_ELEMENTS = 9, 10, 11, 12
+GATHER, GATHER_ND, SCATTER_ND, SCATTER_ELEMENTS, GATHER_ELEMENTS = 9, 10, 11, 12, 16  # native_indexing.py
 LOOP, COPY_AT, IF = 13, 14, 15  # native_control.py
 NO_BOUND = (1 << 63) - 1
 TAKE_LIMIT = 1 << 16  # elements: a take's table is 16 bytes an element
@@ -164,6 +166,22 @@ static int64_t fg_run(const fg_call *calls, int64_t n, int32_t *status, int64_t 
                     for (int64_t e = 0; e < inner; e++) {
                         const int64_t k = (o * m + a) * inner + e, j = idx[k] + (idx[k] < 0 ? len : 0);
                         fg_reduce_into((float *)c->a + (o * len + j) * inner + e, u[k], red);
+                    }
+            break;
+        }
+        case 16: {  /* gather_elements along an axis: out (a) [outer, m, inner] of c[4]-byte elements
+                       from data (b) [outer, len, inner] at the int64 indices (fn, like out); c:
+                       [outer, m, inner, len, element size]; an index out of range stops here */
+            const int64_t *g = (const int64_t *)c->c, *idx = (const int64_t *)c->fn;
+            const int64_t outer = g[0], m = g[1], inner = g[2], len = g[3], size = g[4];
+            for (int64_t k = 0; k < c->n; k++)
+                if (idx[k] < -len || idx[k] >= len) { *status = -1; return i; }
+            for (int64_t o = 0; o < outer; o++)
+                for (int64_t a = 0; a < m; a++)
+                    for (int64_t e = 0; e < inner; e++) {
+                        const int64_t k = (o * m + a) * inner + e, j = idx[k] + (idx[k] < 0 ? len : 0);
+                        memcpy((char *)c->a + k * size, (const char *)c->b + ((o * len + j) * inner + e) * size,
+                               (size_t)size);
                     }
             break;
         }
@@ -305,20 +323,6 @@ def take(dst: np.ndarray, src: np.ndarray, index: np.ndarray, fill: np.ndarray |
     return calls
 
 
-def gather(out: np.ndarray, data: np.ndarray, indices: np.ndarray, axis: int) -> Call | None:
-    """out = take(data, indices, axis) (negative indices from the end); an index out of range stops
-    the region there, so the step's Python form raises its error. None unless all three are dense
-    and the indices int32 or int64."""
-    if (not all(a.flags.c_contiguous for a in (out, data, indices)) or indices.dtype not in (np.int32, np.int64)
-            or out.dtype != data.dtype or out.size == 0 or indices.size == 0):
-        return None
-    outer = int(np.prod(data.shape[:axis]))
-    block = int(np.prod(data.shape[axis + 1:])) * data.itemsize
-    geometry = (ctypes.c_int64 * 4)(outer, block, data.shape[axis], indices.itemsize)
-    return ((GATHER, 1, indices.ctypes.data, out.ctypes.data, data.ctypes.data, ctypes.addressof(geometry),
-             indices.size), (out, data, indices, geometry))
-
-
 def copy_any(dst: np.ndarray, src: np.ndarray) -> list[Call] | None:
     """`src` copied into `dst` (alike, any strides): a memcpy or rows of them where they do, else a
     table of offsets (`take`: small tensors); None where neither can."""
@@ -326,61 +330,6 @@ def copy_any(dst: np.ndarray, src: np.ndarray) -> list[Call] | None:
     if c is not None:
         return [c]
     return take(dst, src, np.arange(src.size).reshape(src.shape)) if dst.shape == src.shape else None
-
-
-def gather_nd(out: np.ndarray, data: np.ndarray, indices: np.ndarray) -> Call | None:
-    """out = data[tuple(indices[..., k])] (ONNX GatherND, batch_dims 0; negative indices from the
-    end); an index out of range stops the region there, as `gather`. None unless all are dense and
-    the indices int64."""
-    if (not all(a.flags.c_contiguous for a in (out, data, indices)) or indices.dtype != np.int64
-            or out.dtype != data.dtype or out.size == 0 or indices.size == 0 or indices.ndim < 1):
-        return None
-    k = indices.shape[-1]
-    lens = data.shape[:k]
-    block = int(np.prod(data.shape[k:])) * data.itemsize
-    strides = [int(np.prod(lens[j + 1:])) for j in range(k)]
-    geometry = (ctypes.c_int64 * (2 + 2 * k))(k, block, *lens, *strides)
-    return ((GATHER_ND, 1, indices.ctypes.data, out.ctypes.data, data.ctypes.data, ctypes.addressof(geometry),
-             indices.size // k), (out, data, indices, geometry))
-
-
-_SCATTER = {"none": 0, "add": 1, "mul": 2, "max": 3, "min": 4}
-
-
-def scatter_nd(out: np.ndarray, data: np.ndarray, indices: np.ndarray, updates: np.ndarray,
-               reduction: str) -> list[Call] | None:
-    """out = data with `updates` written (or reduced) at the tuples of `indices` (ONNX ScatterND,
-    float32), in order like numpy's ufunc.at; an index out of range stops the region as `gather`."""
-    if (not all(a.flags.c_contiguous for a in (out, data, indices, updates)) or indices.dtype != np.int64
-            or not out.dtype == data.dtype == updates.dtype == np.float32 or reduction not in _SCATTER
-            or indices.size == 0 or indices.ndim < 1 or np.shares_memory(out, updates)):
-        return None
-    k = indices.shape[-1]
-    lens = data.shape[:k]
-    strides = [int(np.prod(lens[j + 1:])) for j in range(k)]
-    geometry = (ctypes.c_int64 * (4 + 2 * k))(k, int(np.prod(data.shape[k:])), *lens, *strides, _SCATTER[reduction],
-                                              updates.ctypes.data)
-    calls = [] if out.ctypes.data == data.ctypes.data else [copy(out, data)]
-    return [*calls, ((SCATTER_ND, 1, indices.ctypes.data, out.ctypes.data, 0, ctypes.addressof(geometry),
-                      indices.size // k), (out, data, indices, updates, geometry))]
-
-
-def scatter_elements(out: np.ndarray, data: np.ndarray, indices: np.ndarray, updates: np.ndarray, axis: int,
-                     reduction: str) -> list[Call] | None:
-    """out = data with `updates` written (or reduced) where `indices` say along `axis` (ONNX
-    ScatterElements, float32, indices as long as data on every other axis), in order like numpy's
-    ufunc.at; an index out of range stops the region as `gather`."""
-    if (not all(a.flags.c_contiguous for a in (out, data, indices, updates)) or indices.dtype != np.int64
-            or not out.dtype == data.dtype == updates.dtype == np.float32 or reduction not in _SCATTER
-            or indices.shape != updates.shape or indices.size == 0 or np.shares_memory(out, updates)
-            or any(a != b for k, (a, b) in enumerate(zip(indices.shape, data.shape)) if k != axis)):
-        return None
-    outer, inner = int(np.prod(data.shape[:axis])), int(np.prod(data.shape[axis + 1:]))
-    geometry = (ctypes.c_int64 * 6)(outer, indices.shape[axis], inner, data.shape[axis], _SCATTER[reduction],
-                                    updates.ctypes.data)
-    calls = [] if out.ctypes.data == data.ctypes.data else [copy(out, data)]
-    return [*calls, ((SCATTER_ELEMENTS, 1, indices.ctypes.data, out.ctypes.data, 0, ctypes.addressof(geometry),
-                      indices.size), (out, data, indices, updates, geometry))]
 
 
 def dense(src: np.ndarray) -> tuple[np.ndarray, list[Call]] | None:

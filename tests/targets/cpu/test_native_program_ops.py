@@ -254,3 +254,22 @@ def test_a_softmax_over_one_position_is_pointwise_c_nan_and_all():
     (row,) = p.executable.main.thread_plan()[0]
     assert isinstance(row[0], Region)
     np.testing.assert_array_equal(p.run({"x": x})[0], _compile(model, "ref").run({"x": x})[0])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int64, np.float32])
+def test_a_gather_elements_by_run_time_indices_joins_the_region_and_checks_its_range(dtype):
+    # an SSD head's boxes of its top scores: indices broadcast along the row (copied dense first)
+    from fusegraph.targets.cpu.native_program import GATHER_ELEMENTS
+
+    x = (rng.standard_normal((2, 9, 4)) * 10).astype(dtype)
+    idx = rng.integers(-9, 9, (2, 5, 1)).astype(np.int64)
+    model = make_model([n("Neg", ["x"], ["s"]), n("Expand", ["i", "shape"], ["ib"]),
+                        n("GatherElements", ["s", "ib"], ["out"], axis=1)],
+                       {"x": x, "i": idx}, ["out"], {"shape": np.array([2, 5, 4], np.int64)}, opset=18)
+    p, ref = _compile(model), _compile(model, "ref")
+    regions = [r[0] for r in p.executable.main.thread_plan()[0] if isinstance(r[0], Region)]
+    assert any(GATHER_ELEMENTS in _kinds(r) for r in regions)
+    for f in ({"x": x, "i": idx}, {"x": -x, "i": idx[::-1].copy()}):
+        np.testing.assert_array_equal(p.run(f)[0], ref.run(f)[0])
+    with pytest.raises(fusegraph.errors.ExecutionError):
+        p.run({"x": x, "i": np.full((2, 5, 1), 9, np.int64)})
