@@ -20,7 +20,8 @@ over buffers of this thread's, the step's C form is:
 so the results are bit for bit the Python step's (the same kernels on the same buffers). Covered:
 Scan without batching (opset 9+) over axis 0, either direction; a Loop whose condition stays true
 (ends by its trip count: TorchScript's `for`) and that has no scan outputs; If whose branches give
-results of one shape. A body that reads an enclosing value which moves (not in a buffer of the
+results of one shape (a branch with no C form stops the region when taken: the If runs as its
+Python step). A body that reads an enclosing value which moves (not in a buffer of the
 thread's), holds control flow itself, or returns a parameter or an enclosing value keeps the
 Python step. A loop past the run's max_loop_iterations stops the region (native_program.Region
 checks the bound) and the Python step raises its error.
@@ -34,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ...ops.control import _condition_stays_true
-from .native_program import COPY_AT, IF, LOOP, NO_BOUND, Call, FgCall, Region, copy
+from .native_program import COPY_AT, GUARD, IF, LOOP, NO_BOUND, Call, FgCall, Region, copy, guard
 
 
 def loop(calls: list[Call], count: np.ndarray, iteration: np.ndarray | None = None,
@@ -143,13 +144,18 @@ def native_if(op: Any, branches: tuple, args: list[np.ndarray], out: Any, stable
     tables = []
     for steps in branches:
         body = _Body(steps, stable)
-        if not body.ok or any(o is not None and not _dense(o, y) for o, y in zip(out, body.outputs, strict=True)):
-            return None
-        calls = [*body.pre, *body.calls, *(copy(o, y) for o, y in zip(out, body.outputs) if o is not None)]
-        if any(c is None for c in calls):
-            return None
-        tables.append(calls)
+        calls = None
+        if body.ok and all(o is None or _dense(o, y) for o, y in zip(out, body.outputs, strict=True)):
+            calls = [*body.pre, *body.calls, *(copy(o, y) for o, y in zip(out, body.outputs) if o is not None)]
+        # a branch with no C form (silero-vad's trap for a sample rate it does not take) stops the
+        # region when taken: the If then runs as its Python step
+        tables.append(guard(_NAN) if calls is None or any(c is None for c in calls) else calls)
+    if all(t and t[0][0][0] == GUARD and t[0][1][0] is _NAN for t in tables):  # neither branch is C
+        return None
     return [branch(cond, *tables)]
+
+
+_NAN = np.full(1, np.nan, np.float32)  # a guard over it always stops the region
 
 
 def branch(cond: np.ndarray, then: list[Call], other: list[Call]) -> Call:

@@ -150,8 +150,8 @@ def test_if_takes_its_branch_in_c_like_the_ref_target(else_returns_x, monkeypatc
     model, feeds = _if_model(else_returns_x)
     p = _compile(model)
     rows, _ = p.executable.main.thread_plan()
-    in_c = any(isinstance(r[0], Region) and IF in {c.kind for c in r[0].table} for r in rows)
-    assert in_c != else_returns_x  # a branch returning an enclosing value stays a Python step
+    # (a branch returning an enclosing value has no C form: taken, it stops the region)
+    assert any(isinstance(r[0], Region) and IF in {c.kind for c in r[0].table} for r in rows)
     ref = _compile(model, "ref")
     for scale in (0.3, 3.0):  # one run down each branch
         f = {"x": feeds["x"] * scale}
@@ -160,3 +160,23 @@ def test_if_takes_its_branch_in_c_like_the_ref_target(else_returns_x, monkeypatc
         monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
         np.testing.assert_array_equal(got[0], _compile(model).run(f)[0])
         monkeypatch.delenv("FUSEGRAPH_NATIVE_PROGRAMS")
+
+
+def test_if_with_a_branch_without_c_form_stops_the_region_when_taken(monkeypatch):
+    """silero-vad's If: the branch it takes is C, the other (a trap there; a CumSum here) is not: the
+    IF record's table for it stops the region, and the If runs as its Python step."""
+    from fusegraph.targets.cpu.native_program import IF
+
+    model, feeds = _if_model()
+    graph = model.graph
+    other = next(a.g for a in next(x for x in graph.node if x.op_type == "If").attribute if a.name == "else_branch")
+    del other.node[:]
+    other.node.extend([n("CumSum", ["x", "ax"], ["cs"]), n("Slice", ["cs", "s0", "s4", "s1"], ["ye"])])
+    other.initializer.append(numpy_helper.from_array(np.array(1, np.int64), "ax"))
+    p = _compile(model)
+    rows, _ = p.executable.main.thread_plan()
+    assert any(isinstance(r[0], Region) and IF in {c.kind for c in r[0].table} for r in rows)
+    ref = _compile(model, "ref")
+    for scale in (3.0, 0.3, 3.0):  # C, then Python, then C again
+        f = {"x": feeds["x"] * scale}
+        assert_close(p.run(f), ref.run(f), 1e-5, 1e-6)
