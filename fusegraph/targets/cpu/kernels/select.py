@@ -1,11 +1,8 @@
-"""top_k, argmax and argmin of float32 as generated C, joining native programs.
-
-top_k with a static k: each row's k best kept sorted while the row is read once, in index order (an
-equal value never passes one already kept: the lower index first, as the reference's stable sort),
-NaN the largest value as numpy's sort has it. An SSD head's top 20 of 960 scores: 58 us in numpy's
-argsort of the whole row. It writes both results into their planned buffers
-(plan_memory.TUPLE_WRITERS). argmax/argmin: numpy's, the first extremum (the last with
-select_last_index: the row read from its end), a NaN the answer where there is one."""
+"""top_k of float32 with a static k as generated C: each row's k best kept sorted while the row is
+read once, in index order (an equal value never passes one already kept: the lower index first, as
+the reference's stable sort), NaN the largest value as numpy's sort has it. An SSD head's top 20 of
+960 scores: 58 us in numpy's argsort of the whole row. It writes both results into their planned
+buffers (plan_memory.TUPLE_WRITERS) and joins native programs."""
 
 from __future__ import annotations
 
@@ -105,52 +102,3 @@ def top_k(ins: Instruction, ctx: LowerContext) -> Kernel:
 
     compiled.native = native  # type: ignore[attr-defined]
     return compiled
-
-
-_ARG = r"""
-FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {
-    (void)d; (void)nt;
-    int64_t *const out = (int64_t *)p[0];
-    const float *const x = (const float *)p[1];
-    for (int64_t o = 0; o < OUTER; o++)
-        for (int64_t i = 0; i < INNER; i++) {
-            const float *row = x + o * N * INNER + i;
-            int64_t at = LAST ? N - 1 : 0;
-            float best = row[at * INNER];
-            for (int64_t s = 1; s < N && best == best; s++) {  /* a NaN is the answer: stop there */
-                const int64_t j = LAST ? N - 1 - s : s;
-                const float v = row[j * INNER];
-                if (v != v || (MAX ? v > best : v < best)) { best = v; at = j; }
-            }
-            out[o * INNER + i] = at;
-        }
-}
-"""
-
-
-@lowering("argmax", "argmin")
-def arg_extremum(ins: Instruction, ctx: LowerContext) -> Kernel:
-    run = reference_kernel(ins, ctx)
-    op, x = ins.op, ins.inputs[0].shape
-    if not isinstance(x, Shape) or x.is_dynamic or x.dtype != DType.float32 or x.elements == 0:
-        return run
-    consts = {"OUTER": math.prod(x.lens[:op.axis]), "INNER": math.prod(x.lens[op.axis + 1:]), "N": x.lens[op.axis],
-              "MAX": int(op.name == "argmax"), "LAST": int(op.select_last_index)}
-    code = "\n".join([*(f"#define {c} {v}" for c, v in consts.items()), _ARG, *(f"#undef {c}" for c in consts)])
-    name = "fg_arg_" + hashlib.sha256(code.encode()).hexdigest()[:16]
-    src = KernelSource(name=name, code=code.replace("KNAME", name), helpers=(), in_dtypes=(DType.float32,),
-                       out_dtype=DType.int64)
-    ctx.kernel_sources.append(src)
-    cell: dict = {}
-    ctx.deferred.append(lambda: cell.update(kernel=ctx.library[src.name]))
-
-    def native(args, out):
-        from ..native_program import kernel_call
-
-        if not (args[0].flags.c_contiguous and out.flags.c_contiguous):
-            return None
-        kernel = cell["kernel"]
-        return [kernel_call(kernel._fn, out.ctypes.data, [args[0].ctypes.data], [0], 1)]
-
-    run.native = native  # type: ignore[attr-defined]
-    return run
