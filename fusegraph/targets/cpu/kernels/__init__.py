@@ -14,6 +14,5 @@ from . import (  # noqa: F401
     pointwise,
     recurrent,
     recurrent_int8,
-    select,
     sparse,
 )
