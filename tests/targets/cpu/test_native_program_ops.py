@@ -221,30 +221,6 @@ def test_a_gather_elements_by_a_constant_index_out_of_range_raises_at_run():
         _compile(model).run({"x": x})
 
 
-@pytest.mark.parametrize("attrs,lens,scales", [
-    ({"mode": "linear"}, (1, 3, 5, 4), (1, 1, 2, 2)),
-    ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, (2, 2, 6, 7), (1, 1, 0.5, 1.5)),
-    ({"mode": "cubic", "coordinate_transformation_mode": "pytorch_half_pixel"}, (1, 2, 4, 4), (1, 1, 3, 2)),
-    ({"mode": "cubic", "exclude_outside": 1, "cubic_coeff_a": -0.5}, (1, 1, 5, 6), (1, 1, 1.5, 0.75)),
-    ({"mode": "linear", "antialias": 1}, (1, 2, 9, 8), (1, 1, 0.5, 0.4)),
-    ({"mode": "linear", "coordinate_transformation_mode": "asymmetric"}, (3, 7), (1, 2.5)),
-])
-def test_a_linear_or_cubic_resize_is_generated_c_bit_for_bit(attrs, lens, scales, monkeypatch):
-    # the reference's taps and its order of products and sums (MobileViT's and SegFormer's upsampling)
-    x = rng.standard_normal(lens).astype(np.float32)
-    x.flat[3] = np.inf
-    model = make_model([n("Neg", ["x"], ["s"]), n("Resize", ["s", "", "scales"], ["out"], **attrs)],
-                       {"x": x}, ["out"], {"scales": np.array(scales, np.float32)}, opset=18)
-    p = _compile(model)
-    (row,) = p.executable.main.thread_plan()[0]
-    assert isinstance(row[0], Region) and KERNEL in _kinds(row[0])
-    assert any(c.kind == KERNEL for c in row[0].table) and "fg_resample_" in p.executable.built.library.source
-    got = p.run({"x": x})[0]
-    np.testing.assert_array_equal(got, _compile(model, "ref").run({"x": x})[0])
-    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
-    np.testing.assert_array_equal(got, _compile(model).run({"x": x})[0])
-
-
 def test_a_softmax_over_one_position_is_pointwise_c_nan_and_all():
     # x - x must stay in the generated C (NaN for a non-finite x): no fast-math folding of it
     x = rng.standard_normal((4, 2, 1, 1)).astype(np.float32)

@@ -120,13 +120,9 @@ def pad(ins: Instruction, ctx: LowerContext) -> Kernel:
 def resize(ins: Instruction, ctx: LowerContext) -> Kernel:
     """Nearest-neighbour resizes as one gather per resized axis, the source indices found once by
     running the op's own reference on an index ramp (YOLO's and PP-OCR's upsampling); integer
-    upsampling as one broadcasting copy. Linear and cubic ones: resample.py."""
+    upsampling as one broadcasting copy."""
     x, op = ins.inputs[0].shape, ins.op
-    if op.mode != "nearest":
-        from .resample import interpolation
-
-        return interpolation(ins, ctx)
-    if (op.coordinate_transformation_mode == "tf_crop_and_resize"
+    if (op.mode != "nearest" or op.coordinate_transformation_mode == "tf_crop_and_resize"
             or not isinstance(x, Shape) or x.is_dynamic or x.elements == 0 or ins.shape.elements == 0):
         return reference_kernel(ins, ctx)
     ramp = np.arange(x.elements, dtype=np.int64).reshape(x.lens)
