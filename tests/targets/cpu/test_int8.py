@@ -175,20 +175,3 @@ def test_matmul_integer_product_is_exact(k, b_dtype):
                        {"b": b, **zps})
     want = np.matmul(a.astype(np.int64) - 3, b.astype(np.int64) - int(info.min)).astype(np.int32)
     np.testing.assert_array_equal(_compile(model).run({"a": a})[0], want)
-
-
-@pytest.mark.parametrize("case", [c for c in CASES if "int8 activations" not in c])
-def test_int8_ops_join_the_native_program(case, monkeypatch):
-    """An int8 convolution or product is a oneDNN call of the region around it (uint8 or VNNI int8
-    sources: no byte flip per call), the same bits as the steps run one by one."""
-    from fusegraph.targets.cpu.native_program import PRIMITIVE, Region
-
-    build, kw = CASES[case]
-    model, feeds = build(np.random.default_rng(5), **kw)
-    p = _compile(model)
-    rows, _ = p.executable.main.thread_plan()
-    assert any(isinstance(r[0], Region) and PRIMITIVE in {c.kind for c in r[0].table} for r in rows)
-    assert not [r for r in rows if getattr(r[0], "__qualname__", "").startswith("_kernel")]  # no int8 Python step
-    got = p.run(feeds)[0]
-    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
-    np.testing.assert_array_equal(got, _compile(model).run(feeds)[0])

@@ -1,4 +1,4 @@
-"""DynamicQuantizeLSTM on the cpu target: the generated kernel (kernels/recurrent_int8.py) against
+"""DynamicQuantizeLSTM on the cpu target: the generated kernel (kernels/int8_lstm.py) against
 the ref target over the variants tests/onnx/test_contrib_quantized_layers.py (against ORT) leaves
 out: int8 weights, peepholes, coupled input-forget gates, clip, items of length 0, no initial state,
 zero points that differ per column, and a feed from a graph input (run-time weights: the reference)."""

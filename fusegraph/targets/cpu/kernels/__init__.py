@@ -6,6 +6,7 @@ from . import (  # noqa: F401
     dense,
     int8,
     int8_dynamic,
+    int8_lstm,
     lookup,
     min_max,
     movement,
@@ -13,6 +14,5 @@ from . import (  # noqa: F401
     nms,
     pointwise,
     recurrent,
-    recurrent_int8,
     sparse,
 )

@@ -76,12 +76,13 @@ def int8_conv(ins: Instruction, ctx: LowerContext) -> Kernel:
         fdst = Operand(ins.shape.with_dtype(f32), op.channels_last)
         return _in_float(op, onednn.Convolution(fsrc.desc(), wf, bias, dst_layout=fdst.desc(), **kw), fsrc, fdst,
                          ins.shape)
-    return _kernel(prim, src.view, dst.view, ins.shape, shift, lambda x, out: (src.exact(x), dst.exact(out)))
+    return _kernel(prim, src.view, dst.view, ins.shape, shift, exact=(src, dst))
 
 
 def _kernel(prim, read, write, shape, shift: bool, exact=None) -> Kernel:
-    """Run `prim` on x as `read` sees it (fed as uint8 with `shift`), into the output as `write` sees
-    it. `exact`: (x, out) as the primitive sees them without a copy, or None: the step's C form."""
+    """Run `prim` on x as `read` sees it (fed as uint8 with `shift`), into the output as `write` sees it.
+    `exact` (src, dst): the Operands whose `exact` views give a native program's call, with no copy
+    (se_cnn_qdq's five int8 convolutions were Python steps between native programs)."""
     lens, dtype, feed = shape.lens, shape.dtype.np, _feed(shift)
 
     def run(args, out):
@@ -90,20 +91,15 @@ def _kernel(prim, read, write, shape, shift: bool, exact=None) -> Kernel:
         prim(read(feed(args[0])), out=write(out))
         return out
 
-    def native(args, out):  # (integer operands: oneDNN's post-ops need no finiteness guard)
-        from ..native_program import primitive_call
+    if exact is not None and not shift:  # (fed as uint8, x needs a flipped copy every run)
+        def native(args, out):
+            from ..native_program import primitive_call
 
-        a, o = exact(args[0], out)
-        return None if a is None or o is None else [primitive_call(prim, a, out=o)]
+            a, o = exact[0].exact(args[0]), exact[1].exact(out)
+            return None if a is None or o is None else [primitive_call(prim, a, out=o)]
 
-    if exact is not None and not shift:  # (a shifted int8 source is flipped by numpy per call)
         run.native = native  # type: ignore[attr-defined]
     return run
-
-
-def _same_bytes(v: np.ndarray, a: np.ndarray) -> np.ndarray | None:
-    """`v` (a reshape of `a`) where it is a view of a's bytes, else None."""
-    return v if a.flags.c_contiguous and v.ctypes.data == a.ctypes.data else None
 
 
 def _in_float(op, prim, src: Operand, dst: Operand, shape) -> Kernel:
@@ -136,8 +132,19 @@ def int8_dot(ins: Instruction, ctx: LowerContext) -> Kernel:
     prim = onednn.MatMul(a.desc(quant.src), wq, bias, post_ops=_post_ops(ins.op), threads=ctx.threads_for(flops),
                          quant=quant)
     product = prim.out_shape  # the output is its reshape (out_lens): the same bytes
-    return _kernel(prim, a.view, lambda out: out.reshape(product), ins.shape, shift,
-                   lambda x, out: (a.exact(x), _same_bytes(out.reshape(product), out)))
+    return _kernel(prim, a.view, lambda out: out.reshape(product), ins.shape, shift, exact=(a, _Reshaped(product)))
+
+
+class _Reshaped:
+    """The product's output seen as the primitive writes it: a reshape of the planned buffer (an
+    Operand's `exact` for _kernel's native form; QDQ BERT's int8 products were Python steps)."""
+
+    def __init__(self, lens: tuple[int, ...]):
+        self.lens = lens
+
+    def exact(self, out: np.ndarray) -> np.ndarray | None:
+        v = out.reshape(self.lens)
+        return v if out.flags.c_contiguous and v.ctypes.data == out.ctypes.data else None
 
 
 # MatMulInteger's integer product (quant_dot) through float BLAS where that is exact: every partial

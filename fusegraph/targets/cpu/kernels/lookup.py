@@ -96,16 +96,14 @@ def int8_lookup(ins: Instruction, ctx: LowerContext) -> Kernel:
         kernel._fn(ptrs(_address(out), _address(idx), _address(table)), dims(x.size), kernel.threads)
         return out
 
-    def native(args, out):  # (uint8 indices: an int8 x is flipped into a copy by numpy, per call)
+    def native(args, out):  # uint8 indices in place (int8 ones need their flipped copy: a Python step)
         from ..native_program import kernel_call
 
         x = args[0]
         if x.dtype != np.uint8 or not (x.flags.c_contiguous and out.flags.c_contiguous):
             return None
         kernel = cell["kernel"]
-        record, keep = kernel_call(kernel._fn, out.ctypes.data, [x.ctypes.data, table.ctypes.data], [x.size],
-                                   kernel.threads)
-        return [(record, (*keep, table))]
+        return [kernel_call(kernel._fn, _address(out), [_address(x), _address(table)], (x.size,), kernel.threads)]
 
     run.native = native  # type: ignore[attr-defined]
     return run

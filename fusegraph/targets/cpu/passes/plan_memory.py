@@ -22,10 +22,13 @@ EPILOGUES = frozenset({"conv_epilogue", "deconv_epilogue", "dot_epilogue"})
 # ops whose tuple results are fresh arrays (never their inputs or views of them), each element
 # written into a buffer of its own (kernels/recurrent.py takes a tuple of output buffers; a reference
 # kernel copies each element in: lowering.reference_kernel)
-TUPLE_WRITERS = frozenset({"lstm", "gru", "rnn", "dynamic_quantize_lstm", "moments", "if", "scan", "loop"})
+TUPLE_WRITERS = frozenset({"lstm", "gru", "rnn", "moments", "top_k"})
 # module outputs up to this size are planned and copied out at the end of a run (ModuleSteps):
 # their kernels then join native programs; a larger one is its kernel's own array (no copy)
 SMALL_OUTPUT = 1 << 16
+# DynamicQuantizeLSTM and control flow write their tuples so too (kernels/control.py copies If's,
+# Scan's and Loop's results in, never an input's array: native_control.py writes them in C)
+TUPLE_WRITERS |= {"dynamic_quantize_lstm", "if", "scan", "loop"}
 
 
 def plan_memory(module: Module, body: bool = False) -> bool:
