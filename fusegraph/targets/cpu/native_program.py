@@ -82,6 +82,23 @@ static inline void fg_reduce_into(float *dst, float b, int64_t red) {
          : red == 3 ? (b > a ? b : a) : (b < a ? b : a);
 }
 
+/* n int64 indices, each in [-len, len) */
+static int fg_in_range(const int64_t *idx, int64_t n, int64_t len) {
+    for (int64_t k = 0; k < n; k++)
+        if (idx[k] < -len || idx[k] >= len) return 0;
+    return 1;
+}
+
+/* BODY for each element k of [outer, m, inner] indices along an axis of length len: j, its index
+   there (a negative one from the end) */
+#define FG_ALONG_AXIS(BODY) \
+    for (int64_t o = 0; o < outer; o++) \
+        for (int64_t a = 0; a < m; a++) \
+            for (int64_t e = 0; e < inner; e++) { \
+                const int64_t k = (o * m + a) * inner + e, j = idx[k] + (idx[k] < 0 ? len : 0); \
+                BODY; \
+            }
+
 static int fg_all_finite(const uint32_t *x, int64_t n) {
     uint32_t bad = 0;
     for (int64_t i = 0; i < n; i++) bad |= (x[i] & 0x7f800000u) == 0x7f800000u;
@@ -159,14 +176,8 @@ static int64_t fg_run(const fg_call *calls, int64_t n, int32_t *status, int64_t 
             const int64_t *g = (const int64_t *)c->c, *idx = (const int64_t *)c->fn;
             const int64_t outer = g[0], m = g[1], inner = g[2], len = g[3], red = g[4];
             const float *u = (const float *)(intptr_t)g[5];
-            for (int64_t k = 0; k < c->n; k++)
-                if (idx[k] < -len || idx[k] >= len) { *status = -1; return i; }
-            for (int64_t o = 0; o < outer; o++)
-                for (int64_t a = 0; a < m; a++)
-                    for (int64_t e = 0; e < inner; e++) {
-                        const int64_t k = (o * m + a) * inner + e, j = idx[k] + (idx[k] < 0 ? len : 0);
-                        fg_reduce_into((float *)c->a + (o * len + j) * inner + e, u[k], red);
-                    }
+            if (!fg_in_range(idx, c->n, len)) { *status = -1; return i; }
+            FG_ALONG_AXIS(fg_reduce_into((float *)c->a + (o * len + j) * inner + e, u[k], red))
             break;
         }
         case 16: {  /* gather_elements along an axis: out (a) [outer, m, inner] of c[4]-byte elements
@@ -174,15 +185,9 @@ static int64_t fg_run(const fg_call *calls, int64_t n, int32_t *status, int64_t 
                        [outer, m, inner, len, element size]; an index out of range stops here */
             const int64_t *g = (const int64_t *)c->c, *idx = (const int64_t *)c->fn;
             const int64_t outer = g[0], m = g[1], inner = g[2], len = g[3], size = g[4];
-            for (int64_t k = 0; k < c->n; k++)
-                if (idx[k] < -len || idx[k] >= len) { *status = -1; return i; }
-            for (int64_t o = 0; o < outer; o++)
-                for (int64_t a = 0; a < m; a++)
-                    for (int64_t e = 0; e < inner; e++) {
-                        const int64_t k = (o * m + a) * inner + e, j = idx[k] + (idx[k] < 0 ? len : 0);
-                        memcpy((char *)c->a + k * size, (const char *)c->b + ((o * len + j) * inner + e) * size,
-                               (size_t)size);
-                    }
+            if (!fg_in_range(idx, c->n, len)) { *status = -1; return i; }
+            FG_ALONG_AXIS(memcpy((char *)c->a + k * size, (const char *)c->b + ((o * len + j) * inner + e) * size,
+                                 (size_t)size))
             break;
         }
         case 13: {  /* a loop: the n calls at fn run *(int64 *)b[0] times (none when c, a bool, is
