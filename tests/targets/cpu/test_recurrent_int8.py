@@ -15,9 +15,9 @@ from tests.util import assert_close, make_model, target_or_skip
 
 
 def _model(direction="bidirectional", wdtype=np.uint8, peepholes=False, lens=(5, 0, 3), initial=True,
-           attrs=None, seed=0):
+           attrs=None, seed=0, t=5, size=7, hidden=6):
     rng = np.random.default_rng(seed)
-    d, t, batch, size, hidden = (2 if direction == "bidirectional" else 1), 5, len(lens) if lens else 3, 7, 6
+    d, batch = (2 if direction == "bidirectional" else 1), len(lens) if lens else 3
     info = np.iinfo(wdtype)
     cols = 4 * hidden
     init = {
@@ -67,9 +67,10 @@ def test_generated_kernel_matches_ref(direction, variant):
 
 
 def test_threads_split_directions_with_one_answer():
-    """Two threads run the directions side by side: the same numbers as one thread."""
+    """Two threads run the directions side by side (a layer big enough to be worth the second
+    thread: recurrence_threads): the same numbers as one thread."""
     cpu = target_or_skip("cpu")
-    model, feeds = _model()
+    model, feeds = _model(lens=(8, 3, 6), t=8, size=32, hidden=64)
     outs = []
     for threads in (1, 2):
         p = fusegraph.parse_onnx(model)
@@ -101,3 +102,20 @@ def test_the_layer_joins_the_native_program(monkeypatch):
     monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
     for a, b in zip(got, _run(model, feeds, cpu)[1], strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("big,threads", [(False, 1), (True, 2)])
+def test_a_small_layer_runs_its_directions_on_one_thread(big, threads):
+    from fusegraph.targets.cpu.native_program import KERNEL, Region
+
+    cpu = target_or_skip("cpu")
+    model, feeds = _model(lens=None, t=8, size=32, hidden=64) if big else _model(lens=None)
+    for k, o in enumerate(model.graph.output):  # (read by steps: the layer's results are planned buffers)
+        model.graph.node.append(helper.make_node("Neg", [o.name], [f"n{k}"]))
+        o.name = f"n{k}"
+    p = fusegraph.parse_onnx(model)
+    p.compile(cpu, fusegraph.CompileOptions(threads=2))
+    rows, _ = p.executable.main.thread_plan()
+    calls = [c for r in rows if isinstance(r[0], Region) for c in r[0].table if c.kind == KERNEL]
+    # (the Negs' generated kernels take both threads and fork by their own work)
+    assert calls and (1 in {c.threads for c in calls}) == (threads == 1)

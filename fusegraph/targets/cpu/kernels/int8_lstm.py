@@ -14,6 +14,7 @@ from ....ir.dtypes import DType
 from ....ir.module import Instruction
 from ..codegen.recurrent_int8 import dynamic_quantize_lstm_kernel
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
+from .recurrent import recurrence_threads
 
 _PTR = ctypes.c_void_p
 
@@ -41,6 +42,7 @@ def dynamic_quantize_lstm(ins: Instruction, ctx: LowerContext) -> Kernel:
     ctx.kernel_sources.append(source)
     cell: dict = {}
     ctx.deferred.append(lambda: cell.update(kernel=ctx.library[source.name]))
+    threads = recurrence_threads(ctx, t_len * batch * dirs * 4 * h * (h + n_in))
     dims = (ctypes.c_int64 * 1)(0)
     k_lens = op.n_weights
     k_h0 = k_lens + op.has_sequence_lens
@@ -56,7 +58,7 @@ def dynamic_quantize_lstm(ins: Instruction, ctx: LowerContext) -> Kernel:
         ys = [np.empty(sh, np.float32) if out is None or out[k] is None else out[k] for k, sh in enumerate(shapes)]
         ptrs = (_PTR * 13)(x.ctypes.data, *(a.ctypes.data for a in fixed),
                            *(None if a is None else a.ctypes.data for a in optional), *(a.ctypes.data for a in ys))
-        kernel._fn(ptrs, dims, kernel.threads)
+        kernel._fn(ptrs, dims, threads)
         return tuple(ys)
 
     run.projection = fixed  # type: ignore[attr-defined]  # kept alive with the kernel
@@ -84,7 +86,7 @@ def dynamic_quantize_lstm(ins: Instruction, ctx: LowerContext) -> Kernel:
         kernel = cell["kernel"]
         ptrs = ([a.ctypes.data for a in fixed] + [0 if a is None else a.ctypes.data for a in operands[1:]]
                 + [y.ctypes.data for y in ys])
-        record, keep = kernel_call(kernel._fn, operands[0].ctypes.data, ptrs, [0], kernel.threads)
+        record, keep = kernel_call(kernel._fn, operands[0].ctypes.data, ptrs, [0], threads)
         return [*calls, (record, (*keep, operands, ys))]
 
     run.native = native  # type: ignore[attr-defined]
