@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401
     control,
+    cumulative,
     custom,
     dense,
     int8,
