@@ -125,23 +125,6 @@ def test_scalar_function_matches_numpy(scalar_lib, fn, ins):
         np.testing.assert_allclose(got, want, rtol=2e-6 if want.dtype == np.float32 else 1e-13, atol=1e-38)
 
 
-# -- float32 approximations --------------------------------------------------------------------------
-def test_fast_float32_functions_within_1e6_relative(scalar_lib):
-    """exp/erf/tanh/sigmoid approximations vs float64 math, over 2^20 float32s (normal results)."""
-    mag = np.exp(rng.uniform(np.log(1e-30), np.log(110.0), 1 << 19)).astype(np.float32)
-    x = np.concatenate([mag, -mag, np.linspace(-6, 6, 1 << 18, dtype=np.float32)])
-    x64 = x.astype(np.float64)
-    refs = {"exp": np.exp(x64), "tanh": np.tanh(x64), "sigmoid": 1 / (1 + np.exp(-x64)),
-            "erf": np.frompyfunc(math.erf, 1, 1)(x64).astype(np.float64)}
-    for fn, ref in refs.items():
-        got = scalar_lib[(fn, (F32,))](np.empty_like(x), x).astype(np.float64)
-        ok = np.isfinite(ref) & (np.abs(ref) >= np.finfo(np.float32).tiny) & (np.abs(ref) < 3.4e38)
-        rel = np.abs(got[ok] - ref[ok]) / np.abs(ref[ok])
-        assert rel.max() < 1e-6, f"{fn}: max relative error {rel.max():.3g} at {x[ok][rel.argmax()]}"
-        tiny = np.abs(ref) < np.finfo(np.float32).tiny  # denormal results: absolute error
-        assert np.abs(got[tiny] - ref[tiny]).max(initial=0) < 1e-44
-
-
 def test_float32_pow_multiplies_for_exponents_2_and_3_as_onnx_runtime_does(scalar_lib):
     """x^2 is the correctly rounded x * x; x^3 (GPT's tanh GELU) x * x * x; both, and the other
     exponents (libm's powf), within the float32 tolerance of numpy's power, infinities, NaNs,
@@ -160,6 +143,23 @@ def test_float32_pow_multiplies_for_exponents_2_and_3_as_onnx_runtime_does(scala
         np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-44)
     src = cg.pointwise_kernel(_expr("pow", 2), (F32, F32), F32, 1, (1, 1))
     assert "fg_powf" in src.code or any(name == "fg_powf" for name, _ in src.helpers)
+
+
+# -- float32 approximations --------------------------------------------------------------------------
+def test_fast_float32_functions_within_1e6_relative(scalar_lib):
+    """exp/erf/tanh/sigmoid approximations vs float64 math, over 2^20 float32s (normal results)."""
+    mag = np.exp(rng.uniform(np.log(1e-30), np.log(110.0), 1 << 19)).astype(np.float32)
+    x = np.concatenate([mag, -mag, np.linspace(-6, 6, 1 << 18, dtype=np.float32)])
+    x64 = x.astype(np.float64)
+    refs = {"exp": np.exp(x64), "tanh": np.tanh(x64), "sigmoid": 1 / (1 + np.exp(-x64)),
+            "erf": np.frompyfunc(math.erf, 1, 1)(x64).astype(np.float64)}
+    for fn, ref in refs.items():
+        got = scalar_lib[(fn, (F32,))](np.empty_like(x), x).astype(np.float64)
+        ok = np.isfinite(ref) & (np.abs(ref) >= np.finfo(np.float32).tiny) & (np.abs(ref) < 3.4e38)
+        rel = np.abs(got[ok] - ref[ok]) / np.abs(ref[ok])
+        assert rel.max() < 1e-6, f"{fn}: max relative error {rel.max():.3g} at {x[ok][rel.argmax()]}"
+        tiny = np.abs(ref) < np.finfo(np.float32).tiny  # denormal results: absolute error
+        assert np.abs(got[tiny] - ref[tiny]).max(initial=0) < 1e-44
 
 
 # -- random expressions -------------------------------------------------------------------------------
