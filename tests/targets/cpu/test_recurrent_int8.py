@@ -70,7 +70,7 @@ def test_threads_split_directions_with_one_answer():
     """Two threads run the directions side by side (a layer big enough to be worth the second
     thread: recurrence_threads): the same numbers as one thread."""
     cpu = target_or_skip("cpu")
-    model, feeds = _model(lens=(8, 3, 6), t=8, size=32, hidden=64)
+    model, feeds = _model(lens=(12, 3, 6), t=12, size=64, hidden=128)
     outs = []
     for threads in (1, 2):
         p = fusegraph.parse_onnx(model)
@@ -109,7 +109,7 @@ def test_a_small_layer_runs_its_directions_on_one_thread(big, threads):
     from fusegraph.targets.cpu.native_program import KERNEL, Region
 
     cpu = target_or_skip("cpu")
-    model, feeds = _model(lens=None, t=8, size=32, hidden=64) if big else _model(lens=None)
+    model, feeds = _model(lens=None, t=12, size=64, hidden=128) if big else _model(lens=None)
     for k, o in enumerate(model.graph.output):  # (read by steps: the layer's results are planned buffers)
         model.graph.node.append(helper.make_node("Neg", [o.name], [f"n{k}"]))
         o.name = f"n{k}"

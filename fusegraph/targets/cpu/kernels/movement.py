@@ -261,7 +261,7 @@ def gather_elements(ins: Instruction, ctx: LowerContext) -> Kernel:
     run = reference_kernel(ins, ctx)
     if ins.inputs[0].shape.is_dynamic or not isinstance(ins.shape, Shape) or ins.shape.is_dynamic:
         return run
-    index = _folded(ins.inputs[1])
+    index = folded_constant(ins.inputs[1])
     if index is not None:
         return with_take(run, ins, [index]) if _in_range(ins.op, index, ins.inputs[0].shape.lens[ins.op.axis]) else run
 
@@ -276,13 +276,13 @@ def gather_elements(ins: Instruction, ctx: LowerContext) -> Kernel:
     return run
 
 
-def _folded(ins: Instruction, depth: int = 8) -> np.ndarray | None:
+def folded_constant(ins: Instruction, depth: int = 8) -> np.ndarray | None:
     """The value of a literal, or of movement ops (reshapes, broadcasts) over one; else None."""
     if ins.is_literal:
         return np.asarray(ins.literal)
     if depth == 0 or ins.op.kind is not OpKind.MOVEMENT or not ins.op.deterministic or not ins.inputs:
         return None
-    values = [_folded(x, depth - 1) for x in ins.inputs]
+    values = [folded_constant(x, depth - 1) for x in ins.inputs]
     return None if any(v is None for v in values) else np.asarray(ins.op.compute(values))
 
 
