@@ -11,6 +11,8 @@ weights.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ....errors import CompileError
@@ -76,13 +78,11 @@ def int8_conv(ins: Instruction, ctx: LowerContext) -> Kernel:
         fdst = Operand(ins.shape.with_dtype(f32), op.channels_last)
         return _in_float(op, onednn.Convolution(fsrc.desc(), wf, bias, dst_layout=fdst.desc(), **kw), fsrc, fdst,
                          ins.shape)
-    return _kernel(prim, src.view, dst.view, ins.shape, shift, exact=(src, dst))
+    return _kernel(prim, src.view, dst.view, ins.shape, shift)
 
 
-def _kernel(prim, read, write, shape, shift: bool, exact=None) -> Kernel:
-    """Run `prim` on x as `read` sees it (fed as uint8 with `shift`), into the output as `write` sees it.
-    `exact` (src, dst): the Operands whose `exact` views give a native program's call, with no copy
-    (se_cnn_qdq's five int8 convolutions were Python steps between native programs)."""
+def _kernel(prim, read, write, shape, shift: bool) -> Kernel:
+    """Run `prim` on x as `read` sees it (fed as uint8 with `shift`), into the output as `write` sees it."""
     lens, dtype, feed = shape.lens, shape.dtype.np, _feed(shift)
 
     def run(args, out):
@@ -91,14 +91,6 @@ def _kernel(prim, read, write, shape, shift: bool, exact=None) -> Kernel:
         prim(read(feed(args[0])), out=write(out))
         return out
 
-    if exact is not None and not shift:  # (fed as uint8, x needs a flipped copy every run)
-        def native(args, out):
-            from ..native_program import primitive_call
-
-            a, o = exact[0].exact(args[0]), exact[1].exact(out)
-            return None if a is None or o is None else [primitive_call(prim, a, out=o)]
-
-        run.native = native  # type: ignore[attr-defined]
     return run
 
 
@@ -132,19 +124,22 @@ def int8_dot(ins: Instruction, ctx: LowerContext) -> Kernel:
     prim = onednn.MatMul(a.desc(quant.src), wq, bias, post_ops=_post_ops(ins.op), threads=ctx.threads_for(flops),
                          quant=quant)
     product = prim.out_shape  # the output is its reshape (out_lens): the same bytes
-    return _kernel(prim, a.view, lambda out: out.reshape(product), ins.shape, shift, exact=(a, _Reshaped(product)))
+    run = _kernel(prim, a.view, lambda out: out.reshape(product), ins.shape, shift)
+    if not shift:  # (a shifted int8 source is flipped by numpy per call: a Python step)
+        run.native = functools.partial(_product_call, prim, a, product)  # type: ignore[attr-defined]
+    return run
 
 
-class _Reshaped:
-    """The product's output seen as the primitive writes it: a reshape of the planned buffer (an
-    Operand's `exact` for _kernel's native form; QDQ BERT's int8 products were Python steps)."""
+def _product_call(prim, a, product: tuple[int, ...], args, out):
+    """int8_dot's C form: the oneDNN call over x as the primitive reads it and the planned output
+    seen as the product it writes (a reshape, the same bytes); QDQ BERT's int8 products were Python
+    steps between native programs. None where either would need a copy."""
+    from ..native_program import primitive_call
 
-    def __init__(self, lens: tuple[int, ...]):
-        self.lens = lens
-
-    def exact(self, out: np.ndarray) -> np.ndarray | None:
-        v = out.reshape(self.lens)
-        return v if out.flags.c_contiguous and v.ctypes.data == out.ctypes.data else None
+    x, y = a.exact(args[0]), out.reshape(product)
+    if x is None or not out.flags.c_contiguous or y.ctypes.data != out.ctypes.data:
+        return None
+    return [primitive_call(prim, x, out=y)]
 
 
 # MatMulInteger's integer product (quant_dot) through float BLAS where that is exact: every partial
