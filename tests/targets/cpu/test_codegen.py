@@ -125,26 +125,6 @@ def test_scalar_function_matches_numpy(scalar_lib, fn, ins):
         np.testing.assert_allclose(got, want, rtol=2e-6 if want.dtype == np.float32 else 1e-13, atol=1e-38)
 
 
-def test_float32_pow_multiplies_for_exponents_2_and_3_as_onnx_runtime_does(scalar_lib):
-    """x^2 is the correctly rounded x * x; x^3 (GPT's tanh GELU) x * x * x; both, and the other
-    exponents (libm's powf), within the float32 tolerance of numpy's power, infinities, NaNs,
-    overflow and underflow alike."""
-    mag = np.exp(rng.uniform(np.log(1e-15), np.log(1e15), 4000)).astype(np.float32)
-    x = np.concatenate([mag, -mag, np.float32([0, -0.0, np.inf, -np.inf, np.nan, 1, -1])])
-    kernel = scalar_lib[("pow", (F32, F32))]
-    for b in (2.0, 3.0, 2.5, -1.0, 0.5):
-        e = np.full_like(x, b)
-        with np.errstate(all="ignore"):
-            want = np.power(x, e)
-        got = kernel(np.empty_like(x), x, e)
-        if b == 2.0:  # the correctly rounded square (numpy's SIMD power is itself an ulp off it)
-            np.testing.assert_array_equal(got, x * x)
-        # (numpy's powf and libm's are themselves an ulp apart: the scalar test's tolerance)
-        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-44)
-    src = cg.pointwise_kernel(_expr("pow", 2), (F32, F32), F32, 1, (1, 1))
-    assert "fg_powf" in src.code or any(name == "fg_powf" for name, _ in src.helpers)
-
-
 # -- float32 approximations --------------------------------------------------------------------------
 def test_fast_float32_functions_within_1e6_relative(scalar_lib):
     """exp/erf/tanh/sigmoid approximations vs float64 math, over 2^20 float32s (normal results)."""
@@ -376,20 +356,6 @@ def test_standalone_softmax(dtype, lens, log):
     want = op.compute([x])
     got = build([src], threads=2)[src.name](np.empty(lens, dtype.np), x)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-
-
-def test_softmax_exp_loop_is_apart_from_its_double_sum():
-    """float32 softmax: the exps are computed (and kept) in a loop of their own, then summed in
-    double from the buffer: one loop doing both ran at double's vector width."""
-    src = cg.softmax_kernel(F32, (158, 79)).code
-    loops = src.split("for (int64_t j = 0;")[1:]
-    exp_loops = [body for body in loops if "fg_expf(" in body.split("}")[0]]
-    sum_loops = [body for body in loops if "+= (double)" in body.split("}")[0]]
-    assert len(exp_loops) == 1 and sum_loops and all("fg_expf(" not in b.split("}")[0] for b in sum_loops)
-    x = rng.standard_normal((158, 79)).astype(np.float32) * 4
-    s = cg.softmax_kernel(F32, (158, 79))
-    got = build([s], threads=1)[s.name](np.empty_like(x), x)
-    np.testing.assert_allclose(got, fusegraph.ir.make_op("softmax", axis=1).compute([x]), rtol=1e-5, atol=1e-6)
 
 
 # -- build, cache and call contract -------------------------------------------------------------------------
