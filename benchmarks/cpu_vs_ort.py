@@ -8,7 +8,10 @@ timed are stopped, so no engine's threads run during another's timing), at its d
 with all usable cores, ORT as shipped (intra-op threads one per physical core, workers spinning, all
 graph optimizations). After a warm-up the engines take turns, round by round (who goes first swaps
 every round); each round is one untimed run and --runs timed ones; a latency is the median of the
-round medians. Every model's outputs are first checked against ORT's (verify's default tolerances).
+round medians. Every model's outputs are first checked against ORT's (verify's default tolerances);
+a corpus entry's against the corpus's own reference and criterion (tests/corpus/compare.py: rel L2
+for fp16 and int8 models, and ORT at the entry's thread count: DynamicQuantizeLSTM's answer depends
+on ORT's threads).
 
 --ort-best also screens ORT's tuned settings (fusegraph.driver.ort.tuned_configs: optimization level
 x spinning x intra-op threads, and the parallel executor), each in its own process, and puts the
@@ -53,6 +56,8 @@ class Case:
     name: str
     batch: int
     load: Callable[[], Loaded | None]  # None when the model is not installed
+    # fusegraph's outputs -> their diffs from a reference of the case's own; None: ORT's as timed, verify's tolerances
+    check: Callable[[list[np.ndarray]], list] | None = None
 
 
 def _zoo(name: str, batch: int) -> Case:
@@ -104,7 +109,17 @@ def _corpus(name: str) -> Case:
         except CorpusUnavailable:
             return None
 
-    return Case(name, 1, load)
+    def check(outputs: list[np.ndarray]) -> list:
+        from fusegraph.driver.commands.verify import compare_outputs
+        from tests.corpus import ENTRIES
+        from tests.corpus.compare import ATOL, RTOL, criterion, output_names, reference
+
+        entry = ENTRIES[name]
+        ref = reference(entry)
+        return compare_outputs(output_names(ref.model), outputs, ref.expected, ATOL, RTOL,
+                               criterion(entry.precision, "cpu"))
+
+    return Case(name, 1, load, check)
 
 
 CASES = [_zoo("resnet50", 1), _zoo("resnet50", 8), _zoo("bert_base", 1), _minilm(),
@@ -147,8 +162,9 @@ def run_case(case: Case, a: argparse.Namespace) -> dict:
     with engines(specs, feeds) as procs, tempfile.TemporaryDirectory() as tmp:
         names = [o.name for o in (model if isinstance(model, onnx.ModelProto) else onnx.load(
             str(model), load_external_data=False)).graph.output]
-        diffs = compare_outputs(names, procs["fusegraph"].outputs(Path(tmp) / "fg.npz"),
-                                procs["onnxruntime"].outputs(Path(tmp) / "ort.npz"))
+        ours = procs["fusegraph"].outputs(Path(tmp) / "fg.npz")
+        diffs = (case.check(ours) if case.check else
+                 compare_outputs(names, ours, procs["onnxruntime"].outputs(Path(tmp) / "ort.npz")))
         times = measure_rounds(procs, a.rounds, a.runs, a.warmup)
         for name, proc in procs.items():
             row[name] = {**round_summary(times[name], case.batch), "setup_s": proc.setup_s, "settings": proc.settings}

@@ -3,7 +3,8 @@
 After it: no multiplication or addition by an identity constant; chains of constant adds and
 multiplies are merged; constant subtractions are additions, divisions by a power of two are
 multiplications (any other reciprocal rounds); a constant per-output-channel scale after a
-convolution or a dot is folded into its weights. Together with
+convolution or a dot is folded into its weights; a softmax over an axis of length 1 is the
+pointwise arithmetic it comes to. Together with
 constant propagation this removes inference batch-norm arithmetic: (x - mean) * s + b after a conv
 becomes conv with scaled weights, then one bias add.
 """
@@ -136,16 +137,33 @@ def fold_scale_into_weights(m: Module, ins: Instruction):  # conv(x, w)*c -> con
     return m.insert(ins, prod.op, prod.inputs[0], weights)
 
 
+def softmax_of_one(m: Module, ins: Instruction):  # softmax over a length-1 axis -> e/e, e = exp(x-x)
+    """The reference's own arithmetic with max(x) = x and sum(e) = e: 1 for a finite x, NaN else; a
+    log-softmax s - log(exp(s)), s = x - x (MobileViT's attention over one patch position: a
+    reduction kernel over nothing)."""
+    if ins.op.name not in ("softmax", "log_softmax") or not _float(ins) or ins.shape.is_dynamic:
+        return None
+    x = ins.inputs[0]
+    if x.shape.lens[ins.op.axis % x.shape.ndim] != 1:
+        return None
+    shifted = m.insert(ins, make_op("sub"), x, x)
+    e = m.insert(ins, make_op("exp"), shifted)
+    if ins.op.name == "softmax":
+        return m.insert(ins, make_op("div"), e, e)
+    return m.insert(ins, make_op("sub"), shifted, m.insert(ins, make_op("log"), e))
+
+
 RULES: list[Rule] = [x_times_one, x_plus_zero, sub_const_to_add, div_const_to_mul, merge_const_chain,
                      distribute_mul_over_add, fold_scale_into_weights]
+UNARY_RULES: list[Rule] = [softmax_of_one]
 
 
 def simplify_algebra(module: Module) -> bool:
     changed = False
     for ins in module:
-        if not ins.users or len(ins.inputs) != 2 or ins.module is None:
+        if not ins.users or len(ins.inputs) not in (1, 2) or ins.module is None:
             continue
-        for rule in RULES:
+        for rule in RULES if len(ins.inputs) == 2 else UNARY_RULES:
             new = rule(module, ins)
             if new is not None:
                 module.replace(ins, new)

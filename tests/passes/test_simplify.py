@@ -7,7 +7,7 @@ from fusegraph.passes import (
 )
 from fusegraph.passes.propagate_constant import GROWTH_LIMIT_BYTES
 
-from .util import apply, body
+from .util import apply, body, program
 
 
 def test_dead_code_removed_params_kept():
@@ -166,6 +166,31 @@ def test_division_becomes_a_product_only_when_the_reciprocal_is_exact():
     got = run_module(p.main, {"x": x})
     np.testing.assert_array_equal(got[0], x / np.float32(255))
     np.testing.assert_array_equal(got[1], x / np.float32(4))
+
+
+def test_softmax_over_an_axis_of_length_one_is_its_arithmetic():
+    # MobileViT's attention over one patch position: a reduction kernel over nothing before; the
+    # same numbers as the reference's softmax, NaN for a non-finite x included
+    import numpy as np
+
+    from fusegraph.passes import simplify_algebra
+    from fusegraph.targets.ref.interpreter import run_module
+
+    text = """
+        module main
+          %0 = @param[param_name='x'] : float32[4,2,1]
+          %1 = softmax[axis=2](%0) : float32[4,2,1]
+          %2 = log_softmax[axis=2](%0) : float32[4,2,1]
+          %3 = softmax[axis=1](%0) : float32[4,2,1]
+          @return(%1, %2, %3)
+    """
+    p, out = apply(text, simplify_algebra, eliminate_dead_code)
+    ops = [line.split("[")[0].split("(")[0] for line in body(out)]
+    assert ops.count("softmax") == 1 and "log_softmax" not in ops and {"exp", "div", "log"} <= set(ops)
+    x = np.random.default_rng(1).standard_normal((4, 2, 1)).astype(np.float32)
+    x[0, 0, 0], x[1, 1, 0], x[2, 0, 0] = np.inf, -np.inf, np.nan
+    for a, e in zip(run_module(p.main, {"x": x}), run_module(program(text).main, {"x": x}), strict=True):
+        np.testing.assert_array_equal(a, e)
 
 
 def test_batchnorm_arithmetic_folds_into_conv():

@@ -81,7 +81,9 @@ class ModuleSteps:
         while m is not None:
             shapes.update((i.uid, i.shape) for i in m.instructions if not isinstance(i.op, Literal))
             m = m.parent
-        read = {u for s in self.steps for u in s.args}
+        # (what control flow's bodies read from here too: their native forms copy it from these buffers)
+        read = {u for s in self.steps for u in s.args} | {
+            u for s in self.steps for body in getattr(s.fn, "bodies", {}).values() for u in body.outer}
         moving = [u for u, _ in self.params] + self.outer
         return [(u, shapes[u].lens, shapes[u].dtype.np) for u in moving
                 if u in read and u in shapes and u not in self.outputs and isinstance(shapes[u], Shape)

@@ -16,7 +16,9 @@ with the step's fixed arrays (None: not for these buffers, the step stays a Pyth
 - `copy`: a memcpy into a dense buffer, from a dense or a row-strided one (a column slice);
 - `take`: elements gathered by a table of offsets (a small pad, gather or resize), fills copied in;
 - `gather`: blocks picked by run-time indices (an embedding lookup); an index out of range stops
-  the region like a guard, and the step's Python form raises its error.
+  the region like a guard, and the step's Python form raises its error (native_indexing.py: the
+  gathers and scatters by run-time indices);
+- `loop`, `copy_at`, `branch`: control flow (native_control.py).
 The results are bit for bit the Python steps': the same kernels on the same buffers, in order.
 """
 
@@ -30,10 +32,13 @@ from typing import Any
 import numpy as np
 
 from ...errors import FusegraphError
+from ...ir import run_limits
 
 KERNEL, PRIMITIVE, GUARD, COPY, COPY_ROWS = 0, 1, 2, 3, 4
 TAKE = {1: 5, 2: 6, 4: 7, 8: 8}  # by element size
-GATHER, GATHER_ND, SCATTER_ND, SCATTER_ELEMENTS = 9, 10, 11, 12
+GATHER, GATHER_ND, SCATTER_ND, SCATTER_ELEMENTS, GATHER_ELEMENTS = 9, 10, 11, 12, 16  # native_indexing.py
+LOOP, COPY_AT, IF = 13, 14, 15  # native_control.py
+NO_BOUND = (1 << 63) - 1
 TAKE_LIMIT = 1 << 16  # elements: a take's table is 16 bytes an element
 MIN_STEPS = 1  # one step too: a oneDNN step binds its buffers through ctypes on every Python call (~3 us), a region did once
 
@@ -77,15 +82,33 @@ static inline void fg_reduce_into(float *dst, float b, int64_t red) {
          : red == 3 ? (b > a ? b : a) : (b < a ? b : a);
 }
 
+/* n int64 indices, each in [-len, len) */
+static int fg_in_range(const int64_t *idx, int64_t n, int64_t len) {
+    for (int64_t k = 0; k < n; k++)
+        if (idx[k] < -len || idx[k] >= len) return 0;
+    return 1;
+}
+
+/* BODY for each element k of [outer, m, inner] indices along an axis of length len: j, its index
+   there (a negative one from the end) */
+#define FG_ALONG_AXIS(BODY) \
+    for (int64_t o = 0; o < outer; o++) \
+        for (int64_t a = 0; a < m; a++) \
+            for (int64_t e = 0; e < inner; e++) { \
+                const int64_t k = (o * m + a) * inner + e, j = idx[k] + (idx[k] < 0 ? len : 0); \
+                BODY; \
+            }
+
 static int fg_all_finite(const uint32_t *x, int64_t n) {
     uint32_t bad = 0;
     for (int64_t i = 0; i < n; i++) bad |= (x[i] & 0x7f800000u) == 0x7f800000u;
     return !bad;
 }
 
-/* Runs calls[0..n) in order; returns n, or the index of the call that stopped it with *status set
-   (-1: a guard found a NaN or infinity, or a gather an index out of range; > 0: oneDNN's error status). */
-FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status) {
+/* Runs calls[0..n) in order, in iteration t of the loop around them (0 outside any); returns n, or
+   the index of the call that stopped it with *status set (-1: a guard found a NaN or infinity, or a
+   gather an index out of range; > 0: oneDNN's error status). */
+static int64_t fg_run(const fg_call *calls, int64_t n, int32_t *status, int64_t t) {
     for (int64_t i = 0; i < n; i++) {
         const fg_call *c = calls + i;
         switch (c->kind) {
@@ -153,19 +176,50 @@ FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status)
             const int64_t *g = (const int64_t *)c->c, *idx = (const int64_t *)c->fn;
             const int64_t outer = g[0], m = g[1], inner = g[2], len = g[3], red = g[4];
             const float *u = (const float *)(intptr_t)g[5];
-            for (int64_t k = 0; k < c->n; k++)
-                if (idx[k] < -len || idx[k] >= len) { *status = -1; return i; }
-            for (int64_t o = 0; o < outer; o++)
-                for (int64_t a = 0; a < m; a++)
-                    for (int64_t e = 0; e < inner; e++) {
-                        const int64_t k = (o * m + a) * inner + e, j = idx[k] + (idx[k] < 0 ? len : 0);
-                        fg_reduce_into((float *)c->a + (o * len + j) * inner + e, u[k], red);
-                    }
+            if (!fg_in_range(idx, c->n, len)) { *status = -1; return i; }
+            FG_ALONG_AXIS(fg_reduce_into((float *)c->a + (o * len + j) * inner + e, u[k], red))
+            break;
+        }
+        case 16: {  /* gather_elements along an axis: out (a) [outer, m, inner] of c[4]-byte elements
+                       from data (b) [outer, len, inner] at the int64 indices (fn, like out); c:
+                       [outer, m, inner, len, element size]; an index out of range stops here */
+            const int64_t *g = (const int64_t *)c->c, *idx = (const int64_t *)c->fn;
+            const int64_t outer = g[0], m = g[1], inner = g[2], len = g[3], size = g[4];
+            if (!fg_in_range(idx, c->n, len)) { *status = -1; return i; }
+            FG_ALONG_AXIS(memcpy((char *)c->a + k * size, (const char *)c->b + ((o * len + j) * inner + e) * size,
+                                 (size_t)size))
+            break;
+        }
+        case 13: {  /* a loop: the n calls at fn run *(int64 *)b[0] times (none when c, a bool, is
+                       false), iteration t written to the int64 at a first (where a is not NULL); a
+                       count past b[1] (the run's max_loop_iterations) stops here */
+            const int64_t *g = (const int64_t *)c->b;
+            const int64_t count = c->c && !*(const uint8_t *)c->c ? 0 : *(const int64_t *)(intptr_t)g[0];
+            if (count > g[1]) { *status = -1; return i; }
+            for (int64_t k = 0; k < count; k++) {
+                if (c->a) *(int64_t *)c->a = k;
+                if (fg_run((const fg_call *)c->fn, c->n, status, k) != c->n) return i;
+            }
+            break;
+        }
+        case 15: {  /* an If: the calls at fn (then) or at b (else), as the bool at a says; c: their counts */
+            const int go = *(const uint8_t *)c->a != 0;
+            const int64_t m = ((const int64_t *)c->c)[go ? 0 : 1];
+            if (fg_run((const fg_call *)(go ? c->fn : c->b), m, status, t) != m) return i;
+            break;
+        }
+        case 14: {  /* memcpy of c[0] bytes, to a + t * c[1] from b + t * c[2] (a loop's slice t) */
+            const int64_t *g = (const int64_t *)c->c;
+            memcpy((char *)c->a + t * g[1], (const char *)c->b + t * g[2], (size_t)g[0]);
             break;
         }
         }
     }
     return n;
+}
+
+FG_EXPORT int64_t fg_run_calls(const fg_call *calls, int64_t n, int32_t *status) {
+    return fg_run(calls, n, status, 0);
 }
 """
 
@@ -274,20 +328,6 @@ def take(dst: np.ndarray, src: np.ndarray, index: np.ndarray, fill: np.ndarray |
     return calls
 
 
-def gather(out: np.ndarray, data: np.ndarray, indices: np.ndarray, axis: int) -> Call | None:
-    """out = take(data, indices, axis) (negative indices from the end); an index out of range stops
-    the region there, so the step's Python form raises its error. None unless all three are dense
-    and the indices int32 or int64."""
-    if (not all(a.flags.c_contiguous for a in (out, data, indices)) or indices.dtype not in (np.int32, np.int64)
-            or out.dtype != data.dtype or out.size == 0 or indices.size == 0):
-        return None
-    outer = int(np.prod(data.shape[:axis]))
-    block = int(np.prod(data.shape[axis + 1:])) * data.itemsize
-    geometry = (ctypes.c_int64 * 4)(outer, block, data.shape[axis], indices.itemsize)
-    return ((GATHER, 1, indices.ctypes.data, out.ctypes.data, data.ctypes.data, ctypes.addressof(geometry),
-             indices.size), (out, data, indices, geometry))
-
-
 def copy_any(dst: np.ndarray, src: np.ndarray) -> list[Call] | None:
     """`src` copied into `dst` (alike, any strides): a memcpy or rows of them where they do, else a
     table of offsets (`take`: small tensors); None where neither can."""
@@ -295,61 +335,6 @@ def copy_any(dst: np.ndarray, src: np.ndarray) -> list[Call] | None:
     if c is not None:
         return [c]
     return take(dst, src, np.arange(src.size).reshape(src.shape)) if dst.shape == src.shape else None
-
-
-def gather_nd(out: np.ndarray, data: np.ndarray, indices: np.ndarray) -> Call | None:
-    """out = data[tuple(indices[..., k])] (ONNX GatherND, batch_dims 0; negative indices from the
-    end); an index out of range stops the region there, as `gather`. None unless all are dense and
-    the indices int64."""
-    if (not all(a.flags.c_contiguous for a in (out, data, indices)) or indices.dtype != np.int64
-            or out.dtype != data.dtype or out.size == 0 or indices.size == 0 or indices.ndim < 1):
-        return None
-    k = indices.shape[-1]
-    lens = data.shape[:k]
-    block = int(np.prod(data.shape[k:])) * data.itemsize
-    strides = [int(np.prod(lens[j + 1:])) for j in range(k)]
-    geometry = (ctypes.c_int64 * (2 + 2 * k))(k, block, *lens, *strides)
-    return ((GATHER_ND, 1, indices.ctypes.data, out.ctypes.data, data.ctypes.data, ctypes.addressof(geometry),
-             indices.size // k), (out, data, indices, geometry))
-
-
-_SCATTER = {"none": 0, "add": 1, "mul": 2, "max": 3, "min": 4}
-
-
-def scatter_nd(out: np.ndarray, data: np.ndarray, indices: np.ndarray, updates: np.ndarray,
-               reduction: str) -> list[Call] | None:
-    """out = data with `updates` written (or reduced) at the tuples of `indices` (ONNX ScatterND,
-    float32), in order like numpy's ufunc.at; an index out of range stops the region as `gather`."""
-    if (not all(a.flags.c_contiguous for a in (out, data, indices, updates)) or indices.dtype != np.int64
-            or not out.dtype == data.dtype == updates.dtype == np.float32 or reduction not in _SCATTER
-            or indices.size == 0 or indices.ndim < 1 or np.shares_memory(out, updates)):
-        return None
-    k = indices.shape[-1]
-    lens = data.shape[:k]
-    strides = [int(np.prod(lens[j + 1:])) for j in range(k)]
-    geometry = (ctypes.c_int64 * (4 + 2 * k))(k, int(np.prod(data.shape[k:])), *lens, *strides, _SCATTER[reduction],
-                                              updates.ctypes.data)
-    calls = [] if out.ctypes.data == data.ctypes.data else [copy(out, data)]
-    return [*calls, ((SCATTER_ND, 1, indices.ctypes.data, out.ctypes.data, 0, ctypes.addressof(geometry),
-                      indices.size // k), (out, data, indices, updates, geometry))]
-
-
-def scatter_elements(out: np.ndarray, data: np.ndarray, indices: np.ndarray, updates: np.ndarray, axis: int,
-                     reduction: str) -> list[Call] | None:
-    """out = data with `updates` written (or reduced) where `indices` say along `axis` (ONNX
-    ScatterElements, float32, indices as long as data on every other axis), in order like numpy's
-    ufunc.at; an index out of range stops the region as `gather`."""
-    if (not all(a.flags.c_contiguous for a in (out, data, indices, updates)) or indices.dtype != np.int64
-            or not out.dtype == data.dtype == updates.dtype == np.float32 or reduction not in _SCATTER
-            or indices.shape != updates.shape or indices.size == 0 or np.shares_memory(out, updates)
-            or any(a != b for k, (a, b) in enumerate(zip(indices.shape, data.shape)) if k != axis)):
-        return None
-    outer, inner = int(np.prod(data.shape[:axis])), int(np.prod(data.shape[axis + 1:]))
-    geometry = (ctypes.c_int64 * 6)(outer, indices.shape[axis], inner, data.shape[axis], _SCATTER[reduction],
-                                    updates.ctypes.data)
-    calls = [] if out.ctypes.data == data.ctypes.data else [copy(out, data)]
-    return [*calls, ((SCATTER_ELEMENTS, 1, indices.ctypes.data, out.ctypes.data, 0, ctypes.addressof(geometry),
-                      indices.size), (out, data, indices, updates, geometry))]
 
 
 def dense(src: np.ndarray) -> tuple[np.ndarray, list[Call]] | None:
@@ -371,6 +356,7 @@ class Region:
         flat = [c for cs in calls for c in cs]
         self.table = (FgCall * len(flat))(*[FgCall(*record) for record, _ in flat])
         self.keep = [objs for _, objs in flat]
+        self.calls = flat  # (a loop around this region, native_control.py, runs its records again)
         self.starts = np.cumsum([0] + [len(cs) for cs in calls[:-1]])
         freed = {u for r in rows for u in r[3]}
         # values later steps read: set in the environment as the Python rows would have
@@ -378,10 +364,20 @@ class Region:
         self.produced = frozenset(produced)
         self.frees = tuple(u for r in rows for u in r[3] if u not in produced)
         self.status = ctypes.c_int32(0)
+        # a loop's count is checked against the run's max_loop_iterations (written into the last
+        # object a loop record keeps: native_control.loop); with a deadline the rows run in Python
+        self.loop_bounds = [objs[-1] for record, objs in flat if record[0] == LOOP]
         self.run_calls = runner()
         self.address, self.n, self.status_address = ctypes.addressof(self.table), len(flat), ctypes.addressof(self.status)
 
     def __call__(self, values: list, out: Any, env: dict[int, Any]) -> Any:
+        if self.loop_bounds:
+            limits = run_limits.current()
+            if limits.deadline_at is not None:  # (iterations are not timed in C)
+                self._resume(0, env)
+                return self.rows[-1][5]
+            for g in self.loop_bounds:
+                g[1] = NO_BOUND if limits.max_loop_iterations is None else limits.max_loop_iterations
         stopped = self.run_calls(self.address, self.n, self.status_address)
         if stopped != self.n:
             self._resume(stopped, env)
@@ -426,7 +422,9 @@ def native_rows(rows: list[tuple], stable: dict[int, Any]) -> list[tuple]:
         native = getattr(fn, "native", None)
         c = None
         if native is not None and buf is not None and all(isinstance(stable.get(a), np.ndarray) for a in args):
-            c = native([stable[a] for a in args], buf)
+            values = [stable[a] for a in args]
+            # (a step reading its environment, control flow, is given the values that stay where they are)
+            c = native(values, buf, stable) if needs_env else native(values, buf)
         if c is None:
             close()
             out.append(row)

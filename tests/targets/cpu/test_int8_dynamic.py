@@ -224,3 +224,42 @@ def test_qlinear_matmul_product_takes_the_same_kernel(a_type, a_zp):
     p = _compiled(model)
     assert _ops(p) == ["int8_dynamic_dot"] and "int8_dynamic_dot" in _kernels(p)
     np.testing.assert_array_equal(p.run({"a": a})[0], run_ort(model, {"a": a}, optimize=False)[0])
+
+
+@pytest.mark.parametrize("case", ["per-tensor s8 weights, bias", "per-channel weight scales", "u8 weights, zero point 128",
+                                  "Cast alone"])
+def test_dynamic_product_runs_in_the_native_program(case, monkeypatch):
+    """min_max, the scale and zero point, the zero point widened to int32 and the oneDNN product: one
+    region, no Python step between them (a BERT layer had 16 regions split by them); the same bits
+    as the steps run one by one."""
+    from fusegraph.targets.cpu.native_program import KERNEL, PRIMITIVE, Region
+
+    model, feeds = _model(np.random.default_rng(4), **CASES[case])
+    p = _compiled(model)
+    rows, _ = p.executable.main.thread_plan()
+    assert len(rows) == 1 and isinstance(rows[0][0], Region)
+    assert {KERNEL, PRIMITIVE} <= {c.kind for c in rows[0][0].table}
+    got = p.run(feeds)[0]
+    np.testing.assert_array_equal(got, _compiled(model, "ref").run(feeds)[0])
+    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
+    np.testing.assert_array_equal(got, _compiled(model).run(feeds)[0])
+
+
+@pytest.mark.parametrize("poison", [None, np.nan])
+def test_min_max_of_a_transposed_tensor_is_one_pass_over_its_buffer(poison):
+    """A permutation of a dense buffer (an LSTM's output transposed before its quantized product):
+    the order of the elements does not matter to min and max, so the kernel reads the buffer."""
+    from fusegraph.targets.cpu.native_program import KERNEL, Region
+
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
+             helper.make_node("ReduceMax", ["t"], ["hi"], keepdims=0), helper.make_node("ReduceMin", ["t"], ["lo"], keepdims=0)]
+    x = np.random.default_rng(12).standard_normal((5, 3, 8)).astype(np.float32)
+    if poison is not None:
+        x[4, 1, 2] = poison
+    p = _compiled(make_model(nodes, {"x": x}, ["hi", "lo"], opset=13))
+    assert "min_max" in [i.op.name for i in p.main]
+    rows, _ = p.executable.main.thread_plan()
+    assert any(isinstance(r[0], Region) and KERNEL in {c.kind for c in r[0].table} for r in rows)
+    hi, lo = p.run({"x": x})
+    np.testing.assert_array_equal(hi, x.max())
+    np.testing.assert_array_equal(lo, x.min())

@@ -118,3 +118,23 @@ def test_byte_table_kernel_reads_every_entry(n):
     ptrs = (ctypes.c_void_p * 3)(out.ctypes.data, x.ctypes.data, table.ctypes.data)
     kernel._fn(ptrs, (ctypes.c_int64 * 1)(n), 2)
     np.testing.assert_array_equal(out, table[x])
+
+
+@pytest.mark.parametrize("out", ["u8", "f"])
+def test_a_lookup_of_uint8_joins_the_native_program(out, monkeypatch):
+    """A uint8 lookup (its table of bytes, or of floats) is a C call of the region around it (an
+    int8 one has its bits flipped by numpy first, a Python step); the same bits as step by step."""
+    from fusegraph.targets.cpu.native_program import KERNEL, Region
+
+    model, feeds = _qdq_hardswish("u8", out)
+    model.graph.node.insert(0, helper.make_node("Identity", ["x"], ["x0"]))  # (the lookup reads a planned buffer)
+    model.graph.node[1].input[0] = "x0"
+    p = fusegraph.parse_onnx(model)
+    p.compile(target_or_skip("cpu"))
+    rows, _ = p.executable.main.thread_plan()
+    assert all(isinstance(r[0], Region) for r in rows) and any(KERNEL in {c.kind for c in r[0].table} for r in rows)
+    got = p.run(feeds)[0]
+    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
+    q = fusegraph.parse_onnx(model)
+    q.compile(target_or_skip("cpu"))
+    np.testing.assert_array_equal(got, q.run(feeds)[0])

@@ -175,3 +175,77 @@ def test_a_scatter_elements_joins_the_region_applying_its_updates_in_order(reduc
     bad[1, 2, 3] = 6
     with pytest.raises(fusegraph.errors.ExecutionError):
         p.run({"x": x, "i": bad, "u": upd})
+
+
+def test_a_scatter_elements_by_indices_broadcast_along_the_row_copies_them_dense_first():
+    # torch's scatter_add of a message matrix: dst.unsqueeze(1).expand(-1, F) (an Expand: a stride-0
+    # view) was left to numpy's ufunc.at
+    x = rng.standard_normal((7, 5)).astype(np.float32)
+    dst = rng.integers(-7, 7, (9, 1)).astype(np.int64)
+    msg = rng.standard_normal((9, 5)).astype(np.float32)
+    shape = np.array([9, 5], np.int64)
+    model = make_model([n("Expand", ["d", "shape"], ["i"]), n("Neg", ["x"], ["s"]),
+                        n("ScatterElements", ["s", "i", "m"], ["out"], axis=0, reduction="add")],
+                       {"x": x, "d": dst, "m": msg}, ["out"], {"shape": shape}, opset=18)
+    p, ref = _compile(model), _compile(model, "ref")
+    for f in ({"x": x, "d": dst, "m": msg}, {"x": -x, "d": dst[::-1].copy(), "m": msg * 2}):
+        np.testing.assert_array_equal(p.run(f)[0], ref.run(f)[0])
+    regions = [r[0] for r in p.executable.main.thread_plan()[0] if isinstance(r[0], Region)]
+    assert any(SCATTER_ELEMENTS in _kinds(r) for r in regions)
+    with pytest.raises(fusegraph.errors.ExecutionError):
+        p.run({"x": x, "d": np.full((9, 1), 7, np.int64), "m": msg})
+
+
+@pytest.mark.parametrize("axis", [1, 2])
+def test_a_gather_elements_by_constant_indices_is_a_table(axis, monkeypatch):
+    # DeBERTa's relative-position lookup: a literal index seen through a reshape and a broadcast
+    x = rng.standard_normal((2, 5, 5)).astype(np.float32)
+    idx = rng.integers(-5, 5, (1, 5, 5)).astype(np.int64)
+    model = make_model([n("Neg", ["x"], ["s"]), n("Expand", ["i", "shape"], ["ib"]),
+                        n("GatherElements", ["s", "ib"], ["out"], axis=axis)],
+                       {"x": x}, ["out"], {"i": idx, "shape": np.array([2, 5, 5], np.int64)}, opset=18)
+    p = _compile(model)
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region) and TAKE[4] in _kinds(row[0])
+    got = p.run({"x": x})[0]
+    np.testing.assert_array_equal(got, _compile(model, "ref").run({"x": x})[0])
+    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
+    np.testing.assert_array_equal(got, _compile(model).run({"x": x})[0])
+
+
+def test_a_gather_elements_by_a_constant_index_out_of_range_raises_at_run():
+    x = rng.standard_normal((2, 5)).astype(np.float32)
+    model = make_model([n("GatherElements", ["x", "i"], ["out"], axis=1)], {"x": x}, ["out"],
+                       {"i": np.array([[0, 5], [1, 2]], np.int64)}, opset=18)
+    with pytest.raises(fusegraph.errors.ExecutionError):
+        _compile(model).run({"x": x})
+
+
+def test_a_softmax_over_one_position_is_pointwise_c_nan_and_all():
+    # x - x must stay in the generated C (NaN for a non-finite x): no fast-math folding of it
+    x = rng.standard_normal((4, 2, 1, 1)).astype(np.float32)
+    x[0, 0], x[1, 1], x[2, 0] = np.inf, -np.inf, np.nan
+    model = make_model([n("Neg", ["x"], ["s"]), n("Softmax", ["s"], ["out"], axis=3)], {"x": x}, ["out"], opset=18)
+    p = _compile(model)
+    (row,) = p.executable.main.thread_plan()[0]
+    assert isinstance(row[0], Region)
+    np.testing.assert_array_equal(p.run({"x": x})[0], _compile(model, "ref").run({"x": x})[0])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int64, np.float32])
+def test_a_gather_elements_by_run_time_indices_joins_the_region_and_checks_its_range(dtype):
+    # an SSD head's boxes of its top scores: indices broadcast along the row (copied dense first)
+    from fusegraph.targets.cpu.native_program import GATHER_ELEMENTS
+
+    x = (rng.standard_normal((2, 9, 4)) * 10).astype(dtype)
+    idx = rng.integers(-9, 9, (2, 5, 1)).astype(np.int64)
+    model = make_model([n("Neg", ["x"], ["s"]), n("Expand", ["i", "shape"], ["ib"]),
+                        n("GatherElements", ["s", "ib"], ["out"], axis=1)],
+                       {"x": x, "i": idx}, ["out"], {"shape": np.array([2, 5, 4], np.int64)}, opset=18)
+    p, ref = _compile(model), _compile(model, "ref")
+    regions = [r[0] for r in p.executable.main.thread_plan()[0] if isinstance(r[0], Region)]
+    assert any(GATHER_ELEMENTS in _kinds(r) for r in regions)
+    for f in ({"x": x, "i": idx}, {"x": -x, "i": idx[::-1].copy()}):
+        np.testing.assert_array_equal(p.run(f)[0], ref.run(f)[0])
+    with pytest.raises(fusegraph.errors.ExecutionError):
+        p.run({"x": x, "i": np.full((2, 5, 1), 9, np.int64)})

@@ -224,7 +224,8 @@ class CRenderer:
             return self._unary_float(fn, as_, args[0], rt)
         if fn == "pow":
             if rt.is_float:
-                return f"pow{'f' if single(rt) else ''}({as_(args[0], rt)}, {as_(args[1], rt)})"
+                fn_c = self.need("fg_powf") if single(rt) else "pow"
+                return f"{fn_c}({as_(args[0], rt)}, {as_(args[1], rt)})"
             return convert(f"pow({as_(args[0], DType.float64)}, {as_(args[1], DType.float64)})",
                            DType.float64, rt)
         xs = [as_(a, rt) for a in args]

@@ -175,6 +175,15 @@ static inline float fg_sigmoidf(float x) {
     return x >= 0.0f ? s : e * s;
 }
 """,
+    # pow as ONNX Runtime's CPU Pow computes it: an exponent of 2 or 3 multiplies (x * x is powf's
+    # correctly rounded answer; x * x * x within an ulp of it), the rest libm's powf. GPT's tanh GELU
+    # (x^3 of every activation) spent most of its time in powf; the branch is the same for every
+    # element of a broadcast exponent
+    "fg_powf": r"""
+static inline float fg_powf(float a, float b) {
+    return b == 2.0f ? a * a : (b == 3.0f ? a * a * a : powf(a, b));
+}
+""",
     "fg_sigmoidf_libm": r"""
 static inline float fg_sigmoidf_libm(float x) {
     const float e = expf(-fabsf(x));

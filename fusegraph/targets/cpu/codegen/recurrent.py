@@ -39,7 +39,7 @@ _F32 = {"FMIN": "fminf", "FMAX": "fmaxf", "EXP": "expf", "FABS": "fabsf", "LOG1P
 _F64 = {"FMIN": "fmin", "FMAX": "fmax", "EXP": "exp", "FABS": "fabs", "LOG1P": "log1p",
         "fg_tanhf": "tanh", "fg_sigmoidf": "fg_sigmoid"}
 
-_STEPS = {
+STEPS = {
     # acc holds XW + H R^T (+ all biases); c is the cell state
     "lstm": r"""
         for (int j = 0; j < H; j++) {
@@ -173,16 +173,8 @@ def recurrent_kernel(op, dtype: DType, t_len: int, batch: int, peepholes: bool, 
     names = _F32 if ft == "float" else _F64
     lbr = bool(getattr(op, "linear_before_reset", False))
     first = {"lstm": 4 * h, "gru": 3 * h if lbr else 2 * h, "rnn": h}[op.name]
-    template = _TEMPLATE.replace("STEP", _STEPS[op.name])
-    # each activation slot j as a function per direction; ACTj(v) picks by direction only when the
-    # directions' functions differ (the branch is loop-invariant)
-    lines = []
-    for j in range(op.n_activations):
-        bodies = [_act(op, k * op.n_activations + j, j not in op.unclipped, names, lit) for k in range(dirs)]
-        for k, body in enumerate(bodies):
-            lines.append(f"static inline FT KNAME_act{j}_{k}(FT x) {{ return {body}; }}")
-        pick = f"KNAME_act{j}_0(v)" if len(set(bodies)) == 1 else f"(k == 0 ? KNAME_act{j}_0(v) : KNAME_act{j}_1(v))"
-        lines.append(f"#define ACT{j}(v) {pick}")
+    template = _TEMPLATE.replace("STEP", STEPS[op.name])
+    lines = activation_defines(op, names, lit)
     consts = {"FT": ft, "H": h, "GH": g * h, "T": t_len, "BATCH": batch, "DIRS": dirs,
               "REVERSE": "(k == 1)" if dirs == 2 else int(op.direction == "reverse"),
               "HAS_LENS": int(op.has_sequence_lens), "INPUT_FORGET": int(getattr(op, "input_forget", False)),
@@ -195,8 +187,7 @@ def recurrent_kernel(op, dtype: DType, t_len: int, batch: int, peepholes: bool, 
                       *(f"#undef {k}" for k in undefs)])
     helpers = []
     if ft == "float":
-        for fn in ("fg_expf", "fg_tanhf", "fg_sigmoidf"):
-            helpers.append((fn, fast_helper(fn)))
+        helpers += float_helpers()
     else:
         helpers.append(("fg_sigmoid", fast_helper("fg_sigmoid")))
     assert all(dep in dict(helpers) for fn, _ in helpers for dep in DEPENDS.get(fn, ()))
@@ -205,6 +196,24 @@ def recurrent_kernel(op, dtype: DType, t_len: int, batch: int, peepholes: bool, 
                                    *((dtype, dtype) if project else ()))
     return KernelSource(name=name, code=code.replace("KNAME", name), helpers=tuple(helpers),
                         in_dtypes=tuple(ptr_dtypes), out_dtype=dtype)
+
+
+def activation_defines(op, names: dict[str, str], lit: str) -> list[str]:
+    """Each activation slot j as a C function per direction, and ACTj(v) picking by direction (k)
+    only when the directions' functions differ (the branch is loop-invariant)."""
+    lines = []
+    for j in range(op.n_activations):
+        bodies = [_act(op, k * op.n_activations + j, j not in op.unclipped, names, lit) for k in range(op.num_directions)]
+        for k, body in enumerate(bodies):
+            lines.append(f"static inline FT KNAME_act{j}_{k}(FT x) {{ return {body}; }}")
+        pick = f"KNAME_act{j}_0(v)" if len(set(bodies)) == 1 else f"(k == 0 ? KNAME_act{j}_0(v) : KNAME_act{j}_1(v))"
+        lines.append(f"#define ACT{j}(v) {pick}")
+    return lines
+
+
+def float_helpers() -> list[tuple[str, str]]:
+    """The float32 activations' shared helpers, in dependency order."""
+    return [(fn, fast_helper(fn)) for fn in ("fg_expf", "fg_tanhf", "fg_sigmoidf")]
 
 
 def _act(op, i: int, clipped: bool, names: dict[str, str], lit: str) -> str:

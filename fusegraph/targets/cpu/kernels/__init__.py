@@ -2,10 +2,12 @@
 
 from . import (  # noqa: F401
     control,
+    cumulative,
     custom,
     dense,
     int8,
     int8_dynamic,
+    int8_lstm,
     lookup,
     min_max,
     movement,

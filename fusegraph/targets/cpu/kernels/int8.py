@@ -11,6 +11,8 @@ weights.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ....errors import CompileError
@@ -184,7 +186,22 @@ def int8_dot(ins: Instruction, ctx: LowerContext) -> Kernel:
     prim = onednn.MatMul(a.desc(quant.src), wq, bias, post_ops=_post_ops(ins.op), threads=ctx.threads_for(flops),
                          quant=quant)
     product = prim.out_shape  # the output is its reshape (out_lens): the same bytes
-    return _kernel(prim, a.view, lambda out: out.reshape(product), ins.shape, shift)
+    run = _kernel(prim, a.view, lambda out: out.reshape(product), ins.shape, shift)
+    if not shift:  # (a shifted int8 source is flipped by numpy per call: a Python step)
+        run.native = functools.partial(_product_call, prim, a, product)  # type: ignore[attr-defined]
+    return run
+
+
+def _product_call(prim, a, product: tuple[int, ...], args, out):
+    """int8_dot's C form: the oneDNN call over x as the primitive reads it and the planned output
+    seen as the product it writes (a reshape, the same bytes); QDQ BERT's int8 products were Python
+    steps between native programs. None where either would need a copy."""
+    from ..native_program import primitive_call
+
+    x, y = a.exact(args[0]), out.reshape(product)
+    if x is None or not out.flags.c_contiguous or y.ctypes.data != out.ctypes.data:
+        return None
+    return [primitive_call(prim, x, out=y)]
 
 
 # MatMulInteger's integer product (quant_dot) through float BLAS where that is exact: every partial

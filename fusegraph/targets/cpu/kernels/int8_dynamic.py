@@ -9,10 +9,13 @@ int8 source without VNNI is fed as uint8 (x ^ 0x80 is x + 128, its zero point + 
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from ....ir.dtypes import DType
 from ....ir.module import Instruction
+from ..codegen.kernels import KernelSource
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
 from .int8 import DNNL
 
@@ -48,4 +51,35 @@ def int8_dynamic_dot(ins: Instruction, ctx: LowerContext) -> Kernel:
         prim(xq, scales, zero, out=out.reshape(product))
         return out
 
+    if not shift:  # (a shifted int8 source would need its bytes flipped first: those stay Python steps)
+        widen = _zero_point_kernel(x.shape.dtype)
+        ctx.kernel_sources.append(widen)
+        cell: dict = {}
+        ctx.deferred.append(lambda: cell.update(kernel=ctx.library[widen.name]))
+
+        def native(args, out):
+            """The zero point widened to int32 by a generated line of C into a scratch of this
+            thread's, then the primitive: both over fixed buffers."""
+            from ..native_program import kernel_call, primitive_call
+
+            xq, zp, _, scale = args[:4]
+            if (not xq.flags.c_contiguous or not out.flags.c_contiguous or scale.dtype != np.float32
+                    or not scale.flags.c_contiguous or zp.size != 1):
+                return None
+            zero = np.zeros(1, np.int32)
+            kernel = cell["kernel"]
+            return [kernel_call(kernel._fn, zero.ctypes.data, [zp.ctypes.data], [0], 1),
+                    primitive_call(prim, xq, scale.reshape(n_scales), zero, out=out.reshape(product))]
+
+        run.native = native  # type: ignore[attr-defined]
     return run
+
+
+def _zero_point_kernel(dtype: DType) -> KernelSource:
+    """int32 out[0] = the uint8/int8 zero point p[1][0]."""
+    ct = {DType.uint8: "uint8_t", DType.int8: "int8_t"}[dtype]
+    code = ("FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {\n"
+            f"    (void)d; (void)nt; *(int32_t *)p[0] = (int32_t)*(const {ct} *)p[1];\n}}\n")
+    name = "fg_zero_point_" + hashlib.sha256(code.encode()).hexdigest()[:16]
+    return KernelSource(name=name, code=code.replace("KNAME", name), helpers=(), in_dtypes=(dtype,),
+                        out_dtype=DType.int32)

@@ -1,7 +1,8 @@
 """min_max (ops_int8_dynamic.py) on the cpu: one compiled pass over x on every thread, each thread's
 min and max vectorized (`omp simd` reductions: gcc does not vectorize a float min without them), then
 combined. numpy's min and max are two single-threaded passes; DynamicQuantizeLinear runs before every
-dynamically quantized product."""
+dynamically quantized product. The order of the elements does not matter: a transposed tensor whose
+elements fill their buffer (a permutation of it, dense_span) is one pass over the buffer too."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ....ir.dtypes import DType
 from ....ir.module import Instruction
 from ..codegen.kernels import KernelSource
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
+from ..native_program import dense_span
 
 _GRAIN = 1 << 17  # elements a thread gets at least: below, forking (and, on a busy machine, waiting for
 #                   the other thread at the barrier) costs more than the pass saves
@@ -62,7 +64,7 @@ def min_max_kernel() -> KernelSource:
 @lowering("min_max")
 def min_max(ins: Instruction, ctx: LowerContext) -> Kernel:
     x = ins.inputs[0].shape
-    if x.is_dynamic or not x.standard:  # a strided view: numpy's two passes
+    if x.is_dynamic:
         return reference_kernel(ins, ctx)
     src = min_max_kernel()
     ctx.kernel_sources.append(src)
@@ -75,11 +77,20 @@ def min_max(ins: Instruction, ctx: LowerContext) -> Kernel:
         a = args[0]
         if out is None:
             out = np.empty(2, np.float32)
-        if not a.flags.c_contiguous:  # a layout the IR did not promise: numpy, still right
+        if not dense_span(a):  # a strided view: numpy's two passes (a permuted buffer is one pass)
             np.copyto(out, ins.op.compute([a]))
             return out
         kernel = cell["kernel"]
         kernel._fn(ptrs(out.ctypes.data, a.ctypes.data), dims(n), kernel.threads)
         return out
 
+    def native(args, out):  # (before every dynamically quantized product: it kept them apart)
+        from ..native_program import kernel_call
+
+        if not dense_span(args[0]) or not out.flags.c_contiguous:
+            return None
+        kernel = cell["kernel"]
+        return [kernel_call(kernel._fn, out.ctypes.data, [args[0].ctypes.data], [n], kernel.threads)]
+
+    run.native = native  # type: ignore[attr-defined]
     return run

@@ -9,6 +9,7 @@ import numpy as np
 from ....errors import CompileError, ExecutionError, FusegraphError, InputError
 from ....ir.dtypes import DType
 from ....ir.module import Instruction
+from ....ir.op import OpKind
 from ....ir.shape import Shape, same_steps
 from ....ops.indexing import check_range
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
@@ -246,7 +247,7 @@ def gather(ins: Instruction, ctx: LowerContext) -> Kernel:
         return np.take(args[0], args[1], axis=axis, out=out)
 
     def native(args, out):  # (the range check in C: an index out of range hands the step back to run)
-        from ..native_program import gather as gather_call
+        from ..native_indexing import gather as gather_call
 
         c = gather_call(out, args[0], args[1], axis)
         return None if c is None else [c]
@@ -262,7 +263,7 @@ def gather_nd(ins: Instruction, ctx: LowerContext) -> Kernel:
     run = reference_kernel(ins, ctx)
     if ins.op.batch_dims == 0 and isinstance(ins.shape, Shape) and not ins.shape.is_dynamic:
         def native(args, out):
-            from ..native_program import gather_nd as gather_nd_call
+            from ..native_indexing import gather_nd as gather_nd_call
 
             c = gather_nd_call(out, args[0], args[1])
             return None if c is None else [c]
@@ -271,18 +272,63 @@ def gather_nd(ins: Instruction, ctx: LowerContext) -> Kernel:
     return run
 
 
+@lowering("gather_elements")
+def gather_elements(ins: Instruction, ctx: LowerContext) -> Kernel:
+    """The reference's gather; by constant indices (DeBERTa's relative positions: a literal seen
+    through broadcasts) in a native program a table of offsets, checked once here; by run-time ones
+    (an SSD head's boxes of its top scores) a C loop checking them first (indices laid out otherwise,
+    a broadcast, copied dense)."""
+    run = reference_kernel(ins, ctx)
+    if ins.inputs[0].shape.is_dynamic or not isinstance(ins.shape, Shape) or ins.shape.is_dynamic:
+        return run
+    index = folded_constant(ins.inputs[1])
+    if index is not None:
+        return with_take(run, ins, [index]) if _in_range(ins.op, index, ins.inputs[0].shape.lens[ins.op.axis]) else run
+
+    def native(args, out):
+        from .. import native_indexing, native_program
+
+        d = native_program.dense(args[1])
+        c = None if d is None else native_indexing.gather_elements(out, args[0], d[0], ins.op.axis)
+        return None if c is None else [*d[1], c]
+
+    run.native = native  # type: ignore[attr-defined]
+    return run
+
+
+def folded_constant(ins: Instruction, depth: int = 8) -> np.ndarray | None:
+    """The value of a literal, or of movement ops (reshapes, broadcasts) over one; else None."""
+    if ins.is_literal:
+        return np.asarray(ins.literal)
+    if depth == 0 or ins.op.kind is not OpKind.MOVEMENT or not ins.op.deterministic or not ins.inputs:
+        return None
+    values = [folded_constant(x, depth - 1) for x in ins.inputs]
+    return None if any(v is None for v in values) else np.asarray(ins.op.compute(values))
+
+
 @lowering("scatter_nd", "scatter_elements")
 def scatter(ins: Instruction, ctx: LowerContext) -> Kernel:
     """The reference's scatter; in a native program (float32) a copy of the data and a C loop over
-    the indices, checked first, applied in order as numpy's ufunc.at applies them."""
+    the indices, checked first, applied in order as numpy's ufunc.at applies them. Operands laid
+    out otherwise (indices broadcast along the row: torch's scatter_add of a message matrix) are
+    copied into dense scratch arrays first."""
     run = reference_kernel(ins, ctx)
     if isinstance(ins.shape, Shape) and not ins.shape.is_dynamic:
         def native(args, out):
-            from .. import native_program
+            from .. import native_indexing, native_program
 
+            copies, operands = [], []
+            for a in args:
+                d = native_program.dense(a)
+                if d is None:
+                    return None
+                operands.append(d[0])
+                copies += d[1]
             if ins.op.name == "scatter_nd":
-                return native_program.scatter_nd(out, *args, ins.op.reduction)
-            return native_program.scatter_elements(out, *args, ins.op.axis, ins.op.reduction)
+                calls = native_indexing.scatter_nd(out, *operands, ins.op.reduction)
+            else:
+                calls = native_indexing.scatter_elements(out, *operands, ins.op.axis, ins.op.reduction)
+            return None if calls is None else [*copies, *calls]
 
         run.native = native  # type: ignore[attr-defined]
     return run

@@ -56,6 +56,7 @@ def recurrent(ins: Instruction, ctx: LowerContext) -> Kernel:
     ctx.kernel_sources.append(source)
     cell: dict = {}
     ctx.deferred.append(lambda: cell.update(kernel=ctx.library[source.name]))
+    threads = recurrence_threads(ctx, t_len * batch * dirs * (op.gates * h) * (h + (n_in if inside else 0)))
     dims = (ctypes.c_int64 * 1)(0)
     fixed = (rt, rb, pp)  # the kernel's constant arguments
     projection = (wt, bias) if inside else ()  # the kernel's own product's arguments (kept alive here)
@@ -76,7 +77,7 @@ def recurrent(ins: Instruction, ctx: LowerContext) -> Kernel:
         ys = [np.empty(sh, dtype) if out is None or out[k] is None else out[k] for k, sh in enumerate(shapes)]
         ptrs = (_PTR * 12)(xw.ctypes.data, *(a.ctypes.data for a in fixed),
                            *(None if a is None else a.ctypes.data for a in (*optional(args), *ys, None)[:6]), *tail)
-        kernel._fn(ptrs, dims, kernel.threads)
+        kernel._fn(ptrs, dims, threads)
         return tuple(ys)
 
     run.projection = projection  # type: ignore[attr-defined]
@@ -106,11 +107,18 @@ def recurrent(ins: Instruction, ctx: LowerContext) -> Kernel:
         kernel = cell["kernel"]
         ptrs = [a.ctypes.data for a in fixed] + [
             0 if a is None else a.ctypes.data for a in (*operands[1:], *ys, None)[:6]] + list(tail)
-        record, keep = kernel_call(kernel._fn, xw.ctypes.data, ptrs, dims, kernel.threads)
+        record, keep = kernel_call(kernel._fn, xw.ctypes.data, ptrs, dims, threads)
         return [*calls, (record, (*keep, operands, xw, ys))]
 
     run.native = native  # type: ignore[attr-defined]
     return run
+
+
+def recurrence_threads(ctx: LowerContext, multiply_adds: int) -> int:
+    """Threads for a recurrence's two directions: one below SMALL_WORK, where waking the other
+    thread (asleep, or descheduled on a busy machine) costs more than its half: a two-layer
+    BiLSTM over 12 steps of 16 units took 0.49 ms at two threads on the loaded VM, 0.02 at one."""
+    return ctx.threads_for(2.0 * multiply_adds)
 
 
 def _projection(wt: np.ndarray, bias: np.ndarray, rows: int, ctx: LowerContext):

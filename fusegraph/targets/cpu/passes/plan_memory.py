@@ -26,6 +26,9 @@ TUPLE_WRITERS = frozenset({"lstm", "gru", "rnn", "moments", "top_k"})
 # module outputs up to this size are planned and copied out at the end of a run (ModuleSteps):
 # their kernels then join native programs; a larger one is its kernel's own array (no copy)
 SMALL_OUTPUT = 1 << 16
+# DynamicQuantizeLSTM and control flow write their tuples so too (kernels/control.py copies If's,
+# Scan's and Loop's results in, never an input's array: native_control.py writes them in C)
+TUPLE_WRITERS |= {"dynamic_quantize_lstm", "if", "scan", "loop"}
 
 
 def plan_memory(module: Module, body: bool = False) -> bool:
@@ -33,9 +36,9 @@ def plan_memory(module: Module, body: bool = False) -> bool:
     an arena of its own. As a pass it leaves submodules alone (fused ops' bodies are never run)."""
     if module.parent is not None and not body:
         return False
-    # a body may also return a value it reads from here: what control flow reads escapes too
-    # (an If's condition is only tested)
-    flows = set().union(*[body_reads(i) | {x.uid for x in i.inputs[i.op.name == "if":]}
+    # a body may also return a value it reads from here: what control flow reads escapes too (a
+    # tuple writer's results, an If's, a Scan's, a Loop's, are never its inputs' arrays)
+    flows = set().union(*[body_reads(i) | {x.uid for x in i.inputs if i.op.name not in TUPLE_WRITERS}
                           for i in module.instructions if i.op.kind is OpKind.CONTROL])
     escaping = {_root(i).uid for i in module.instructions if _escapes(i) or i.uid in flows}
     escaping |= _aliased_by_outputs(module)
@@ -95,8 +98,7 @@ def _escapes(ins: Instruction) -> bool:
 def _keeps_no_reference(user: Instruction, ins: Instruction) -> bool:
     """Whether `user`'s result (a tuple) never holds `ins`'s array: a tuple writer's are fresh, the
     module's return (outputs are copied out) and an If's condition (only tested) are no results."""
-    return (user.op.name in TUPLE_WRITERS or isinstance(user.op, Return)
-            or (user.op.name == "if" and all(x is not ins for x in user.inputs[1:])))
+    return user.op.name in TUPLE_WRITERS or isinstance(user.op, Return)
 
 
 def _root(ins: Instruction) -> Instruction:
