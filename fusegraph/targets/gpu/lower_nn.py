@@ -50,16 +50,26 @@ def attention(ctx, step):
 
     def run(q, kt, v, mask=None):
         q, kt, v = (apply(x, c) for x, c in zip((q, kt, v), chains))
-        q, k, v = (_unit_last(x) for x in (q, kt.transpose(-1, -2), v))
+        q, k, v = (sdpa_operand(x) for x in (q, kt.transpose(-1, -2), v))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     return run
 
 
-def _unit_last(x):
-    """`x` with unit stride along its last dim: the flash and memory-efficient kernels need it, and
-    without them SDPA falls back to its math form (a K^T made contiguous by its producer, read
-    transposed, made ViT-B/16's attention 15x slower than flash on an H200, issue 23)."""
-    return x if x.stride(-1) == 1 or x.shape[-1] == 1 else x.contiguous()
+def sdpa_operand(x):
+    """`x` as SDPA's kernels take it, else a dense copy. Unit stride along the last dim: the flash
+    and memory-efficient kernels need it, and without them SDPA falls back to its math form (a K^T
+    made contiguous by its producer, read transposed, made ViT-B/16's attention 15x slower than
+    flash on an H200, issue 23). A strided view (view_chain.py) only in half precision (flash's
+    types) and with its start and strides on 16 bytes: in float32 the memory-efficient kernel took
+    SegFormer's and a GPT-2 kv-step's views on the H200 and refused them at run time ("query is not
+    correctly aligned", "no kernel found to launch")."""
+    if x.shape[-1] != 1 and x.stride(-1) != 1:
+        return x.contiguous()
+    if x.is_contiguous():
+        return x
+    size = x.element_size()
+    aligned = x.data_ptr() % 16 == 0 and all(s * size % 16 == 0 for d, s in zip(x.shape[:-1], x.stride()[:-1]) if d > 1)
+    return x if size == 2 and aligned else x.contiguous()
 
 
 @lowering("quant_dot", mode="into", note="int8 x int8 weights: torch._int_mm; else exact in float64")

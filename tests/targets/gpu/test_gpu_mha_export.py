@@ -163,3 +163,21 @@ def test_torch_mha_export_runs_as_slices_and_sdpa(gpu_target, fp16):
     assert all(compose(x.shape.lens, x.shape.strides, c) is not None for x, c in zip(att.inputs, att.data["chains"]))
     tol = 2e-2 if fp16 else 1e-4
     assert_close(p.run(x), run_ort(model, x), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype, stride_m, kept", [
+    ("float16", 64, True),    # an aligned half view: flash reads it as it is
+    ("float16", 36, False),   # rows 72 bytes apart: off 16 bytes, copied
+    ("float32", 64, False),   # float32: the memory-efficient kernel refuses some views on CUDA
+])
+def test_sdpa_operands_are_views_only_where_the_kernels_take_them(dtype, stride_m, kept):
+    import torch
+
+    from fusegraph.targets.gpu.lower_nn import sdpa_operand
+
+    base = torch.zeros(2, 4, 8, stride_m, dtype=getattr(torch, dtype))
+    x = base[..., :16]  # [2, 4, 8, 16], unit last stride, rows stride_m apart
+    got = sdpa_operand(x)
+    assert (got.data_ptr() == x.data_ptr() and got.stride() == x.stride()) == kept
+    assert torch.equal(got, x)
+    assert sdpa_operand(x.transpose(-1, -2)).stride(-1) == 1  # never a non-unit last stride
