@@ -143,7 +143,7 @@ def _quantize_module(module: Module, half: DType, keep: frozenset[str]) -> bool:
             continue
         half_inputs = [as_type(x, half, ins) if _is_f32(x) else x for x in inputs]
         try:
-            new[ins.uid] = module.insert(ins, _half_op(ins.op, half), *half_inputs, module_args=ins.module_args)
+            new[ins.uid] = module.insert(ins, retyped(ins.op, (F32,), half), *half_inputs, module_args=ins.module_args)
         except FusegraphError:  # the op refuses half inputs: keep it in float32
             new[ins.uid] = _rebuild(module, ins, [as_type(x, F32, ins) for x in inputs], as_type, half)
     _keep_provenance(old, new, watermark)
@@ -181,10 +181,12 @@ def _rebuild(module: Module, ins: Instruction, inputs: list[Instruction], as_typ
     return as_type(x, half, ins) if _is_f32(x) else x
 
 
-def _half_op(op, half: DType):
-    """The op with float32 attributes that name result types turned half."""
-    if isinstance(op, Convert) and op.to == F32:
-        return Convert(to=half, saturate=op.saturate)
-    if isinstance(op, FusedPointwise) and op.out_type == F32:
-        return FusedPointwise(body_text=op.body_text, n_inputs=op.n_inputs, out_type=half)
+def retyped(op, old: tuple[DType, ...], new: DType):
+    """The op with the attributes that name its result type (a conversion's target, a fused chain's
+    out_type) turned from one of `old` to `new`; other ops as they are. (Half conversions both ways:
+    here, and the cpu target's widen_half.)"""
+    if isinstance(op, Convert) and op.to in old:
+        return Convert(to=new, saturate=op.saturate)
+    if isinstance(op, FusedPointwise) and op.out_type in old:
+        return FusedPointwise(body_text=op.body_text, n_inputs=op.n_inputs, out_type=new)
     return op

@@ -26,7 +26,8 @@ from ....errors import FusegraphError
 from ....ir.dtypes import DType
 from ....ir.module import Instruction, Module
 from ....ir.shape import Shape
-from ....ops.pointwise import Convert, FusedPointwise
+from ....ops.pointwise import Convert
+from ....quantize.fp16 import retyped
 
 HALF = (DType.float16,)
 F32 = DType.float32
@@ -41,13 +42,16 @@ def widen_half(module: Module) -> bool:
         return False
     new: dict[int, Instruction] = {}  # old uid -> what stands for it now
     converted: dict[tuple[int, DType], Instruction] = {}
+    changed = False  # (a conversion made for an op that then refused its inputs is a change too)
 
     def as_type(x: Instruction, dt: DType | None, before: Instruction) -> Instruction:
         """`x` as `dt` (one conversion per value and type; a constant converted here, exactly)."""
         if dt is None or _dtype(x) in (None, dt) or not (dt.is_float and _dtype(x).is_float):
             return x
+        nonlocal changed
         key = (x.uid, dt)
         if key not in converted:
+            changed = True
             converted[key] = (module.insert(before, type(x.op)(x.literal.astype(dt.np))) if x.is_literal
                               else module.insert(before, Convert(to=dt), x))
         return converted[key]
@@ -57,7 +61,6 @@ def widen_half(module: Module) -> bool:
 
     old = list(module.instructions)
     ret = module.return_ins
-    changed = False
     for ins in old:
         if ins is ret or ins.is_param or ins.is_literal:  # (widened where an op reads them)
             continue
@@ -76,7 +79,7 @@ def widen_half(module: Module) -> bool:
             r = module.insert(ins, ins.op, *own(), module_args=ins.module_args)
         elif _dtype(ins) in HALF or moved or any(_dtype(x) in HALF for x in inputs):
             try:
-                r = module.insert(ins, _wide_op(ins.op), *[widened(x, ins) for x in inputs])
+                r = module.insert(ins, retyped(ins.op, HALF, F32), *[widened(x, ins) for x in inputs])
             except FusegraphError:  # the op takes no float32 inputs: it runs in its own types
                 if not moved:
                     continue
@@ -94,11 +97,3 @@ def widen_half(module: Module) -> bool:
             module.remove(ins)
     return True
 
-
-def _wide_op(op):
-    """The op with attributes that name a half result type turned float32."""
-    if isinstance(op, Convert) and op.to in HALF:
-        return Convert(to=F32, saturate=op.saturate)
-    if isinstance(op, FusedPointwise) and op.out_type in HALF:
-        return FusedPointwise(body_text=op.body_text, n_inputs=op.n_inputs, out_type=F32)
-    return op
