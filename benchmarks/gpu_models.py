@@ -7,6 +7,14 @@ with fp16=True, contenders alternated with CUDA events) and followed by fusegrap
                                     [--modes reduce-overhead] [--profile 15] [--out-dir DIR]
     python benchmarks/gpu_models.py --list            # the registry: name, family, batches, inputs
     python benchmarks/gpu_models.py --check           # build + export every row at batch 1 (no GPU timing)
+    python benchmarks/gpu_models.py --rows all --prepare 6   # compile every row in 6 processes first
+
+`--prepare N` first compiles every row (export, fusegraph, the torch.compile modes) in N processes at
+once, recording those cold compile times (`cold_compile_s`, taken N at a time: CPU and GPU shared;
+`--prepare-only` stops there, `--cold FILE` attaches an earlier prepare's times),
+then times the rows one by one: their compiles (`compile_s`) find Triton's and inductor's caches
+warm; fusegraph's autotuning cache is the children's own, so each row's GEMM choices are timed again
+on a quiet GPU, never taken from timings made while other compiles ran.
 
 A row is a registry entry (`MODELS`): a builder of the torch module, its batch sizes and input maker,
 whether it is a conv net (channels-last on the torch side). gpu_vs_torch.build takes these names too.
@@ -16,9 +24,13 @@ torchvision and transformers are imported only when a row needs them.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import json
+import os
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -196,6 +208,39 @@ def check_rows(rows: list[tuple[str, int]]) -> None:
             print(f"FAIL {name:26s} {type(e).__name__}: {str(e)[:150]}", flush=True)
 
 
+def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | None) -> dict[str, dict]:
+    """Compile every row in `jobs` processes at once (see the module's docstring); their cold compile
+    times (or the error a row's compile raised) by "name:batch", written to gpu_models_cold-<host>.json
+    as each row finishes."""
+    from benchmarks._common import write_results
+
+    home = tempfile.mkdtemp(prefix="gpu_models_prepare_")  # the children's fusegraph autotuning cache
+    env = {**os.environ, "HOME": home, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+
+    def one(row: tuple[str, int]) -> dict:
+        args = [sys.executable, __file__, "--rows", f"{row[0]}:{row[1]}", "--modes", modes, "--compile-only"]
+        done = subprocess.run(args, env=env, capture_output=True, text=True)
+        try:
+            return json.loads(done.stdout.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+
+    payload: dict = {"jobs": jobs, "rows": {}}
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        futures = {pool.submit(one, row): row for row in rows}
+        for done in concurrent.futures.as_completed(futures):
+            name, batch = futures[done]
+            result = done.result()
+            payload["rows"][f"{name}:{batch}"] = result.get("compile_s", result.get("error"))
+            payload["seconds"] = round(time.perf_counter() - t0, 1)
+            path = write_results("gpu_models_cold", payload)
+            if out_dir:
+                (Path(out_dir) / path.name).write_text(path.read_text())
+            print(f"compiled {name}:{batch} {payload['rows'][f'{name}:{batch}']}", flush=True)
+    return payload["rows"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default=DEFAULT_ROWS, help="name:batch,... ('all': every model at its batches)")
@@ -205,6 +250,10 @@ def main() -> None:
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--prepare", type=int, default=0, help="compile the rows in this many processes first")
+    ap.add_argument("--prepare-only", action="store_true", help="stop after --prepare")
+    ap.add_argument("--cold", default=None, help="a gpu_models_cold JSON of an earlier --prepare: its times")
+    ap.add_argument("--compile-only", action="store_true", help="(for --prepare) print each row's compile times")
     args = ap.parse_args()
     if args.rows == "all":
         rows = [(n, b) for n, m in MODELS.items() for b in m.batches]
@@ -224,6 +273,16 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU (--check and --list run anywhere)")
     deadline = time.perf_counter() + args.deadline
+    if args.compile_only:
+        for name, batch in rows:
+            print(json.dumps(measure_row(name, batch, deadline, args.modes.split(","), compile_only=True)), flush=True)
+        return
+    os.environ.setdefault("TRITON_CACHE_DIR", str(Path.home() / ".triton" / "cache"))  # shared with --prepare's
+    cold = json.loads(Path(args.cold).read_text())["rows"] if args.cold else {}
+    if args.prepare:
+        cold = prepare(rows, args.prepare, args.modes, args.out_dir)
+        if args.prepare_only:
+            return
     payload = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": []}
     for name, batch in rows:
         profile: list[str] = []
@@ -236,6 +295,8 @@ def main() -> None:
         except Exception as e:  # one broken row must not lose the others
             row = {"model": name, "batch": batch, "error": f"{type(e).__name__}: {e}",
                    "traceback": traceback.format_exc()[-2000:]}
+        if f"{name}:{batch}" in cold:  # compiled by --prepare, with others at once
+            row["cold_compile_s"] = cold[f"{name}:{batch}"]
         payload["rows"].append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "traceback"}), flush=True)
         print("\n".join(profile), flush=True)

@@ -266,8 +266,10 @@ def time_alternating(fns: dict) -> dict[str, list[float]]:
     return {k: [a.elapsed_time(b) for a, b in v] for k, v in events.items()}
 
 
-def measure_row(name: str, batch: int, deadline: float, modes: list[str], inspect=None) -> dict:
-    """One row; `inspect(row, executable, inputs, names)`, if given, runs once the timing is done."""
+def measure_row(name: str, batch: int, deadline: float, modes: list[str], inspect=None,
+                compile_only: bool = False) -> dict:
+    """One row; `inspect(row, executable, inputs, names)`, if given, runs once the timing is done.
+    `compile_only`: the row with its compile times alone (a run that fills the compile caches)."""
     row: dict = {"model": name, "batch": batch, "dtype": "float16"}
     timed, export, inputs, names, convnet = build(name, batch)
     t0 = time.perf_counter()
@@ -331,6 +333,9 @@ def measure_row(name: str, batch: int, deadline: float, modes: list[str], inspec
             peak_mb[mode] = (torch.cuda.max_memory_allocated() - base) / 2**20
             held_mb[mode] = (torch.cuda.memory_allocated() - base) / 2**20
             fns[mode] = (lambda c: lambda: c(*targs))(compiled)
+        if compile_only:
+            torch._dynamo.reset()
+            return {**row, "compile_s": {k: round(v, 2) for k, v in compile_s.items()}}
         times = time_alternating(fns)
     if inspect is not None:
         inspect(row, exe, inputs, names)
