@@ -1,9 +1,12 @@
 """Evaluates instructions whose inputs are all constants and replaces them by constants.
 
 Pointwise ops over broadcast constants are evaluated on the small values and broadcast again, so
-constants stay as small as their information. Other results much larger than their inputs
-(constant-of-shape fills, big broadcasts) stay unevaluated: folding them would trade a few bytes
-for megabytes of weights.
+constants stay as small as their information. Other ops over constants (literals, or literals
+broadcast: a constant-of-shape fill, a constant that gained leading 1-axes) are evaluated on the
+full values, unless their result is much larger than the literals it comes from: folding those would
+trade a few bytes for megabytes of weights. A result that is one value repeated stays a broadcast
+scalar. (Swin's shifted-window mask, a fill scattered into and then reshaped, transposed and
+compared, is such a chain: folded, its dozens of run-time steps are gone.)
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from .constants import materialize, small_constant
 
 GROWTH_LIMIT_BYTES = 1 << 20   # a result may exceed its inputs' bytes by this much ...
 GROWTH_FACTOR = 4              # ... or by this factor, whichever is larger
+EXPAND_LIMIT_BYTES = 1 << 26   # broadcast constants are expanded to evaluate an op on them up to this size
 NEVER_FOLD = frozenset({"broadcast", "broadcast_like"})
 
 
@@ -36,6 +40,14 @@ def _fold_pointwise(module: Module, ins: Instruction) -> Instruction | None:
     return materialize(module, ins, result, ins.shape)
 
 
+def _smallest(module: Module, ins: Instruction, value: np.ndarray) -> Instruction:
+    """`value` as a literal, or a scalar literal broadcast when every element is the same."""
+    flat = value.reshape(-1)
+    if flat.size > 1 and bool(np.all(flat == flat[0])):
+        return materialize(module, ins, flat[0], ins.shape)
+    return module.add_literal(value)
+
+
 def propagate_constant(module: Module, keep: frozenset[str] = frozenset()) -> bool:
     """Fold what is constant; instructions of the ops named in `keep` stay as they are."""
     changed = False
@@ -48,14 +60,18 @@ def propagate_constant(module: Module, keep: frozenset[str] = frozenset()) -> bo
                 module.replace(ins, new)
                 changed = True
                 continue
-        if not all(i.is_literal for i in ins.inputs):
+        small = [small_constant(i) for i in ins.inputs]
+        if any(v is None for v in small):
             continue
-        in_bytes = sum(i.literal.nbytes for i in ins.inputs)
+        in_bytes = sum(v.nbytes for v in small)
         if ins.shape.bytes > max(GROWTH_FACTOR * in_bytes, in_bytes + GROWTH_LIMIT_BYTES):
             continue
-        value = np.array(ins.op.compute([i.literal for i in ins.inputs]), order="C")  # keeps 0-d 0-d
+        if sum(i.shape.bytes for i in ins.inputs if not i.is_literal) > EXPAND_LIMIT_BYTES:
+            continue
+        full = [v if i.is_literal else np.array(np.broadcast_to(v, i.shape.lens)) for v, i in zip(small, ins.inputs)]
+        value = np.array(ins.op.compute(full), order="C")  # keeps 0-d 0-d
         if value.dtype != ins.shape.dtype.np or value.shape != ins.shape.lens:
             value = value.astype(ins.shape.dtype.np).reshape(ins.shape.lens)
-        module.replace(ins, module.add_literal(value))
+        module.replace(ins, _smallest(module, ins, value))
         changed = True
     return changed

@@ -257,3 +257,35 @@ def test_reflect_pad_is_kept():
           @return(%3)
     """, eliminate_pad, eliminate_dead_code)
     assert "pad[" in text
+
+
+def test_ops_on_broadcast_constants_fold():
+    # a fill scattered into, then reshaped and transposed (Swin's shifted-window mask): all constant
+    _, text = apply("""
+        module main
+          %0 = @param[param_name='x'] : float32[2,4]
+          %1 = @literal[0.0] : float32[]
+          %2 = broadcast[out_lens=(4, 2)](%1) : float32[4,2]@[0,0]
+          %3 = @literal[[1], [3]] : int64[2,1]
+          %4 = @literal[[5.0, 6.0], [7.0, 8.0]] : float32[2,2]
+          %5 = scatter_nd(%2, %3, %4) : float32[4,2]
+          %6 = transpose[perm=(1, 0)](%5) : float32[2,4]@[1,2]
+          %7 = add(%0, %6) : float32[2,4]
+          @return(%7)
+    """, propagate_constant, eliminate_dead_code)
+    assert "scatter_nd" not in text and "transpose" not in text
+    assert "@literal[0.0, 5.0, 0.0, 7.0, 0.0, 6.0, 0.0, 8.0] : float32[2,4]" in text
+
+
+def test_repeated_value_stays_a_broadcast_scalar():
+    # a reshape of a broadcast scalar folds to the scalar broadcast to the new shape, not a big literal
+    _, text = apply("""
+        module main
+          %0 = @param[param_name='x'] : float32[64,64]
+          %1 = @literal[2.0] : float32[]
+          %2 = broadcast[out_lens=(4096,)](%1) : float32[4096]@[0]
+          %3 = reshape[dims=(64, 64)](%2) : float32[64,64]
+          %4 = mul(%0, %3) : float32[64,64]
+          @return(%4)
+    """, propagate_constant, eliminate_dead_code)
+    assert "reshape" not in text and "broadcast[out_lens=(64, 64)]" in text and "float32[4096]" not in text
