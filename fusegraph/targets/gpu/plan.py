@@ -135,7 +135,10 @@ def _concat_slices(steps: list[Step], storage: dict[int, str], owner: dict[int, 
     the concat copies only the rest (no extra pass over those elements). Their other readers read the
     same elements through a view of the concat's buffer. A run of inputs that are consecutive slices
     covering one arena value along the concat axis (YOLO's split-then-concat) places that value
-    itself in the concat."""
+    itself in the concat. A concat whose inputs begin a later concat's inputs (DenseNet's: each
+    layer reads the concat of all earlier features) is the front of that concat's buffer and copies
+    in only the inputs no earlier one wrote: each feature is written once, where joining them afresh
+    for each layer copies a block's features quadratically often."""
     producer = {s.ins.uid: s for s in steps}
     outputs = {o.uid for o in module.outputs}
     slices: dict[int, tuple[int, int, int]] = {}
@@ -152,9 +155,9 @@ def _concat_slices(steps: list[Step], storage: dict[int, str], owner: dict[int, 
             if o == x.uid:
                 owner[uid] = concat
 
-    for step in steps:
-        if step.kind != "concat" or storage.get(step.ins.uid) not in (ARENA, OUTPUT):
-            continue
+    nested = _nested_concats(steps, storage, outputs)
+    concats = [s for s in steps if s.kind == "concat" and storage.get(s.ins.uid) in (ARENA, OUTPUT)]
+    for step in (s for s in concats if s.ins.uid not in nested):
         axis, start, aliased = step.ins.op.axis, 0, set()
         inputs = step.inputs
         k = 0
@@ -173,7 +176,31 @@ def _concat_slices(steps: list[Step], storage: dict[int, str], owner: dict[int, 
             start += x.shape.lens[axis]
             k += 1
         step.data["aliased"] = aliased
+    by_uid = {s.ins.uid: s for s in concats}
+    for step in (s for s in concats if s.ins.uid in nested):  # in order: a chain's members before its root
+        root = by_uid[nested[step.ins.uid]]
+        place(step.ins, root.ins.uid, step.ins.op.axis, 0)
+        written = root.data["aliased"]  # the root's inputs already in its buffer
+        step.data["aliased"] = {k for k in range(len(step.inputs)) if k in written}
+        written.update(range(len(step.inputs)))  # this step copies in the rest
     return slices
+
+
+def _nested_concats(steps: list[Step], storage: dict[int, str], outputs: set[int]) -> dict[int, int]:
+    """Concats (not outputs) whose inputs are the first inputs of a later concat along the same
+    axis: uid -> uid of the last concat of such a chain, the one whose buffer holds them all."""
+    concats = [s for s in steps if s.kind == "concat" and storage.get(s.ins.uid) in (ARENA, OUTPUT)]
+    root: dict[int, int] = {}
+    for i in range(len(concats) - 1, -1, -1):
+        c = concats[i]
+        if c.ins.uid in outputs:
+            continue
+        for d in concats[i + 1:]:
+            if (d.ins.op.axis == c.ins.op.axis and len(d.inputs) > len(c.inputs)
+                    and d.inputs[:len(c.inputs)] == c.inputs):
+                root[c.ins.uid] = root.get(d.ins.uid, d.ins.uid)
+                break
+    return root
 
 
 def _covering_slices(inputs: list[Instruction], k: int, axis: int) -> tuple[Instruction, int] | None:
