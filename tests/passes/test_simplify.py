@@ -289,3 +289,39 @@ def test_repeated_value_stays_a_broadcast_scalar():
           @return(%4)
     """, propagate_constant, eliminate_dead_code)
     assert "reshape" not in text and "broadcast[out_lens=(64, 64)]" in text and "float32[4096]" not in text
+
+
+def test_reshape_sandwich_around_pointwise_with_constant_goes():
+    # Swin's shifted-window mask: viewed to [1, windows, heads, n, n], added, viewed back
+    _, text = apply("""
+        module main
+          %0 = @param[param_name='x'] : float32[4,3,2,2]
+          %1 = reshape[dims=(1, 4, 3, 2, 2)](%0) : float32[1,4,3,2,2]
+          %2 = @literal[[[[1.0, 2.0], [3.0, 4.0]]], [[[5.0, 6.0], [7.0, 8.0]]], [[[1.0, 2.0], [3.0, 4.0]]], [[[5.0, 6.0], [7.0, 8.0]]]] : float32[4,1,2,2]
+          %3 = broadcast[out_lens=(1, 4, 3, 2, 2)](%2) : float32[1,4,3,2,2]@[0,4,0,2,1]
+          %4 = add(%1, %3) : float32[1,4,3,2,2]
+          %5 = reshape[dims=(4, 3, 2, 2)](%4) : float32[4,3,2,2]
+          %6 = exp(%5) : float32[4,3,2,2]
+          @return(%6)
+    """, simplify_reshapes, eliminate_dead_code)
+    lines = body(text)
+    assert not any(line.startswith("reshape") for line in lines)
+    assert "@literal[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0] : float32[4,1,2,2]" in lines
+    assert "add(%0, %2) : float32[4,3,2,2]" in lines
+
+
+def test_reshape_sandwich_kept_when_the_shapes_differ_or_the_value_is_shared():
+    for tail, returned in (("%5 = reshape[dims=(12, 4)](%4) : float32[12,4]", "%5"),  # not x's shape again
+                           ("%5 = reshape[dims=(4, 3, 2, 2)](%4) : float32[4,3,2,2]", "%5, %4")):  # add read twice
+        _, text = apply(f"""
+            module main
+              %0 = @param[param_name='x'] : float32[4,3,2,2]
+              %1 = reshape[dims=(1, 4, 3, 2, 2)](%0) : float32[1,4,3,2,2]
+              %2 = @literal[2.0] : float32[]
+              %3 = broadcast[out_lens=(1, 4, 3, 2, 2)](%2) : float32[1,4,3,2,2]@[0,0,0,0,0]
+              %4 = add(%1, %3) : float32[1,4,3,2,2]
+              {tail}
+              @return({returned})
+        """, simplify_reshapes, eliminate_dead_code)
+        adds = [line for line in body(text) if line.startswith("add(")]
+        assert len(adds) == 1 and adds[0].endswith(": float32[1,4,3,2,2]"), text
