@@ -130,19 +130,24 @@ def tap_table(x_lens: Sequence[int], w_lens: Sequence[int], op, out_lens: Sequen
 def c_small_conv(ins, w: np.ndarray, bias: np.ndarray | None, activations: Sequence[Activation], ctx) -> Callable:
     """A step running a tiny float32 convolution as generated C (codegen/small_conv.py), with its
     C form for native programs."""
-    from ..codegen.small_conv import small_conv1d_kernel, small_conv_kernel
+    from ..codegen import small_conv1d
+    from ..codegen.small_conv import small_conv_kernel
     from ..native_program import kernel_call
 
     x_lens, lens = ins.inputs[0].shape.lens, ins.shape.lens
     n, c, m, g = x_lens[0], x_lens[1], w.shape[0], ins.op.group
-    # a 1-D signal of more positions than output channels a group (an ECG, a text CNN): the positions
-    # innermost (codegen/small_conv.py small_conv1d_kernel); else (silero-vad's STFT: 3 positions, 129
-    # channels) the output channels innermost
-    if len(x_lens) == 3 and lens[2] >= m // g:
+    # a 1-D signal of more positions than output channels a group (an ECG, a text CNN): register tiles
+    # of channels x positions (codegen/small_conv1d.py); else (silero-vad's STFT: 3 positions, 129
+    # channels, or an input too long for the tiles' stack scratch) the output channels innermost
+    one_d = len(x_lens) == 3 and lens[2] >= m // g
+    if one_d:
         pb, _, (stride,), (dil,) = window_attrs(ins.op, 1)
-        src = small_conv1d_kernel(n, c, x_lens[2], g, m, w.shape[2], lens[2], stride, dil, pb[0], bias is not None,
-                                  activations)
-        wt, idx = np.ascontiguousarray(w, np.float32), np.zeros(1, np.int64)  # [M, C/G, K]; no tap table
+        one_d = small_conv1d.fits(c // g, m // g, w.shape[2], lens[2], stride, dil)
+    if one_d:
+        src = small_conv1d.small_conv1d_kernel(n, c, x_lens[2], g, m, w.shape[2], lens[2], stride, dil, pb[0],
+                                               bias is not None, activations)
+        wt = small_conv1d.kernel_weights(np.asarray(w, np.float32), g, w.shape[2], lens[2], stride, dil)
+        idx = np.zeros(1, np.int64)  # no tap table
     else:
         idx = np.ascontiguousarray(tap_table(x_lens, w.shape, ins.op, lens), np.int64)
         taps, s_out = idx.shape
