@@ -84,7 +84,8 @@ def _tile(name: str, tiling: Conv1dTiling, vb: int, k: int, dil: int, stride: in
     for t in range(k):
         src = tiling.phases.index(t * dil % stride) * tiling.row + t * dil // stride
         loads = ", ".join(f"x{u} = KNAME_ld(xs + {src + u * VW})" for u in range(vb))
-        lines.append(f"        {{ const fg_v16 {loads};")
+        pin = ", ".join(f'"+v"(x{u})' for u in range(vb))
+        lines.append(f"        {{ fg_v16 {loads}; __asm__(\"\" : {pin});")
         for j in range(jb):
             lines.append(f"          {{ const float w = wt[{t * jb + j}]; "
                          + " ".join(f"{a[j][u]} += w * x{u};" for u in range(vb)) + " }")
