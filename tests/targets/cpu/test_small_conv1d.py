@@ -108,3 +108,27 @@ def test_packed_weights_put_a_steps_channels_side_by_side():
         for j in range(tiles * t.jb):
             want = w[g * 5 + j] if j < 5 else np.zeros((3, 4), np.float32)  # zeros past the group
             np.testing.assert_array_equal(packed[g, j // t.jb, :, :, j % t.jb], want)
+
+
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3], strides=[2], pads=[1, 1]),  # an ECG's stem
+                                   dict(kernel_shape=[2], strides=[2], ceil_mode=1),  # odd length: a half window
+                                   dict(kernel_shape=[5], strides=[3], pads=[2, 1]),
+                                   dict(kernel_shape=[4], strides=[1], pads=[0, 3])])
+@pytest.mark.parametrize("length", [31, 250])
+def test_a_signals_max_pooling_runs_on_contiguous_runs(attrs, length):
+    # padding is -inf (all-negative inputs see it), a NaN in a window is the result, as the reference's
+    rng = np.random.default_rng(length)
+    x = rng.standard_normal((3, 5, length)).astype(np.float32)
+    model = make_model([helper.make_node("MaxPool", ["x"], ["out"], **attrs)], {"x": x}, ["out"])
+    p = fusegraph.parse_onnx(model)
+    p.compile(target_or_skip("cpu"))
+    ref = fusegraph.parse_onnx(model)
+    ref.compile(fusegraph.get_target("ref"))
+    assert "small_max_pool1d_" in p.executable.built.library.source
+    bad = x.copy()
+    bad[1, 2, 7] = np.nan
+    for feeds in ({"x": x}, {"x": bad}, {"x": -np.abs(x) - 1}):
+        got, want = p.run(feeds)[0], ref.run(feeds)[0]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    assert np.isnan(p.run({"x": bad})[0]).sum() >= 1

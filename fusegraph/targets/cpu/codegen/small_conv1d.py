@@ -21,13 +21,49 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ....ir.dtypes import DType
 from ..ops import Activation
-from .kernels import KernelSource
+from .c_expr import CRenderer
+from .kernels import KernelSource, finish
 from .small_conv import conv_epilogue, conv_source
 
 VW = 16  # floats in a vector (AVX-512: one register)
 ACCUMULATORS = 16  # vector accumulators of a tile: with its loads and weights, within 32 registers
 SCRATCH = 16384  # floats of padded input a (batch, group) may need on the stack; more: not this kernel
+
+
+@dataclass(frozen=True)
+class PhaseLayout:
+    """A row of input zero- (or -inf-) padded and split into the stride's phases: phase ph holds the
+    padded positions ph, ph + STRIDE, ..., so tap t of output q is at q + tap_offset(t)."""
+
+    stride: int
+    dil: int
+    phases: tuple[int, ...]  # the phases some tap reads
+    row: int  # floats of one phase (a multiple of VW)
+
+    def tap_offset(self, t: int) -> int:
+        return self.phases.index(t * self.dil % self.stride) * self.row + t * self.dil // self.stride
+
+    def fill(self, dst: str, src: str, pad_value: str, s_in: int, pad: int) -> str:
+        """C statements filling `dst` (len(phases) * row floats) from the s_in floats at `src`: per
+        phase, the padding before, the strided copy, the padding after (three loops gcc vectorizes)."""
+        lines = []
+        for k, ph in enumerate(self.phases):  # position i of phase ph: input i * stride + ph - pad
+            lo = min(self.row, max(0, -(-(pad - ph) // self.stride)))
+            hi = min(self.row, max(lo, -(-(s_in + pad - ph) // self.stride)))
+            at = f"{dst}[{k * self.row} + i]"
+            lines += [f"for (int i = 0; i < {lo}; i++) {at} = {pad_value};",
+                      f"for (int i = {lo}; i < {hi}; i++) {at} = {src}[i * {self.stride} + {ph - pad}];",
+                      f"for (int i = {hi}; i < {self.row}; i++) {at} = {pad_value};"]
+        return "\n".join(lines)
+
+
+def phase_layout(k: int, s_out: int, stride: int, dil: int) -> PhaseLayout:
+    """The layout whose rows hold every tap of s_out outputs rounded up to whole vectors."""
+    phases = tuple(sorted({t * dil % stride for t in range(k)}))
+    row = -(-(-(-s_out // VW) * VW + (k - 1) * dil // stride) // VW) * VW
+    return PhaseLayout(stride, dil, phases, row)
 
 
 @dataclass(frozen=True)
@@ -37,11 +73,10 @@ class Conv1dTiling:
     jb: int  # output channels of a tile (the group's channels padded up to a multiple)
     vb: int  # vectors of a full tile; the last tile of a row holds `tail` vectors (0: none)
     tail: int
-    phases: tuple[int, ...]  # the stride's phases some tap reads
-    row: int  # floats of one phase of one input channel in the scratch (a multiple of VW)
+    layout: PhaseLayout  # of each input channel in the scratch
 
     def scratch(self, cg: int) -> int:
-        return cg * len(self.phases) * self.row
+        return cg * len(self.layout.phases) * self.layout.row
 
 
 def conv1d_tiling(mg: int, k: int, s_out: int, stride: int, dil: int) -> Conv1dTiling:
@@ -51,9 +86,7 @@ def conv1d_tiling(mg: int, k: int, s_out: int, stride: int, dil: int) -> Conv1dT
     vb = min(4, nvec)
     jmax = max(1, ACCUMULATORS // vb)
     jb = -(-mg // -(-mg // jmax))
-    phases = tuple(sorted({t * dil % stride for t in range(k)}))
-    row = -(-(nvec * VW + (k - 1) * dil // stride) // VW) * VW
-    return Conv1dTiling(jb, vb, nvec % vb, phases, row)
+    return Conv1dTiling(jb, vb, nvec % vb, phase_layout(k, s_out, stride, dil))
 
 
 def fits(cg: int, mg: int, k: int, s_out: int, stride: int, dil: int) -> bool:
@@ -72,17 +105,17 @@ def pack_conv1d_weights(w: np.ndarray, groups: int, tiling: Conv1dTiling) -> np.
     return np.ascontiguousarray(padded.reshape(groups, tiles, jb, cg, k).transpose(0, 1, 3, 4, 2))
 
 
-def _tile(name: str, tiling: Conv1dTiling, vb: int, k: int, dil: int, stride: int) -> str:
+def _tile(name: str, tiling: Conv1dTiling, vb: int, k: int) -> str:
     """A tile's sums (jb channels x vb vectors) over the group's input channels and taps, stored
     into `acc` ([jb][vb * VW])."""
-    jb = tiling.jb
+    jb, layout = tiling.jb, tiling.layout
     a = [[f"a{j}_{u}" for u in range(vb)] for j in range(jb)]
     lines = [f"static inline __attribute__((always_inline)) void {name}(const float *xs, const float *wt, "
              "float *acc) {",
              "    " + " ".join(f"fg_v16 {v} = {{0}};" for r in a for v in r),
-             f"    for (int ci = 0; ci < CG; ci++, xs += {len(tiling.phases) * tiling.row}, wt += {k * jb}) {{"]
+             f"    for (int ci = 0; ci < CG; ci++, xs += {len(layout.phases) * layout.row}, wt += {k * jb}) {{"]
     for t in range(k):
-        src = tiling.phases.index(t * dil % stride) * tiling.row + t * dil // stride
+        src = layout.tap_offset(t)
         loads = ", ".join(f"x{u} = KNAME_ld(xs + {src + u * VW})" for u in range(vb))
         pin = ", ".join(f'"+v"(x{u})' for u in range(vb))
         lines.append(f"        {{ fg_v16 {loads}; __asm__(\"\" : {pin});")
@@ -102,13 +135,10 @@ def small_conv1d_kernel(n: int, c: int, s_in: int, groups: int, m: int, k: int, 
     p[2] the weights packed by `pack_conv1d_weights` with `conv1d_tiling(...)`, p[4] unused."""
     cg, mg = c // groups, m // groups
     tiling = conv1d_tiling(mg, k, s_out, stride, dil)
-    jb, vb, tail, row = tiling.jb, tiling.vb, tiling.tail, tiling.row
+    jb, vb, tail, layout = tiling.jb, tiling.vb, tiling.tail, tiling.layout
     r, residuals, epilogue, n_res = conv_epilogue(chain)
     bias = "acc[jj * VB * VW + i] + bias[co]" if has_bias else "acc[jj * VB * VW + i]"
-    fill = "\n".join(
-        f"            for (int i = 0; i < ROW; i++) {{ const int64_t s = (int64_t)i * STRIDE + {ph} - PAD; "
-        f"xr[{idx} * ROW + i] = s >= 0 && s < S_IN ? xc[s] : 0.0f; }}"
-        for idx, ph in enumerate(tiling.phases))
+    fill = layout.fill("xr", "xc", "0.0f", s_in, pad).replace("\n", "\n            ")
     blocks = -(-s_out // VW) // vb
     compute = "KNAME_full(xp + q0, wt, acc);"
     if tail:
@@ -117,11 +147,10 @@ def small_conv1d_kernel(n: int, c: int, s_in: int, groups: int, m: int, k: int, 
 static inline fg_v16 KNAME_ld(const float *s) {{ fg_v16 v; memcpy(&v, s, sizeof v); return v; }}
 enum {{ KNAME_CG = {cg} }};
 #define CG KNAME_CG
-{_tile("KNAME_full", tiling, vb, k, dil, stride)}{_tile("KNAME_tail", tiling, tail, k, dil, stride) if tail else ""}#undef CG
+{_tile("KNAME_full", tiling, vb, k)}{_tile("KNAME_tail", tiling, tail, k) if tail else ""}#undef CG
 FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
     enum {{ N = {n}, C = {c}, S_IN = {s_in}, G = {groups}, CG = {cg}, MG = {mg}, K = {k}, S_OUT = {s_out},
-           STRIDE = {stride}, PAD = {pad}, JB = {jb}, VB = {vb}, VW = {VW}, ROW = {row},
-           NPH = {len(tiling.phases)}, TILES = {-(-mg // jb)} }};
+           PAD = {pad}, JB = {jb}, VB = {vb}, VW = {VW}, ROW = {layout.row}, NPH = {len(layout.phases)}, TILES = {-(-mg // jb)} }};
     float *o = (float *)p[0];
     const float *x = (const float *)p[1], *w = (const float *)p[2], *bias = (const float *)p[3];
 {residuals}    (void)d; (void)nt; (void)bias;
@@ -132,7 +161,7 @@ FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
         for (int64_t ci = 0; ci < CG; ci++) {{  /* the group's input, zero-padded, phase by phase */
             const float *xc = x + (b * C + g * CG + ci) * S_IN;
             float *xr = xp + ci * NPH * ROW;
-{fill}
+            {fill}
         }}
         for (int64_t tj = 0; tj < TILES; tj++) {{
             const float *wt = w + (g * TILES + tj) * CG * K * JB;
@@ -155,9 +184,38 @@ FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
     return conv_source(template, r, "small_conv1d", n_res)
 
 
+def small_max_pool1d_kernel(rows: int, s_in: int, k: int, s_out: int, stride: int, dil: int,
+                            pad: int) -> KernelSource:
+    """Max pooling of `rows` (N * C) signals of s_in positions: each row copied -inf-padded into
+    the stride's phases, then every output the maximum of its taps' contiguous runs (vectorized),
+    NaN if any tap is NaN, as the reference.
+
+        p[0] out [rows, S_OUT]   p[1] x [rows, S_IN]"""
+    layout = phase_layout(k, s_out, stride, dil)
+    taps = "".join(f" a = xr[{layout.tap_offset(t)} + q]; v = a > v || a != a ? a : v;" for t in range(k))
+    code = f"""
+FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
+    enum {{ ROWS = {rows}, S_IN = {s_in}, S_OUT = {s_out}, PAD = {pad} }};
+    float *o = (float *)p[0];
+    const float *x = (const float *)p[1];
+    float xr[{len(layout.phases) * layout.row}] __attribute__((aligned(64)));
+    (void)d; (void)nt;
+    for (int64_t r = 0; r < ROWS; r++) {{
+        const float *xc = x + r * S_IN;
+        {layout.fill("xr", "xc", "-INFINITY", s_in, pad).replace(chr(10), chr(10) + "        ")}
+        for (int64_t q = 0; q < S_OUT; q++) {{  /* a NaN tap: NaN stays (neither compare holds) */
+            float a, v = -INFINITY;{taps}
+            o[r * S_OUT + q] = v;
+        }}
+    }}
+}}
+"""
+    return finish(code, CRenderer(), "small_max_pool1d", in_dtypes=(DType.float32,), out_dtype=DType.float32)
+
+
 def kernel_weights(w: np.ndarray, groups: int, k: int, s_out: int, stride: int, dil: int) -> np.ndarray:
     """The packed weights of `small_conv1d_kernel` for these [M, CG, K] weights."""
     return pack_conv1d_weights(w, groups, conv1d_tiling(w.shape[0] // groups, k, s_out, stride, dil))
 
 
-__all__ = ["conv1d_tiling", "fits", "kernel_weights", "pack_conv1d_weights", "small_conv1d_kernel"]
+__all__ = ["conv1d_tiling", "fits", "kernel_weights", "pack_conv1d_weights", "small_conv1d_kernel", "small_max_pool1d_kernel"]

@@ -196,14 +196,26 @@ def c_small_conv(ins, w: np.ndarray, bias: np.ndarray | None, activations: Seque
 
 
 def small_max_pool(ins, kernel: Sequence[int], ctx) -> Callable:
-    """A small max pooling on N, C, *spatial as generated C (codegen/small_conv.py): the windows as
-    a table of input positions, with its C form for native programs."""
+    """A small max pooling on N, C, *spatial as generated C, with its C form for native programs:
+    a signal's windows as contiguous runs (codegen/small_conv1d.py), others' as a table of input
+    positions (codegen/small_conv.py; p[2], which the 1-D kernel does not read)."""
+    from ..codegen import small_conv1d
     from ..codegen.small_conv import small_max_pool_kernel
     from ..native_program import kernel_call
 
     x_lens, lens = ins.inputs[0].shape.lens, ins.shape.lens
-    idx = np.ascontiguousarray(tap_table(x_lens, (1, 1, *kernel), ins.op, lens), np.int64)
-    src = small_max_pool_kernel(x_lens[0] * x_lens[1], math.prod(x_lens[2:]), idx.shape[0], idx.shape[1])
+    rows = x_lens[0] * x_lens[1]
+    one_d = len(x_lens) == 3  # a signal: contiguous runs per tap (codegen/small_conv1d.py)
+    if one_d:
+        pb, _, (stride,), (dil,) = window_attrs(ins.op, 1)
+        layout = small_conv1d.phase_layout(kernel[0], lens[2], stride, dil)
+        one_d = len(layout.phases) * layout.row <= small_conv1d.SCRATCH
+    if one_d:
+        src = small_conv1d.small_max_pool1d_kernel(rows, x_lens[2], kernel[0], lens[2], stride, dil, pb[0])
+        idx = np.zeros(1, np.int64)  # no tap table
+    else:
+        idx = np.ascontiguousarray(tap_table(x_lens, (1, 1, *kernel), ins.op, lens), np.int64)
+        src = small_max_pool_kernel(rows, math.prod(x_lens[2:]), idx.shape[0], idx.shape[1])
     ctx.kernel_sources.append(src)
     cell: dict = {}
     ctx.deferred.append(lambda: cell.update(kernel=ctx.library[src.name]))
