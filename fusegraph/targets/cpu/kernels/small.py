@@ -209,7 +209,7 @@ def small_max_pool(ins, kernel: Sequence[int], ctx) -> Callable:
     if one_d:
         pb, _, (stride,), (dil,) = window_attrs(ins.op, 1)
         layout = small_conv1d.phase_layout(kernel[0], lens[2], stride, dil)
-        one_d = len(layout.phases) * layout.row <= small_conv1d.SCRATCH
+        one_d = layout.floats <= small_conv1d.SCRATCH
     if one_d:
         src = small_conv1d.small_max_pool1d_kernel(rows, x_lens[2], kernel[0], lens[2], stride, dil, pb[0])
         idx = np.zeros(1, np.int64)  # no tap table
