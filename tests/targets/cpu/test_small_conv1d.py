@@ -132,3 +132,12 @@ def test_a_signals_max_pooling_runs_on_contiguous_runs(attrs, length):
         assert got.shape == want.shape
         np.testing.assert_array_equal(got, want)
     assert np.isnan(p.run({"x": bad})[0]).sum() >= 1
+
+
+@pytest.mark.parametrize("length, tiled", [(15, True), (12, True), (9, False)])
+def test_a_signal_of_fewer_positions_than_channels_is_tiled_when_it_fills_most_of_a_vector(length, tiled):
+    # 20 -> 32 channels: more channels than positions; from 12 positions the tiles, below the tap table
+    rng = np.random.default_rng(length)
+    p, got, want = _run_both(*_conv_model(2, 20, length, 32, 1, 3, 1, 1, (1, 1), ("relu",), rng))
+    assert ("small_conv1d_" in p.executable.built.library.source) == tiled
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -136,10 +136,11 @@ def c_small_conv(ins, w: np.ndarray, bias: np.ndarray | None, activations: Seque
 
     x_lens, lens = ins.inputs[0].shape.lens, ins.shape.lens
     n, c, m, g = x_lens[0], x_lens[1], w.shape[0], ins.op.group
-    # a 1-D signal of more positions than output channels a group (an ECG, a text CNN): register tiles
-    # of channels x positions (codegen/small_conv1d.py); else (silero-vad's STFT: 3 positions, 129
-    # channels, or an input too long for the tiles' stack scratch) the output channels innermost
-    one_d = len(x_lens) == 3 and lens[2] >= m // g
+    # a 1-D signal of more positions than output channels a group (an ECG, a text CNN) or of most of a
+    # vector: register tiles of channels x positions (codegen/small_conv1d.py); else (silero-vad's
+    # STFT: 3 positions, 129 channels, or an input too long for the tiles' stack scratch) the output
+    # channels innermost
+    one_d = len(x_lens) == 3 and lens[2] >= min(m // g, small_conv1d.MOST_OF_A_VECTOR)
     if one_d:
         pb, _, (stride,), (dil,) = window_attrs(ins.op, 1)
         one_d = small_conv1d.fits(c // g, m // g, w.shape[2], lens[2], stride, dil)
