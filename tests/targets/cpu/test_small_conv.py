@@ -42,9 +42,9 @@ def test_small_conv_matches_the_reference(seed):
 
 @pytest.mark.parametrize("seed, length", [(s, (9, 40)) for s in range(8)] + [(s, (70, 300)) for s in range(8, 14)])
 def test_a_1d_small_convolution_sums_as_the_tap_table_kernel_does(seed, length):
-    # the 1-D kernel (positions innermost) against the same convolution as a 2-D one of height 1
-    # (the tap-table kernel): the same products summed in the same order, so the same bits; short
-    # signals (mostly edges, where taps fall in the padding) and long ones
+    # the 1-D kernel (register tiles, codegen/small_conv1d.py) against the same convolution as a 2-D
+    # one of height 1 (the tap-table kernel): the same products summed in the same order, so the same
+    # bits; short signals (mostly edges, where taps fall in the padding) and long ones
     from onnx import helper
 
     import fusegraph
