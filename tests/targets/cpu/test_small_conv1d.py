@@ -24,6 +24,8 @@ GEOMETRIES = [
     (3, 5, 16, 5, 5, 1, 1, 1, (0, 0)),  # exactly one vector, depthwise 1x1
     (1, 8, 300, 16, 2, 7, 5, 1, (0, 0)),  # stride 5: five phases
     (2, 12, 20, 12, 1, 16, 1, 1, (8, 7)),  # a kernel wider than a vector (hubert's positional conv)
+    (1, 1, 800, 8, 1, 40, 10, 1, (0, 0)),  # 40 taps in 10 phases, a learned filterbank's
+    (1, 2, 300, 4, 1, 17, 3, 2, (5, 5)),  # 17 taps in 3 phases, dilated
 ]
 
 

@@ -32,6 +32,9 @@ ACCUMULATORS = 16  # vector accumulators of a tile: with its loads and weights, 
 # output positions from which tiles beat the tap-table kernel (output channels innermost) whatever
 # the channels: 15 positions, 20 -> 16 channels k3: 0.39 against 2.1 us; at 8 even, at 4 3x slower
 MOST_OF_A_VECTOR = 12
+# taps a tile unrolls; more loop over a table of offsets: unrolled, 7 taps ran 1.2x and 16 taps 1.6x
+# slower (the code outgrows the front end's caches); 1-3 taps even either way
+UNROLLED_TAPS = 3
 SCRATCH = 16384  # floats of padded input a (batch, group) may need on the stack; more: not this kernel
 
 
@@ -114,23 +117,29 @@ def pack_conv1d_weights(w: np.ndarray, groups: int, tiling: Conv1dTiling) -> np.
 
 def _tile(name: str, tiling: Conv1dTiling, vb: int, cg: int, k: int) -> str:
     """A tile's sums (jb channels x vb vectors) over the group's cg input channels and k taps,
-    stored into `acc` ([jb][tiling.vb * VW])."""
+    stored into `acc` ([jb][tiling.vb * VW]). Up to UNROLLED_TAPS taps are unrolled (their offsets
+    constants); more loop over a table of offsets."""
     jb, layout = tiling.jb, tiling.layout
     a = [[f"a{j}_{u}" for u in range(vb)] for j in range(jb)]
+    unrolled = k <= UNROLLED_TAPS
     lines = [f"static inline __attribute__((always_inline)) void {name}(const float *xs, const float *wt, "
              "float *acc) {",
              "    " + " ".join(f"fg_v16 {v} = {{0}};" for r in a for v in r),
              f"    for (int ci = 0; ci < {cg}; ci++, xs += {layout.floats}, wt += {k * jb}) {{"]
-    for t in range(k):
-        src = layout.tap_offset(t)
-        loads = ", ".join(f"x{u} = KNAME_ld(xs + {src + u * VW})" for u in range(vb))
+    if not unrolled:
+        offsets = ", ".join(str(layout.tap_offset(t)) for t in range(k))
+        lines.insert(0, f"static const int {name}_off[{k}] = {{{offsets}}};")
+        lines.append(f"      for (int t = 0; t < {k}; t++) {{")
+    for t in range(k) if unrolled else ["t"]:
+        src, w = (layout.tap_offset(t), t * jb) if unrolled else (f"{name}_off[t]", "t * " + str(jb))
+        loads = ", ".join(f"x{u} = KNAME_ld(xs + {src} + {u * VW})" for u in range(vb))
         pins = " ".join(f"KNAME_PIN(x{u});" for u in range(vb))
         lines.append(f"        {{ fg_v16 {loads}; {pins}")
         for j in range(jb):
-            lines.append(f"          {{ const float w = wt[{t * jb + j}]; "
+            lines.append(f"          {{ const float w = wt[{w} + {j}]; "
                          + " ".join(f"{a[j][u]} += w * x{u};" for u in range(vb)) + " }")
         lines.append("        }")
-    lines.append("    }")
+    lines.append("    }" if unrolled else "    }}")
     lines += [f"    memcpy(acc + {(j * tiling.vb + u) * VW}, &{a[j][u]}, sizeof(fg_v16));"
               for j in range(jb) for u in range(vb)]
     return "\n".join(lines) + "\n}\n"
