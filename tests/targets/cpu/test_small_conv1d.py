@@ -143,3 +143,13 @@ def test_a_signal_of_fewer_positions_than_channels_is_tiled_when_it_fills_most_o
     p, got, want = _run_both(*_conv_model(2, 20, length, 32, 1, 3, 1, 1, (1, 1), ("relu",), rng))
     assert ("small_conv1d_" in p.executable.built.library.source) == tiled
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_signal_too_long_for_the_pooling_scratch_takes_the_tap_table():
+    x = np.random.default_rng(4).standard_normal((1, 1, SCRATCH + 100)).astype(np.float32)
+    model = make_model([helper.make_node("MaxPool", ["x"], ["out"], kernel_shape=[2], strides=[2])], {"x": x}, ["out"])
+    p = fusegraph.parse_onnx(model)
+    p.compile(target_or_skip("cpu"))
+    source = p.executable.built.library.source
+    assert "small_max_pool1d_" not in source and "small_max_pool_" in source
+    np.testing.assert_array_equal(p.run({"x": x})[0], x.reshape(1, 1, -1, 2).max(-1))
