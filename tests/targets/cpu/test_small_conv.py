@@ -42,9 +42,9 @@ def test_small_conv_matches_the_reference(seed):
 
 @pytest.mark.parametrize("seed, length", [(s, (9, 40)) for s in range(8)] + [(s, (70, 300)) for s in range(8, 14)])
 def test_a_1d_small_convolution_sums_as_the_tap_table_kernel_does(seed, length):
-    # the 1-D kernel (positions innermost) against the same convolution as a 2-D one of height 1
-    # (the tap-table kernel): the same products summed in the same order, so the same bits; short
-    # signals (mostly edges, where taps fall in the padding) and long ones
+    # the 1-D kernel (register tiles, codegen/small_conv1d.py) against the same convolution as a 2-D
+    # one of height 1 (the tap-table kernel): the same products summed in the same order, so the same
+    # bits; short signals (mostly edges, where taps fall in the padding) and long ones
     from onnx import helper
 
     import fusegraph
@@ -74,14 +74,3 @@ def test_a_1d_small_convolution_sums_as_the_tap_table_kernel_does(seed, length):
             ref.compile(fusegraph.get_target("ref"))
             np.testing.assert_allclose(outs[0], ref.run({"x": xs})[0].reshape(-1), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(outs[0], outs[1])
-
-
-def test_the_1d_kernel_blocks_its_interior_only_where_every_tap_is_inside():
-    from fusegraph.targets.cpu.codegen.small_conv import small_conv1d_kernel
-
-    # (n, c, s_in, groups, m, k, s_out, stride, dil, pad): 125 positions, 5 taps, pad 2: 121 inside
-    blocked = small_conv1d_kernel(2, 16, 125, 1, 16, 5, 125, 1, 1, 2, True, ()).code
-    assert "BLOCK(4)" in blocked and "BLOCK(1)" in blocked
-    strided = small_conv1d_kernel(2, 16, 250, 1, 16, 5, 125, 2, 1, 2, True, ()).code
-    short = small_conv1d_kernel(2, 16, 14, 1, 16, 5, 14, 1, 1, 2, True, ()).code  # 10 inside: no block
-    assert "BLOCK" not in strided and "BLOCK" not in short

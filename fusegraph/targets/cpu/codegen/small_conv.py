@@ -3,7 +3,7 @@ the taps as a table of input positions worked out at compile time, the products 
 the output channels in the innermost (vectorized) loop, bias and the epilogue chain applied as each
 output value is stored. Below oneDNN's cost per call these were numpy's im2col + BLAS (small.py),
 a few numpy calls each; as C they are one call, which a native program (native_program.py) makes
-from C with its neighbours.
+from C with its neighbours. 1-D signals of many positions: small_conv1d.py.
 
     p[0] out [N, M, S_OUT]   p[1] x [N, C, S_IN]   p[2] w [G, CG * TAPS, MG]   p[3] bias [M]
     p[4] taps [TAPS * S_OUT] (int64; S_IN: a padding zero)   p[5..] residuals [N, M, S_OUT]
@@ -21,7 +21,7 @@ from .c_expr import CRenderer, CValue
 from .kernels import KernelSource, finish
 
 
-def _epilogue(chain: Sequence[Activation]) -> tuple[CRenderer, str, str, int]:
+def conv_epilogue(chain: Sequence[Activation]) -> tuple[CRenderer, str, str, int]:
     """(renderer, residual pointer lines, the chain's statements on `v` at output index `at`, residuals)."""
     r = CRenderer(prefix="e")
     lines, n_res = [], 0
@@ -36,107 +36,10 @@ def _epilogue(chain: Sequence[Activation]) -> tuple[CRenderer, str, str, int]:
     return r, residuals, "".join(f"                {x}\n" for x in lines), n_res
 
 
-def small_conv1d_kernel(n: int, c: int, s_in: int, groups: int, m: int, k: int, s_out: int, stride: int, dil: int,
-                        pad: int, has_bias: bool, chain: Sequence[Activation]) -> KernelSource:
-    """A 1-D small convolution, the output positions innermost (vectorized: a signal's positions
-    are many, its channels few): per output channel, each weight times a contiguous (or strided) run
-    of the input added to the channel's row, the valid runs of each tap worked out here. The same
-    arguments as small_conv_kernel's, p[2] the weights as given ([M, C/G, K]) and p[4] unused; each
-    output sums its products in the same order (input channels, then taps), the bias last."""
-    cg, mg = c // groups, m // groups
-    lo = [next((q for q in range(s_out) if 0 <= q * stride + t * dil - pad), s_out) for t in range(k)]
-    hi = [max([q + 1 for q in range(s_out) if q * stride + t * dil - pad < s_in] + [0]) for t in range(k)]
-    hi = [max(h, l_) for h, l_ in zip(hi, lo)]
-    r, residuals, epilogue, n_res = _epilogue(chain)
-    bias = "acc[q] + bias[g * MG + j]" if has_bias else "acc[q]"
-    index = "q + (t * DIL - PAD)" if stride == 1 else "q * STRIDE + (t * DIL - PAD)"
-    template = f"""
-static const int64_t KNAME_lo[{k}] = {{{", ".join(map(str, lo))}}}, KNAME_hi[{k}] = {{{", ".join(map(str, hi))}}};
-FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
-    enum {{ N = {n}, C = {c}, S_IN = {s_in}, G = {groups}, CG = {cg}, MG = {mg}, K = {k}, S_OUT = {s_out},
-           STRIDE = {stride}, DIL = {dil}, PAD = {pad} }};
-    float *o = (float *)p[0];
-    const float *x = (const float *)p[1], *w = (const float *)p[2], *bias = (const float *)p[3];
-{residuals}    (void)d; (void)nt; (void)bias;
-    float acc[S_OUT];
-    for (int64_t b = 0; b < N; b++)
-    for (int64_t g = 0; g < G; g++)
-        for (int64_t j = 0; j < MG; j++) {{
-            for (int64_t q = 0; q < S_OUT; q++) acc[q] = 0.0f;
-            const float *wm = w + (g * MG + j) * CG * K;
-            for (int64_t ci = 0; ci < CG; ci++) {{
-                const float *xc = x + (b * C + g * CG + ci) * S_IN;
-                for (int64_t t = 0; t < K; t++) {{
-                    const float wv = wm[ci * K + t];
-                    for (int64_t q = KNAME_lo[t]; q < KNAME_hi[t]; q++) acc[q] += wv * xc[{index}];
-                }}
-            }}
-            for (int64_t q = 0; q < S_OUT; q++) {{
-                const int64_t at = (b * G * MG + g * MG + j) * S_OUT + q;
-                float v = {bias};
-{epilogue}                o[at] = v;
-            }}
-        }}
-}}
-"""
-    q_lo, q_hi = max(lo), min(hi)  # the positions every tap of which reads inside the input
-    if stride == 1 and q_hi - q_lo >= 16:
-        template = _blocked_1d(template, k, q_lo, q_lo + (q_hi - q_lo) // 16 * 16)
-    return _source(template, r, "small_conv1d", n_res)
-
-
-def _blocked_1d(template: str, k: int, b0: int, b1: int) -> str:
-    """The 1-D kernel with positions [b0, b1) (every tap inside the input, stride 1) summed in vector
-    registers, 64 or 16 at a time, and only the edges left to the per-tap rows, which load and store
-    the row at every product. Each output still adds its products in the same order (input
-    channels, then taps), so the sums are the same bits."""
-    block = """#define KNAME_BLOCK(NBV) { \\
-    fg_v16 a[NBV]; \\
-    for (int u = 0; u < NBV; u++) a[u] = (fg_v16){0}; \\
-    for (int64_t ci = 0; ci < CG; ci++) { \\
-        const float *xc = x + (b * C + g * CG + ci) * S_IN; \\
-        for (int64_t t = 0; t < K; t++) { \\
-            const float wv = wm[ci * K + t], *base = xc + q0 + (t * DIL - PAD); \\
-            for (int u = 0; u < NBV; u++) { fg_v16 xv; memcpy(&xv, base + 16 * u, sizeof xv); a[u] += wv * xv; } \\
-        } \\
-    } \\
-    memcpy(acc + q0, a, sizeof a); }
-typedef float fg_v16 __attribute__((vector_size(64)));
-"""
-    old_rows = """            for (int64_t q = 0; q < S_OUT; q++) acc[q] = 0.0f;
-            const float *wm = w + (g * MG + j) * CG * K;
-            for (int64_t ci = 0; ci < CG; ci++) {
-                const float *xc = x + (b * C + g * CG + ci) * S_IN;
-                for (int64_t t = 0; t < K; t++) {
-                    const float wv = wm[ci * K + t];
-                    for (int64_t q = KNAME_lo[t]; q < KNAME_hi[t]; q++) acc[q] += wv * xc[q + (t * DIL - PAD)];
-                }
-            }
-"""
-    new_rows = f"""            for (int64_t q = 0; q < {b0}; q++) acc[q] = 0.0f;
-            for (int64_t q = {b1}; q < S_OUT; q++) acc[q] = 0.0f;
-            const float *wm = w + (g * MG + j) * CG * K;
-            for (int64_t ci = 0; ci < CG; ci++) {{
-                const float *xc = x + (b * C + g * CG + ci) * S_IN;
-                for (int64_t t = 0; t < K; t++) {{
-                    const float wv = wm[ci * K + t];
-                    const int64_t lo = KNAME_lo[t], hi = KNAME_hi[t];
-                    for (int64_t q = lo; q < (hi < {b0} ? hi : {b0}); q++) acc[q] += wv * xc[q + (t * DIL - PAD)];
-                    for (int64_t q = (lo > {b1} ? lo : {b1}); q < hi; q++) acc[q] += wv * xc[q + (t * DIL - PAD)];
-                }}
-            }}
-            int64_t q0 = {b0};
-            for (; q0 + 64 <= {b1}; q0 += 64) KNAME_BLOCK(4)
-            for (; q0 < {b1}; q0 += 16) KNAME_BLOCK(1)
-"""
-    assert old_rows in template
-    return block + template.replace(old_rows, new_rows)
-
-
 def small_conv_kernel(n: int, c: int, s_in: int, groups: int, m: int, taps: int, s_out: int, has_bias: bool,
                       chain: Sequence[Activation]) -> KernelSource:
     cg, mg = c // groups, m // groups
-    r, residuals, epilogue, n_res = _epilogue(chain)
+    r, residuals, epilogue, n_res = conv_epilogue(chain)
     bias = "acc[j] + bias[g * MG + j]" if has_bias else "acc[j]"
     template = f"""
 FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
@@ -168,10 +71,10 @@ FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
         }}
 }}
 """
-    return _source(template, r, "small_conv", n_res)
+    return conv_source(template, r, "small_conv", n_res)
 
 
-def _source(template: str, r: CRenderer, prefix: str, n_res: int) -> KernelSource:
+def conv_source(template: str, r: CRenderer, prefix: str, n_res: int) -> KernelSource:
     """The kernel of a small convolution's template: out, x, w, bias, taps, then its residuals."""
     f32 = DType.float32
     return finish(template, r, prefix, in_dtypes=(f32, f32, f32, f32, DType.int64) + (f32,) * n_res, out_dtype=f32)

@@ -130,19 +130,25 @@ def tap_table(x_lens: Sequence[int], w_lens: Sequence[int], op, out_lens: Sequen
 def c_small_conv(ins, w: np.ndarray, bias: np.ndarray | None, activations: Sequence[Activation], ctx) -> Callable:
     """A step running a tiny float32 convolution as generated C (codegen/small_conv.py), with its
     C form for native programs."""
-    from ..codegen.small_conv import small_conv1d_kernel, small_conv_kernel
+    from ..codegen import small_conv1d
+    from ..codegen.small_conv import small_conv_kernel
     from ..native_program import kernel_call
 
     x_lens, lens = ins.inputs[0].shape.lens, ins.shape.lens
     n, c, m, g = x_lens[0], x_lens[1], w.shape[0], ins.op.group
-    # a 1-D signal of more positions than output channels a group (an ECG, a text CNN): the positions
-    # innermost (codegen/small_conv.py small_conv1d_kernel); else (silero-vad's STFT: 3 positions, 129
-    # channels) the output channels innermost
-    if len(x_lens) == 3 and lens[2] >= m // g:
+    # a 1-D signal of more positions than output channels a group (an ECG, a text CNN) or of most of a
+    # vector: register tiles of channels x positions (codegen/small_conv1d.py); else (silero-vad's
+    # STFT: 3 positions, 129 channels, or an input too long for the tiles' stack scratch) the output
+    # channels innermost
+    one_d = len(x_lens) == 3 and lens[2] >= min(m // g, small_conv1d.MOST_OF_A_VECTOR)
+    if one_d:
         pb, _, (stride,), (dil,) = window_attrs(ins.op, 1)
-        src = small_conv1d_kernel(n, c, x_lens[2], g, m, w.shape[2], lens[2], stride, dil, pb[0], bias is not None,
-                                  activations)
-        wt, idx = np.ascontiguousarray(w, np.float32), np.zeros(1, np.int64)  # [M, C/G, K]; no tap table
+        one_d = small_conv1d.fits(c // g, m // g, w.shape[2], lens[2], stride, dil)
+    if one_d:
+        src = small_conv1d.small_conv1d_kernel(n, c, x_lens[2], g, m, w.shape[2], lens[2], stride, dil, pb[0],
+                                               bias is not None, activations)
+        wt = small_conv1d.kernel_weights(np.asarray(w, np.float32), g, w.shape[2], lens[2], stride, dil)
+        idx = np.zeros(1, np.int64)  # no tap table
     else:
         idx = np.ascontiguousarray(tap_table(x_lens, w.shape, ins.op, lens), np.int64)
         taps, s_out = idx.shape
@@ -191,14 +197,26 @@ def c_small_conv(ins, w: np.ndarray, bias: np.ndarray | None, activations: Seque
 
 
 def small_max_pool(ins, kernel: Sequence[int], ctx) -> Callable:
-    """A small max pooling on N, C, *spatial as generated C (codegen/small_conv.py): the windows as
-    a table of input positions, with its C form for native programs."""
+    """A small max pooling on N, C, *spatial as generated C, with its C form for native programs:
+    a signal's windows as contiguous runs (codegen/small_conv1d.py), others' as a table of input
+    positions (codegen/small_conv.py; p[2], which the 1-D kernel does not read)."""
+    from ..codegen import small_conv1d
     from ..codegen.small_conv import small_max_pool_kernel
     from ..native_program import kernel_call
 
     x_lens, lens = ins.inputs[0].shape.lens, ins.shape.lens
-    idx = np.ascontiguousarray(tap_table(x_lens, (1, 1, *kernel), ins.op, lens), np.int64)
-    src = small_max_pool_kernel(x_lens[0] * x_lens[1], math.prod(x_lens[2:]), idx.shape[0], idx.shape[1])
+    rows = x_lens[0] * x_lens[1]
+    one_d = len(x_lens) == 3  # a signal: contiguous runs per tap (codegen/small_conv1d.py)
+    if one_d:
+        pb, _, (stride,), (dil,) = window_attrs(ins.op, 1)
+        layout = small_conv1d.phase_layout(kernel[0], lens[2], stride, dil)
+        one_d = layout.floats <= small_conv1d.SCRATCH
+    if one_d:
+        src = small_conv1d.small_max_pool1d_kernel(rows, x_lens[2], kernel[0], lens[2], stride, dil, pb[0])
+        idx = np.zeros(1, np.int64)  # no tap table
+    else:
+        idx = np.ascontiguousarray(tap_table(x_lens, (1, 1, *kernel), ins.op, lens), np.int64)
+        src = small_max_pool_kernel(rows, math.prod(x_lens[2:]), idx.shape[0], idx.shape[1])
     ctx.kernel_sources.append(src)
     cell: dict = {}
     ctx.deferred.append(lambda: cell.update(kernel=ctx.library[src.name]))
