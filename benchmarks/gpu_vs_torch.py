@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import io
 import json
 import os
@@ -240,7 +241,11 @@ def memory_base() -> int:
     """Bytes allocated before a contender is built, with the peak reset and no cuBLAS workspace left
     by an earlier one: cuBLAS keeps a workspace per stream for the life of the process, and
     fusegraph's and reduce-overhead's captures drop those they find, so without this a contender
-    could be credited for dropping another's workspace, or use one it never paid for."""
+    could be credited for dropping another's workspace, or use one it never paid for. The collection
+    first: an earlier row's CUDA-graph pools freed later, during this contender's build, would hide
+    its allocations under the peak (a peak of 0 MiB was seen so)."""
+    gc.collect()
+    torch.cuda.synchronize()
     torch._C._cuda_clearCublasWorkspaces()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
