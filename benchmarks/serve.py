@@ -245,12 +245,7 @@ def main() -> None:
     seconds = args.interval_ms / 1e3
     pa_env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(filter(None, [args.ld_library_path,
                                                                             os.environ.get("LD_LIBRARY_PATH")])))
-    from fusegraph.serve.instances import compile_on_passing_thread
-
-    # compiled as the server compiles a thread instance's: libgomp keeps no idle team on this thread, which
-    # would throttle the spinning of the load threads' teams (instances.py)
-    prog = compile_on_passing_thread(
-        lambda: fusegraph.parse_onnx(model, map_input_dims={input_name: [1, *dims]}).compile("cpu"))
+    prog = fusegraph.parse_onnx(model, map_input_dims={input_name: [1, *dims]}).compile("cpu")
     rows = [{"server": "bare", "concurrency": c, "tool": "threads",
              **threaded_load(seconds, c, lambda: lambda: prog.run({input_name: x}))} for c in levels]
     for r in rows:

@@ -28,20 +28,6 @@ def default_isolation(target: str) -> str:
     return "process"
 
 
-def compile_on_passing_thread(load, *args):
-    """`load(*args)` on a thread that exits when it returns, for a model whose instances are threads.
-
-    libgomp gives every thread that runs a parallel region a team of its own, kept for as long as that
-    thread lives, and once it manages more threads than there are cores it cuts every team's spinning
-    at barriers to 100 rounds: each worker then sleeps at nearly every kernel and is woken for the next.
-    Compiling runs parallel regions, so a model compiled on a thread that lives on (the server's main
-    thread) and run on the instance threads paid that on every request: ResNet-50 at 2 threads on the
-    2-core machine slept 103-108 times a run against 2-28 compiled on a passing thread, p50 47-80 ms
-    against 39-51 (alternating, load 1.6-1.9)."""
-    with ThreadPoolExecutor(1, thread_name_prefix="fusegraph-serve-load") as pool:
-        return pool.submit(load, *args).result()
-
-
 @functools.cache
 def _gpu_count() -> int:
     try:
@@ -96,7 +82,7 @@ def load_instances(entry: cfg.ModelEntry, version: int, path: Path, default_targ
         if len({d for d in devices if d is not None}) > 1:
             raise ModelConfigError(f"model {entry.name!r}: instances on GPUs {sorted(set(devices))} need "
                                    f"--isolation process (one process bound to each device)")
-        model = compile_on_passing_thread(ServedModel, entry, version, path, default_target, cores)
+        model = ServedModel(entry, version, path, default_target, cores)
         return model, [model] * model.instances
     from google.protobuf import text_format
 

@@ -30,7 +30,6 @@ class FusegraphReplica:
     """One replica: the model compiled for `target`, answering `infer` calls and v2 JSON over HTTP."""
 
     def __init__(self, model_path: str, target: str, max_batch_size: int | None, cores: int):
-        from .instances import compile_on_passing_thread
         from .model import ServedModel
         from .repository import LoadedModel
 
@@ -39,8 +38,7 @@ class FusegraphReplica:
         if max_batch_size is not None:
             entry.config.max_batch_size = max_batch_size
             entry.explicit_config = max_batch_size == 0  # 0: serve the model's own shapes
-        # Ray runs `infer` on threads of its own: no thread that lives on keeps an OpenMP team (instances.py)
-        self.model = compile_on_passing_thread(ServedModel, entry, 1, path, target, cores)
+        self.model = ServedModel(entry, 1, path, target, cores)
         self._loaded = LoadedModel(self.model, None, None)  # what the v2 codecs read: name, specs
 
     def metadata(self) -> dict:

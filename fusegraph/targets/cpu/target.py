@@ -14,6 +14,7 @@ from . import kernels  # noqa: F401  (fills the lowering table)
 from .artifacts import building, export, providing
 from .executable import CpuExecutable
 from .lowering import LowerContext, lower_module
+from .openmp import on_passing_thread
 from .passes import (
     choose_layout,
     fuse_conv_epilogue,
@@ -48,6 +49,11 @@ class CpuTarget(Target):
                                choose_layout, tabulate_int8, eliminate_dead_code, plan_memory]
 
     def lower(self, program: Program, options: CompileOptions) -> Executable:
+        """Lowered on a thread that ends with it: the caller's thread keeps no OpenMP team, which
+        would throttle the teams of the threads that run the program (openmp.on_passing_thread)."""
+        return on_passing_thread(self._lower, program, options)
+
+    def _lower(self, program: Program, options: CompileOptions) -> Executable:
         main = program.main
         if main.memory_plan is None:
             plan_memory(main)
