@@ -23,6 +23,14 @@ def small_constant(ins: Instruction) -> np.ndarray | None:
     return None
 
 
+def expanded(value: np.ndarray, lens: tuple[int, ...]) -> np.ndarray:
+    """`value` broadcast to `lens` as a new array (np.broadcast_to's strided views reject ml_dtypes'
+    types: float8, int4)."""
+    out = np.empty(lens, dtype=value.dtype)
+    out[...] = value
+    return out
+
+
 def is_splat(ins: Instruction, value: float) -> bool:
     v = small_constant(ins)
     return v is not None and v.size > 0 and bool(np.all(v == value))

@@ -16,7 +16,7 @@ import numpy as np
 from ..ir.module import Instruction, Module
 from ..ir.op import OpKind
 from ..ir.shape import Shape
-from .constants import materialize, small_constant
+from .constants import expanded, materialize, small_constant
 
 GROWTH_LIMIT_BYTES = 1 << 20   # a result may exceed its inputs' bytes by this much ...
 GROWTH_FACTOR = 4              # ... or by this factor, whichever is larger
@@ -68,7 +68,7 @@ def propagate_constant(module: Module, keep: frozenset[str] = frozenset()) -> bo
             continue
         if sum(i.shape.bytes for i in ins.inputs if not i.is_literal) > EXPAND_LIMIT_BYTES:
             continue
-        full = [v if i.is_literal else np.array(np.broadcast_to(v, i.shape.lens)) for v, i in zip(small, ins.inputs)]
+        full = [v if i.is_literal else expanded(v, i.shape.lens) for v, i in zip(small, ins.inputs)]
         value = np.array(ins.op.compute(full), order="C")  # keeps 0-d 0-d
         if value.dtype != ins.shape.dtype.np or value.shape != ins.shape.lens:
             value = value.astype(ins.shape.dtype.np).reshape(ins.shape.lens)

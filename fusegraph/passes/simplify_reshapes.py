@@ -13,7 +13,7 @@ import numpy as np
 from ..ir.module import Instruction, Module
 from ..ir.op import OpKind, make_op
 from ..ir.shape import Shape
-from .constants import materialize, small_constant
+from .constants import expanded, materialize, small_constant
 
 EXPAND_LIMIT_BYTES = 1 << 24  # a constant is laid out anew up to this size
 
@@ -65,7 +65,7 @@ def _unsandwich(module: Module, ins: Instruction) -> bool:
         v = small_constant(x)
         if v is None or x.shape.bytes > EXPAND_LIMIT_BYTES:
             return False
-        args.append(_laid_out(module, ins, np.broadcast_to(v, f.shape.lens).reshape(ins.shape.lens), x.shape.dtype))
+        args.append(_laid_out(module, ins, expanded(v, f.shape.lens).reshape(ins.shape.lens), x.shape.dtype))
     module.replace(ins, module.insert(ins, f.op, *args))
     return True
 

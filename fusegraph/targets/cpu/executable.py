@@ -241,6 +241,10 @@ def _as_described(value: Any, shape: Any) -> Any:
     if not same_steps(value.strides, strides, value.shape):
         # another layout altogether (numpy's reshape of a transposed constant keeps it a view)
         return np.ascontiguousarray(value) if shape.standard else value
+    if value.dtype.kind == "V" or value.dtype.type.__module__.startswith("ml_dtypes"):
+        # as_strided rejects ml_dtypes' types (float8, int4...): the same bytes viewed as unsigned ints
+        bits = value.view(np.dtype(f"u{value.itemsize}"))
+        return np.lib.stride_tricks.as_strided(bits, value.shape, strides, writeable=False).view(value.dtype)
     return np.lib.stride_tricks.as_strided(value, value.shape, strides, writeable=False)
 
 
