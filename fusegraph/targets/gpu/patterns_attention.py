@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
 from ...ir.module import Instruction
 from ...ir.shape import Shape
 from ...ops.scalar import Call, Expr, Var
@@ -73,14 +75,22 @@ def match_attention(dot2: Instruction) -> Group | None:
         return None
     if cond is not None and not (isinstance(cond.shape, Shape) and cond.shape.dtype.value == "bool"):
         return None
-    if any(x is not None and x.shape.ndim > dot1.shape.ndim for x in extra):
-        return None
+    if p.shape.lens != dot1.shape.lens or not all(x is None or _broadcasts_to(x, dot1) for x in extra):
+        return None  # SDPA broadcasts its mask to the scores, never the scores to the mask
     inside = [*pre_scaled, dot1, *members]
     # q, K^T and v as strided views of what their movement chains start from (view_chain.py)
     bases, chains, folded = fold_chains([q, kt, v], {m.uid for m in inside} | {dot2.uid})
     data = {"scale": scale, "has_mask": mask is not None, "has_cond": cond is not None, "keep_if": form.keep_if,
             "fill": form.fill, "fill_first": form.fill_first, "chains": chains}
     return Group("attention", dot2, [*folded, *inside], bases + [x for x in extra if x is not None], data)
+
+
+def _broadcasts_to(x: Instruction, scores: Instruction) -> bool:
+    lens = scores.shape.lens
+    try:
+        return tuple(np.broadcast_shapes(x.shape.lens, lens)) == tuple(lens)
+    except ValueError:
+        return False
 
 
 def _constant_factor(x: Instruction) -> float | None:
