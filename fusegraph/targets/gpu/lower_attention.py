@@ -31,14 +31,14 @@ def attention(ctx, step):
         q, k, v = (sdpa_operand(x) for x in (q, kt.transpose(-1, -2), v))
         bias, dead = sdpa_mask(q.dtype, data, *masks)
         if dead is not None:  # rows with every key masked: uniform weights, as in the model
-            q = q.masked_fill(dead.all(-1, keepdim=True), 0)
+            q = q.masked_fill(dead, 0)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
     return run
 
 
 def sdpa_mask(dtype, data: dict, *masks):
-    """(additive mask of `dtype` or None, boolean mask of the keys every score of a row loses or None)
-    for the pattern's mask and Where condition (step data "has_mask", "has_cond")."""
+    """(additive mask of `dtype` or None, [..., L, 1] boolean of the query rows whose every key is
+    masked or None) for the pattern's mask and Where condition (step data "has_mask", "has_cond")."""
     t = torch()
     it = iter(masks)
     mask = next(it) if data["has_mask"] else None
@@ -49,7 +49,7 @@ def sdpa_mask(dtype, data: dict, *masks):
             return None, None
         if mask.dtype != dtype:
             mask = mask.clamp(info.min, info.max).to(dtype)
-        return mask, (mask <= info.min if dtype == t.float16 else None)
+        return mask, (mask.amax(-1, keepdim=True) <= info.min if dtype == t.float16 else None)
     kept = cond if data["keep_if"] else cond.logical_not()
     fill = max(data["fill"], info.min)
     if mask is None:
@@ -60,7 +60,9 @@ def sdpa_mask(dtype, data: dict, *masks):
         bias = t.where(kept, mask.float(), fill)
     bias = bias.clamp(info.min, info.max).to(dtype)
     dead = kept.logical_not()
-    return bias, (dead | (bias <= info.min) if dtype == t.float16 else dead)
+    if dtype == t.float16:
+        dead = dead | (bias <= info.min)
+    return bias, dead.all(-1, keepdim=True)
 
 
 def sdpa_operand(x):
