@@ -134,3 +134,15 @@ def test_a_mask_that_grows_the_scores_is_no_mask(gpu_target):
     kinds, got = _run(gpu_target, model, x, fp16=False)
     assert "attention" not in kinds
     assert_close(got, run_ort(model, x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_float32_mask_is_clamped_into_float16_not_made_infinite():
+    torch = pytest.importorskip("torch")
+    from fusegraph.targets.gpu.lower_attention import sdpa_mask
+
+    mask = torch.tensor([[F32_MIN, F32_MIN], [0.0, 1e6], [F32_MIN, -3.0]])
+    bias, dead = sdpa_mask(torch.float16, {"has_mask": True, "has_cond": False}, mask)
+    assert bias.dtype == torch.float16 and bias.tolist() == [[-65504.0, -65504.0], [0.0, 65504.0], [-65504.0, -3.0]]
+    assert dead.tolist() == [[True], [False], [False]]  # only the row whose every key is masked
+    bias, dead = sdpa_mask(torch.float32, {"has_mask": True, "has_cond": False}, mask)
+    assert bias is mask and dead is None  # float32 adds finfo.min itself: uniform weights already
