@@ -38,11 +38,12 @@ def attention(ctx, step):
 
 def sdpa_mask(dtype, data: dict, *masks):
     """(additive mask of `dtype` or None, [..., L, 1] boolean of the query rows whose every key is
-    masked or None) for the pattern's mask and Where condition (step data "has_mask", "has_cond")."""
+    masked or None) for the pattern's mask and Where condition (step data "has_mask", "where")."""
     t = torch()
     it = iter(masks)
     mask = next(it) if data["has_mask"] else None
-    cond = next(it) if data["has_cond"] else None
+    where = data.get("where")
+    cond = next(it) if where else None
     info = t.finfo(dtype)
     if cond is None:
         if mask is None:
@@ -50,11 +51,11 @@ def sdpa_mask(dtype, data: dict, *masks):
         if mask.dtype != dtype:
             mask = mask.clamp(info.min, info.max).to(dtype)
         return mask, (mask.amax(-1, keepdim=True) <= info.min if dtype == t.float16 else None)
-    kept = cond if data["keep_if"] else cond.logical_not()
-    fill = max(data["fill"], info.min)
+    kept = cond if where["keep_if"] else cond.logical_not()
+    fill = max(where["fill"], info.min)
     if mask is None:
         bias = t.where(kept, 0.0, fill)
-    elif data["fill_first"]:  # where(B, S, f) + M: masked keys take f + M
+    elif where["fill_first"]:  # where(B, S, f) + M: masked keys take f + M
         bias = t.where(kept, 0.0, fill) + mask.float()
     else:
         bias = t.where(kept, mask.float(), fill)

@@ -80,8 +80,9 @@ def match_attention(dot2: Instruction) -> Group | None:
     inside = [*pre_scaled, dot1, *members]
     # q, K^T and v as strided views of what their movement chains start from (view_chain.py)
     bases, chains, folded = fold_chains([q, kt, v], {m.uid for m in inside} | {dot2.uid})
-    data = {"scale": scale, "has_mask": mask is not None, "has_cond": cond is not None, "keep_if": form.keep_if,
-            "fill": form.fill, "fill_first": form.fill_first, "chains": chains}
+    data = {"scale": scale, "has_mask": mask is not None, "chains": chains}
+    if cond is not None:  # the Where: which value of the condition keeps a score, the fill, its order
+        data["where"] = {"keep_if": form.keep_if, "fill": form.fill, "fill_first": form.fill_first}
     return Group("attention", dot2, [*folded, *inside], bases + [x for x in extra if x is not None], data)
 
 

@@ -141,8 +141,8 @@ def test_a_float32_mask_is_clamped_into_float16_not_made_infinite():
     from fusegraph.targets.gpu.lower_attention import sdpa_mask
 
     mask = torch.tensor([[F32_MIN, F32_MIN], [0.0, 1e6], [F32_MIN, -3.0]])
-    bias, dead = sdpa_mask(torch.float16, {"has_mask": True, "has_cond": False}, mask)
+    bias, dead = sdpa_mask(torch.float16, {"has_mask": True}, mask)
     assert bias.dtype == torch.float16 and bias.tolist() == [[-65504.0, -65504.0], [0.0, 65504.0], [-65504.0, -3.0]]
     assert dead.tolist() == [[True], [False], [False]]  # only the row whose every key is masked
-    bias, dead = sdpa_mask(torch.float32, {"has_mask": True, "has_cond": False}, mask)
+    bias, dead = sdpa_mask(torch.float32, {"has_mask": True}, mask)
     assert bias is mask and dead is None  # float32 adds finfo.min itself: uniform weights already
