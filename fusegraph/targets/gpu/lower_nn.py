@@ -1,6 +1,5 @@
 """Lowerings of the heavy ops to the vendor libraries through torch: matmuls to cuBLAS(Lt) (with the
-bias epilogue for gemm_bias), attention to scaled_dot_product_attention (flash / memory-efficient),
-convolutions and pooling to cuDNN in channels-last; matmuls with any other fused epilogue to the
+bias epilogue for gemm_bias; attention: lower_attention.py), convolutions and pooling to cuDNN in channels-last; matmuls with any other fused epilogue to the
 faster (autotuned) of the Triton GEMM template and cuBLAS + the epilogue's pointwise kernel."""
 
 from __future__ import annotations
@@ -38,38 +37,6 @@ def gemm_bias(ctx, step):
     def run(out, a, w, bias):
         t.addmm(bias.reshape(n), a, w, out=out.view(-1, n))
     return run
-
-
-@lowering("attention", mode="value", note="scaled_dot_product_attention")
-def attention(ctx, step):
-    from .view_chain import apply
-
-    F = torch().nn.functional
-    scale = step.data["scale"]
-    chains = step.data["chains"]  # q, K^T, v from the pattern's inputs: strided views where they can be
-
-    def run(q, kt, v, mask=None):
-        q, kt, v = (apply(x, c) for x, c in zip((q, kt, v), chains))
-        q, k, v = (sdpa_operand(x) for x in (q, kt.transpose(-1, -2), v))
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-    return run
-
-
-def sdpa_operand(x):
-    """`x` as SDPA's kernels take it, else a dense copy. Unit stride along the last dim: the flash
-    and memory-efficient kernels need it, and without them SDPA falls back to its math form (a K^T
-    made contiguous by its producer, read transposed, made ViT-B/16's attention 15x slower than
-    flash on an H200, issue 23). A strided view (view_chain.py) only in half precision (flash's
-    types) and with its start and strides on 16 bytes: in float32 the memory-efficient kernel took
-    SegFormer's and a GPT-2 kv-step's views on the H200 and refused them at run time ("query is not
-    correctly aligned", "no kernel found to launch")."""
-    if x.shape[-1] != 1 and x.stride(-1) != 1:
-        return x.contiguous()
-    if x.is_contiguous():
-        return x
-    size = x.element_size()
-    aligned = x.data_ptr() % 16 == 0 and all(s * size % 16 == 0 for d, s in zip(x.shape[:-1], x.stride()[:-1]) if d > 1)
-    return x if size == 2 and aligned else x.contiguous()
 
 
 @lowering("quant_dot", mode="into", note="int8 x int8 weights: torch._int_mm; else exact in float64")

@@ -88,6 +88,7 @@ def load_tables() -> None:
     global _loaded
     if not _loaded:
         from . import (  # noqa: F401  (register entries)
+            lower_attention,
             lower_custom,
             lower_math,
             lower_movement,

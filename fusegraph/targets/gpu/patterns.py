@@ -1,9 +1,8 @@
 """Subgraphs the gpu target runs as one library call, found on the optimized IR:
 
-* attention: dot(Q, K^T) -> [scale, additive mask] -> softmax(last axis) -> dot(., V), with the
-  softmax alone or fused with its prologue (fused_reduce), and Q and K^T each optionally scaled by a
-  constant first (torch's export of scaled_dot_product_attention: q * sqrt(s), K^T * sqrt(s)), becomes one
-  torch.nn.functional.scaled_dot_product_attention call (flash / memory-efficient kernels);
+* attention: dot(Q, K^T) -> [scale, additive mask, Where with a constant fill] -> softmax(last axis)
+  -> dot(., V) becomes one torch.nn.functional.scaled_dot_product_attention call (patterns_attention.py,
+  lower_attention.py);
 * gemm_bias: dot(A, W) [-> reshape that splits rows] -> add(., broadcast(bias over the last axis))
   becomes one torch.addmm (cuBLASLt's bias epilogue);
 * conv_gemm: a 1x1 convolution (stride 1, unpadded, ungrouped, 2-D) is a matmul over the rows of its
@@ -25,29 +24,17 @@ the instructions it replaces, its inputs the values it reads.
 
 from __future__ import annotations
 
-import dataclasses
-
-import numpy as np
-
 from ...ir.module import Instruction, Module
 from ...ir.shape import Shape
 from ...ops.conv import window_attrs
-from ...ops.scalar import Call, Const, Expr, Var, variables
+from ...ops.scalar import Call, Const, Var, variables
+from .matching import FLOATS, Group, constant_scalar, is_output, only_user, strip_convert
+from .patterns_attention import match_attention
 from .patterns_quant import quant_epilogue_source
-from .view_chain import fold_chains
 
-FLOATS = ("float16", "bfloat16", "float32")
+__all__ = ["FLOATS", "Group", "constant_scalar", "match_attention", "match_groups", "only_user"]
+
 DOT_EPILOGUES = ("gemm_epilogue", "quant_gemm_epilogue")  # the rest take a convolution's N, C, H, W
-VIEW_CHAIN = ("broadcast", "reshape", "squeeze", "unsqueeze", "flatten", "contiguous")
-
-
-@dataclasses.dataclass
-class Group:
-    kind: str
-    root: Instruction
-    members: list[Instruction]
-    inputs: list[Instruction]
-    data: dict
 
 
 def match_groups(module: Module) -> dict[int, Group]:
@@ -78,171 +65,6 @@ def match_groups(module: Module) -> dict[int, Group]:
 
     mark_sparse(module, groups)
     return groups
-
-
-def only_user(x: Instruction, user: Instruction) -> bool:
-    return len(x.users) == 1 and x.users[0] is user and not _is_output(x)
-
-
-def _is_output(x: Instruction) -> bool:
-    return x.module is not None and any(o is x for o in x.module.outputs)
-
-
-def constant_scalar(x: Instruction) -> float | None:
-    """The value of `x` when it is a literal (seen through broadcasts and reshapes) whose elements are
-    all equal; else None."""
-    while x.op.name in VIEW_CHAIN:
-        x = x.inputs[0]
-    if not x.is_literal:
-        return None
-    v = np.asarray(x.literal)
-    if v.size == 0 or v.dtype.kind != "f" or not np.all(v == v.reshape(-1)[0]):
-        return None
-    return float(v.reshape(-1)[0])
-
-
-# -- attention ---------------------------------------------------------------------------------------
-def _prologue(expr: Expr, score: int, scalars: dict[int, float]) -> tuple[float, int | None] | None:
-    """(scale, mask variable) if `expr` is score*c, score/c, score, plus an optional mask variable."""
-    mask = None
-    if isinstance(expr, Call) and expr.fn == "add":
-        a, b = expr.args
-        for s, m in ((a, b), (b, a)):
-            if isinstance(m, Var) and m.index != score and m.index not in scalars:
-                expr, mask = _strip_convert(s), m.index  # a half body rounds the scaled scores first
-                break
-        else:
-            return None
-    if isinstance(expr, Var) and expr.index == score:
-        return 1.0, mask
-    if isinstance(expr, Call) and expr.fn in ("mul", "div") and len(expr.args) == 2:
-        a, b = expr.args
-        if expr.fn == "mul" and isinstance(b, Var) and b.index == score:
-            a, b = b, a
-        if isinstance(a, Var) and a.index == score and isinstance(b, Var) and b.index in scalars:
-            c = scalars[b.index]
-            if expr.fn == "div":
-                return (1.0 / c, mask) if c != 0 else None
-            return c, mask
-    return None
-
-
-def match_attention(dot2: Instruction) -> Group | None:
-    p, v = dot2.inputs
-    if not isinstance(dot2.shape, Shape) or dot2.shape.ndim not in (3, 4) or dot2.shape.dtype.value not in FLOATS:
-        return None
-    if not only_user(p, dot2):
-        return None
-    pre = _attention_prologue(p)
-    if pre is None:
-        return None
-    dot1, scale, mask, members = pre
-    if dot1.op.name != "dot" or not only_user(dot1, members[0]):
-        return None
-    q, kt = dot1.inputs
-    pre_scaled = []
-    for k, x in enumerate((q, kt)):  # torch's SDPA export scales q and K^T by sqrt(scale) each
-        c = _constant_factor(x)
-        if c is not None and only_user(x, dot1):
-            scale *= c
-            pre_scaled.append(x)
-            q, kt = (x.inputs[0], kt) if k == 0 else (q, x.inputs[0])
-    if not q.shape.dtype == kt.shape.dtype == v.shape.dtype:  # SDPA takes one dtype
-        return None
-    if mask is not None and (mask.shape.dtype != q.shape.dtype or not isinstance(mask.shape, Shape)):
-        return None
-    inside = [*pre_scaled, dot1, *members]
-    # q, K^T and v as strided views of what their movement chains start from (view_chain.py)
-    bases, chains, folded = fold_chains([q, kt, v], {m.uid for m in inside} | {dot2.uid})
-    inputs = bases + ([mask] if mask is not None else [])
-    return Group("attention", dot2, [*folded, *inside], inputs,
-                 {"scale": scale, "has_mask": mask is not None, "chains": chains})
-
-
-def _constant_factor(x: Instruction) -> float | None:
-    """c when `x` is y * c or y / c with c a constant scalar (y first, of x's shape and type), else None.
-    The factor moves into SDPA's scale, which applies it in float32: a rounding of x fewer."""
-    if x.op.name not in ("mul", "div") or len(x.inputs) != 2:
-        return None
-    y, c = x.inputs
-    if x.op.name == "mul" and constant_scalar(y) is not None and constant_scalar(c) is None:
-        y, c = c, y
-    value = constant_scalar(c)
-    if value is None or y.shape.lens != x.shape.lens or y.shape.dtype != x.shape.dtype:
-        return None
-    if x.op.name == "div":
-        return 1.0 / value if value != 0 else None
-    return value
-
-
-def _attention_prologue(p: Instruction):
-    """(scores dot, scale, mask value or None, members up to p) for softmax-like `p`, or None.
-    Converts around the softmax (fp16 programs keep it in float32) are part of the pattern: SDPA
-    computes its softmax in float32 too."""
-    last = p.shape.ndim - 1
-    if p.op.name != "fused_reduce":
-        members = [p]
-        s = p
-        if s.op.name == "convert":
-            s = s.inputs[0]
-            if not only_user(s, p):
-                return None
-            members.insert(0, s)
-        if s.op.name != "softmax" or s.op.axis != last:
-            return None
-        x = s.inputs[0]
-        if x.op.name == "dot":
-            return x, 1.0, None, members
-        if x.op.kind.value == "pointwise" and hasattr(x.op, "expr") and only_user(x, s):
-            r = _match_expr(_strip_convert(x.op.expr), x.inputs)
-            if r is not None:
-                return r[0], r[1], r[2], [x, *members]
-        return None
-    if p.op.axes != (last,):
-        return None
-    body = p.module_args[0]
-    params = {b.uid: k for k, b in enumerate(body.parameters)}
-    (ret,) = body.outputs
-    # broadcasts of the inputs are free in SDPA (it broadcasts its mask): see through them
-    computed = [i for i in body.instructions if i.op.name not in ("@param", "@return", "broadcast")]
-    s = ret.inputs[0] if ret.op.name == "convert" else ret
-    if s.op.name != "softmax" or s.op.axis != last:
-        return None
-    x = _through_broadcasts(s.inputs[0])
-    expected = 1 + (s is not ret)
-    if x.uid in params:  # softmax of the scores as they come
-        return (p.inputs[params[x.uid]], 1.0, None, [p]) if len(computed) == expected else None
-    if len(computed) != expected + 1 or not (x.op.kind.value == "pointwise" and hasattr(x.op, "expr")):
-        return None
-    sources = [_through_broadcasts(i) for i in x.inputs]
-    if any(i.uid not in params for i in sources):
-        return None
-    outer = [p.inputs[params[i.uid]] for i in sources]
-    r = _match_expr(_strip_convert(x.op.expr), outer)
-    return None if r is None else (r[0], r[1], r[2], [p])
-
-
-def _through_broadcasts(x: Instruction) -> Instruction:
-    while x.op.name == "broadcast":
-        x = x.inputs[0]
-    return x
-
-
-def _strip_convert(expr: Expr) -> Expr:
-    while isinstance(expr, Call) and expr.fn.startswith("convert_float"):
-        expr = expr.args[0]
-    return expr
-
-
-def _match_expr(expr: Expr, inputs: list[Instruction]):
-    scores = [k for k, i in enumerate(inputs) if i.op.name == "dot"]
-    scalars = {k: c for k, i in enumerate(inputs) if (c := constant_scalar(i)) is not None}
-    for s in scores:
-        r = _prologue(expr, s, scalars)
-        if r is not None:
-            scale, m = r
-            return inputs[s], scale, (inputs[m] if m is not None else None)
-    return None
 
 
 # -- gemm + bias -------------------------------------------------------------------------------------
@@ -300,7 +122,7 @@ def match_conv_gemm(conv: Instruction) -> Group | None:
     pb, pe, strides, dils = window_attrs(conv.op, 2)
     if any(pb) or any(pe) or strides != (1, 1) or dils != (1, 1):
         return None
-    user = conv.users[0] if len(conv.users) == 1 and not _is_output(conv) else None
+    user = conv.users[0] if len(conv.users) == 1 and not is_output(conv) else None
     epilogue = _bias_epilogue(user, conv) if user is not None else None
     if epilogue is None:
         return Group("conv_gemm", conv, [conv], [x, w], {"relu": False})
@@ -314,10 +136,10 @@ def _bias_epilogue(add: Instruction, conv: Instruction) -> tuple[Instruction, bo
         return None
     if add.shape != conv.shape:
         return None
-    e = _strip_convert(add.op.expr)
+    e = strip_convert(add.op.expr)
     relu = isinstance(e, Call) and e.fn == "max" and len(e.args) == 2 and e.args[1] == Const(0)
     if relu:
-        e = _strip_convert(e.args[0])
+        e = strip_convert(e.args[0])
     if not (isinstance(e, Call) and e.fn == "add" and all(isinstance(a, Var) for a in e.args)):
         return None
     k = add.inputs.index(conv)
@@ -347,13 +169,13 @@ def match_gemm_epilogue(mm: Instruction) -> Group | None:
     from .triton_expr import expr_types, triton_types_ok
 
     kind = _epilogue_source(mm) or quant_epilogue_source(mm)
-    if kind is None or len(mm.users) != 1 or _is_output(mm):
+    if kind is None or len(mm.users) != 1 or is_output(mm):
         return None
     y, members, split = mm, [mm], False
     user = mm.users[0]
     if kind in DOT_EPILOGUES and user.op.name == "reshape" and mm.shape.ndim == 2 and only_user(mm, user):
         if user.shape.ndim < 2 or user.shape.lens[-1] != mm.shape.lens[-1] or len(user.users) != 1 \
-                or _is_output(user):
+                or is_output(user):
             return None
         y, split = user, True
         members.append(user)

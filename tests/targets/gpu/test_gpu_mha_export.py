@@ -173,7 +173,7 @@ def test_torch_mha_export_runs_as_slices_and_sdpa(gpu_target, fp16):
 def test_sdpa_operands_are_views_only_where_the_kernels_take_them(dtype, stride_m, kept):
     import torch
 
-    from fusegraph.targets.gpu.lower_nn import sdpa_operand
+    from fusegraph.targets.gpu.lower_attention import sdpa_operand
 
     base = torch.zeros(2, 4, 8, stride_m, dtype=getattr(torch, dtype))
     x = base[..., :16]  # [2, 4, 8, 16], unit last stride, rows stride_m apart

@@ -1,0 +1,83 @@
+"""Attention (patterns_attention.py) as one torch.nn.functional.scaled_dot_product_attention call.
+
+SDPA takes one additive mask of the query's type (or a boolean one). The pattern's mask and
+Where-fill become that mask: converted with values beyond the type's range clamped to it (a float32
+finfo.min mask is -inf in float16; the fill takes the same clamp), added in float32 when both apply.
+
+A query row whose every key is masked gets uniform weights in the model: the float32 scores plus
+finfo(float32).min all round to finfo.min, and a Where sets them all to its fill. SDPA adds the
+float16 lowest (-65504) in float32 without absorbing the scores (softmax of the scores instead), and
+a boolean mask gives zeros. So such rows are found (keys masked by the Where, or float16 mask
+values at the lowest) and their query is zeroed: equal scores, uniform weights, the mean of v.
+"""
+
+from __future__ import annotations
+
+from .device import torch
+from .lowering import lowering
+
+
+@lowering("attention", mode="value", note="scaled_dot_product_attention")
+def attention(ctx, step):
+    from .view_chain import apply
+
+    F = torch().nn.functional
+    data = step.data
+    scale = data["scale"]
+    chains = data["chains"]  # q, K^T, v from the pattern's inputs: strided views where they can be
+
+    def run(q, kt, v, *masks):
+        q, kt, v = (apply(x, c) for x, c in zip((q, kt, v), chains))
+        q, k, v = (sdpa_operand(x) for x in (q, kt.transpose(-1, -2), v))
+        bias, dead = sdpa_mask(q.dtype, data, *masks)
+        if dead is not None:  # rows with every key masked: uniform weights, as in the model
+            q = q.masked_fill(dead, 0)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+    return run
+
+
+def sdpa_mask(dtype, data: dict, *masks):
+    """(additive mask of `dtype` or None, [..., L, 1] boolean of the query rows whose every key is
+    masked or None) for the pattern's mask and Where condition (step data "has_mask", "where")."""
+    t = torch()
+    it = iter(masks)
+    mask = next(it) if data["has_mask"] else None
+    where = data.get("where")
+    cond = next(it) if where else None
+    info = t.finfo(dtype)
+    if cond is None:
+        if mask is None:
+            return None, None
+        if mask.dtype != dtype:
+            mask = mask.clamp(info.min, info.max).to(dtype)
+        return mask, (mask.amax(-1, keepdim=True) <= info.min if dtype == t.float16 else None)
+    kept = cond if where["keep_if"] else cond.logical_not()
+    fill = max(where["fill"], info.min)
+    if mask is None:
+        bias = t.where(kept, 0.0, fill)
+    elif where["fill_first"]:  # where(B, S, f) + M: masked keys take f + M
+        bias = t.where(kept, 0.0, fill) + mask.float()
+    else:
+        bias = t.where(kept, mask.float(), fill)
+    bias = bias.clamp(info.min, info.max).to(dtype)
+    dead = kept.logical_not()
+    if dtype == t.float16:
+        dead = dead | (bias <= info.min)
+    return bias, dead.all(-1, keepdim=True)
+
+
+def sdpa_operand(x):
+    """`x` as SDPA's kernels take it, else a dense copy. Unit stride along the last dim: the flash
+    and memory-efficient kernels need it, and without them SDPA falls back to its math form (a K^T
+    made contiguous by its producer, read transposed, made ViT-B/16's attention 15x slower than
+    flash on an H200, issue 23). A strided view (view_chain.py) only in half precision (flash's
+    types) and with its start and strides on 16 bytes: in float32 the memory-efficient kernel took
+    SegFormer's and a GPT-2 kv-step's views on the H200 and refused them at run time ("query is not
+    correctly aligned", "no kernel found to launch")."""
+    if x.shape[-1] != 1 and x.stride(-1) != 1:
+        return x.contiguous()
+    if x.is_contiguous():
+        return x
+    size = x.element_size()
+    aligned = x.data_ptr() % 16 == 0 and all(s * size % 16 == 0 for d, s in zip(x.shape[:-1], x.stride()[:-1]) if d > 1)
+    return x if size == 2 and aligned else x.contiguous()

@@ -1,0 +1,148 @@
+"""Masked attention on the gpu target (issue 23: DistilBERT, GPT-2): the scores forms patterns_attention.py
+reads, by rule on scalar bodies, then small ONNX models end to end against ONNX Runtime (float32 and
+fp16, interpreted without a GPU), with padded batch rows and query rows whose every key is masked
+(the model gives them uniform weights: lower_attention.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import fusegraph
+from fusegraph.ops.scalar import parse_expr
+from fusegraph.targets.gpu.patterns_attention import _form
+from tests.util import assert_close, make_model, run_ort
+
+rng = np.random.default_rng(23)
+F32_MIN = float(np.finfo(np.float32).min)
+B, H, S, D = 2, 2, 8, 16
+
+
+def randn(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+# -- the scores form, rule by rule (x0: the scores, x1: a mask or condition, x2: a constant) -------------
+@pytest.mark.parametrize("body, expected", [
+    ("mul(x0, x2)", dict(scale=-1e9)),
+    ("add(mul(x0, x2), x1)", dict(scale=-1e9, mask=1)),
+    ("convert_float32(add(convert_float16(mul(x0, x2)), convert_float32(x1)))", dict(scale=-1e9, mask=1)),
+    ("where(x1, x0, x2)", dict(cond=1, fill=-1e9)),
+    ("where(x1, x2, x0)", dict(cond=1, keep_if=False, fill=-1e9)),
+    ("where(not(x1), x2, x0)", dict(cond=1, fill=-1e9)),
+    ("div(where(x1, x0, x2), x3)", dict(scale=0.5, cond=1, fill=-5e8)),
+    ("add(where(x1, x0, x2), x4)", dict(mask=4, cond=1, fill=-1e9, fill_first=True)),
+    ("where(x1, add(x0, x4), x2)", dict(mask=4, cond=1, fill=-1e9)),
+    ("mul(add(x0, x1), x2)", None),        # a mask before the scale would be scaled too
+    ("where(x1, x0, x4)", None),           # the fill is data
+    ("where(x1, where(x1, x0, x2), x2)", None),
+    ("add(add(x0, x1), x4)", None),        # two masks
+    ("add(x0, x2)", None),                 # a constant is no mask
+    ("sub(x0, x1)", None),
+])
+def test_scores_form_rules(body, expected):
+    got = _form(parse_expr(body), 0, {2: -1e9, 3: 2.0})
+    if expected is None:
+        assert got is None
+    else:
+        assert got is not None and {k: v for k, v in vars(got).items() if v != vars(type(got)())[k]} == expected
+
+
+# -- end to end -------------------------------------------------------------------------------------------
+def _attention(scores_nodes, inputs, inits, score_out):
+    """q [B, H, S, D] @ k^T -> scores (named "s") -> `scores_nodes` -> `score_out` -> softmax -> @ v."""
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]), *scores_nodes,
+             helper.make_node("Softmax", [score_out], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    x = {"q": randn(B, H, S, D), "k": randn(B, H, S, D), "v": randn(B, H, S, D), **inputs}
+    return make_model(nodes, x, ["y"], initializers=inits), x
+
+
+def _hf_eager_model():
+    """transformers' eager attention: scores * d^-0.5 + where(padding mask expanded, 0, finfo(float32).min);
+    batch row 1 padded (its last 3 keys), batch row 0 all padding (every query row fully masked)."""
+    am = np.ones((B, S), np.int64)
+    am[0] = 0
+    am[1, -3:] = 0
+    nodes = [helper.make_node("Cast", ["am"], ["amb"], to=TensorProto.BOOL),
+             helper.make_node("Unsqueeze", ["amb", "ax"], ["am4"]),
+             helper.make_node("Expand", ["am4", "shape"], ["keep"]),
+             helper.make_node("Where", ["keep", "zero", "lo"], ["mask"]),
+             helper.make_node("Mul", ["s", "c"], ["ss"]), helper.make_node("Add", ["ss", "mask"], ["sm"])]
+    inits = {"ax": np.array([1, 2], np.int64), "shape": np.array([B, 1, S, S], np.int64),
+             "zero": np.array(0, np.float32), "lo": np.array(F32_MIN, np.float32),
+             "c": np.array(D ** -0.5, np.float32)}
+    return _attention(nodes, {"am": am}, inits, "sm")
+
+
+def _where_model(fill_input: bool = False, flipped: bool = False):
+    """where(keep, scores, fill) * c (masked_fill's export), keep a causal boolean mask input with
+    query row 2 of batch 1 fully masked; the fill a constant -1e9, or data."""
+    keep = np.broadcast_to(np.tril(np.ones((S, S), bool)), (B, 1, S, S)).copy()
+    keep[1, 0, 2] = False
+    args = ["drop", "f", "s"] if flipped else ["keep", "s", "f"]
+    nodes = [helper.make_node("Not", ["keep"], ["drop"]), helper.make_node("Where", args, ["w"]),
+             helper.make_node("Mul", ["w", "c"], ["ws"])]
+    fill = np.array([-1e9], np.float32)
+    inputs = {"keep": keep, **({"f": fill} if fill_input else {})}
+    inits = {"c": np.array(0.3, np.float32), **({} if fill_input else {"f": fill})}
+    return _attention(nodes, inputs, inits, "ws")
+
+
+def _run(gpu_target, model, x, fp16):
+    p = fusegraph.parse_onnx(model)
+    p.compile(gpu_target, fusegraph.CompileOptions(fp16=fp16))
+    kinds = [s.kind for s in p.executable.plan.steps]
+    return kinds, p.run(x)
+
+
+@pytest.mark.parametrize("build", [_hf_eager_model, _where_model, lambda: _where_model(flipped=True)],
+                         ids=["additive", "where", "where_flipped"])
+@pytest.mark.parametrize("fp16", [False, True])
+def test_masked_attention_is_sdpa_and_matches_onnxruntime(gpu_target, build, fp16):
+    model, x = build()
+    kinds, got = _run(gpu_target, model, x, fp16)
+    assert kinds.count("attention") == 1 and "dot" not in kinds, kinds
+    want = run_ort(model, x)
+    tol = 2e-2 if fp16 else 1e-4
+    assert_close(got, want, rtol=tol, atol=tol)
+
+
+def test_fully_masked_rows_average_v(gpu_target):
+    """The float32 model's weights on a row of finfo.min keys are uniform; so are fp16's (-65504 keeps
+    the scores apart in SDPA's float32 sums: the lowering zeroes those rows' queries)."""
+    model, x = _hf_eager_model()
+    _, (got,) = _run(gpu_target, model, x, fp16=True)
+    np.testing.assert_allclose(got[0], np.broadcast_to(x["v"][0].mean(-2, keepdims=True), (H, S, D)), atol=2e-2)
+
+
+def test_a_fill_that_is_data_is_no_mask(gpu_target):
+    model, x = _where_model(fill_input=True)
+    kinds, got = _run(gpu_target, model, x, fp16=False)
+    assert "attention" not in kinds and kinds.count("dot") == 2
+    assert_close(got, run_ort(model, x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_mask_that_grows_the_scores_is_no_mask(gpu_target):
+    """scores [1, H, S, S] + mask [B, 1, S, S]: the sum has a batch the scores lack (SDPA's mask
+    broadcasts to the scores, never the scores to it)."""
+    nodes = [helper.make_node("Add", ["s", "m"], ["sm"])]
+    model, x = _attention(nodes, {"m": randn(B, 1, S, S)}, {}, "sm")
+    x["q"], x["k"] = x["q"][:1], x["k"][:1]
+    model = make_model(list(model.graph.node), x, ["y"])
+    kinds, got = _run(gpu_target, model, x, fp16=False)
+    assert "attention" not in kinds
+    assert_close(got, run_ort(model, x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_float32_mask_is_clamped_into_float16_not_made_infinite():
+    torch = pytest.importorskip("torch")
+    from fusegraph.targets.gpu.lower_attention import sdpa_mask
+
+    mask = torch.tensor([[F32_MIN, F32_MIN], [0.0, 1e6], [F32_MIN, -3.0]])
+    bias, dead = sdpa_mask(torch.float16, {"has_mask": True}, mask)
+    assert bias.dtype == torch.float16 and bias.tolist() == [[-65504.0, -65504.0], [0.0, 65504.0], [-65504.0, -3.0]]
+    assert dead.tolist() == [[True], [False], [False]]  # only the row whose every key is masked
+    bias, dead = sdpa_mask(torch.float32, {"has_mask": True}, mask)
+    assert bias is mask and dead is None  # float32 adds finfo.min itself: uniform weights already
