@@ -32,16 +32,18 @@ def _bytes(shape: Any) -> int:
 
 
 def step_info(ins: Instruction, flops: Callable[[Instruction], float] | None = None,
-              members: Sequence[Instruction] = ()) -> StepInfo:
+              members: Sequence[Instruction] = (), kind: str | None = None) -> StepInfo:
     """`ins` as a step; `flops` (the targets pass passes/flops.py's count, a layer above this one).
     `members`: the instructions a target computes in this one step beyond `ins` (a gpu GEMM with its
-    epilogue), whose ONNX nodes and FLOPs the step carries too; bytes stay what the step reads and writes."""
+    epilogue), whose ONNX nodes and FLOPs the step carries too; bytes stay what the step reads and writes.
+    `kind`: the kernel the step runs where it is not `ins`'s op (a gpu pattern: attention, whose last
+    instruction is its second product, a dot)."""
     args = ", ".join(f"%{i.uid}" for i in ins.inputs)
     moved = _bytes(ins.shape) + sum(_bytes(i.shape) for i in ins.inputs)
     covered = [m for m in members if m is not ins]
     origin = merged(*(m.origin for m in covered), ins.origin) if covered else ins.origin
     work = sum(float(flops(m)) for m in (*covered, ins)) if flops else 0.0
-    return StepInfo(ins.uid, ins.op.name, f"%{ins.uid} = {ins.op.name}({args}) -> {ins.shape}", origin,
+    return StepInfo(ins.uid, kind or ins.op.name, f"%{ins.uid} = {ins.op.name}({args}) -> {ins.shape}", origin,
                     work, float(moved))
 
 
@@ -53,11 +55,13 @@ class Recorder:
 
     def __init__(self, target: str, instructions: Mapping[int, Instruction],
                  flops: Callable[[Instruction], float] | None = None,
-                 members: Mapping[int, Sequence[Instruction]] | None = None):
+                 members: Mapping[int, Sequence[Instruction]] | None = None,
+                 kinds: Mapping[int, str] | None = None):
         self.target = target
         self._instructions = instructions
         self._flops = flops
         self._members = members or {}  # uid -> the instructions its step computes with it (step_info)
+        self._kinds = kinds or {}  # uid -> the kernel its step runs, where not its instruction's op
         self.infos: dict[int, StepInfo] = {}
         self.runs: list[list[tuple[int, int, int]]] = []  # per run: (uid, start ns, end ns) in order
         self.lanes: dict[str, list[list[tuple[int, int, int]]]] = {}  # extra lanes (gpu: host launches)
@@ -67,7 +71,8 @@ class Recorder:
 
     def step(self, uid: int, t0: int, t1: int, value: Any = None, lane: str | None = None) -> None:
         if uid not in self.infos:
-            self.infos[uid] = step_info(self._instructions[uid], self._flops, self._members.get(uid, ()))
+            self.infos[uid] = step_info(self._instructions[uid], self._flops, self._members.get(uid, ()),
+                                        self._kinds.get(uid))
         if lane is None:
             self.runs[-1].append((uid, t0, t1))
         else:

@@ -140,11 +140,16 @@ class Executable:
         instructions = {i.uid: i for m in self.program.modules.values() for i in m.instructions}
         cls = Capture if capture else Recorder
         return cls(getattr(self.program, "target_name", "") or "", instructions, instruction_flops,
-                   self.step_members())
+                   self.step_members(), self.step_kinds())
 
     def step_members(self) -> dict[int, list[Any]]:
         """uid -> the instructions that uid's step computes with it, where one kernel step covers
         several instructions the IR keeps apart (none here; the gpu target's GEMM epilogues)."""
+        return {}
+
+    def step_kinds(self) -> dict[int, str]:
+        """uid -> the kernel that uid's step runs, where it is not the instruction's own op (none here;
+        the gpu target's patterns: attention, gemm_epilogue...)."""
         return {}
 
     def profile(self, inputs: Mapping[str, Any], runs: int = 10, warmup: int = 1) -> Any:

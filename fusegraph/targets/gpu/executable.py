@@ -85,6 +85,13 @@ class GpuExecutable(DeviceDoor, Executable):
             return {}
         return {s.ins.uid: s.members for s in self.plan.steps if s.members}
 
+    def step_kinds(self) -> dict[int, str]:
+        """A pattern step is named by its pattern (attention, gemm_epilogue), not by its last
+        instruction's op (an attention's second product, a dot)."""
+        if self.plan is None:
+            return {}
+        return {s.ins.uid: s.kind for s in self.plan.steps if s.members and s.kind != s.ins.op.name}
+
     def context(self) -> GpuExecutable:
         """An execution context (contexts.py): these weights and kernels, its own input and output
         buffers, arena, scratch and CUDA graph (captured now), so it runs beside this one."""

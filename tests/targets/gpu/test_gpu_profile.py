@@ -33,3 +33,22 @@ def test_capture_keeps_every_step_value(gpu_target):
     values = p.executable.capture(feeds())
     out = p.main.outputs[0]
     np.testing.assert_allclose(np.asarray(values[out.uid]), p.run(feeds())[0], rtol=1e-6, atol=1e-6)
+
+
+def test_a_pattern_step_is_named_by_its_pattern(gpu_target):
+    # a product with its bias add runs as one library call: the profile names it so, not by the
+    # last instruction it covers (an attention's would read "dot")
+    from onnx import helper
+
+    from tests.util import make_model
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
+    inits = {"w": rng.standard_normal((16, 8)).astype(np.float32), "b": rng.standard_normal(8).astype(np.float32)}
+    x = {"x": rng.standard_normal((4, 16)).astype(np.float32)}
+    p = fusegraph.parse_onnx(make_model(nodes, x, ["y"], initializers=inits, opset=13))
+    p.compile(gpu_target)
+    gemm = next(s for s in p.executable.plan.steps if s.kind == "gemm_bias")
+    assert gemm.ins.op.name != "gemm_bias"  # the pattern's last instruction is the add
+    prof = p.executable.profile(x, runs=1)
+    assert {info.uid: info.kernel for info in prof.steps}[gemm.ins.uid] == "gemm_bias"
