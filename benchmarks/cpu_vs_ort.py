@@ -160,7 +160,7 @@ def run_case(case: Case, a: argparse.Namespace) -> dict:
         if best != OrtConfig():
             specs["ort_best"] = {"engine": "onnxruntime", "model": model, "ort": best.to_json()}
     times: dict[str, list[list[float]]] = {name: [] for name in specs}
-    for k in range(a.processes):  # fresh processes: a process's placement moves its times (the VM: 1.5x)
+    for k in range(a.processes):  # fresh process pairs: one pair's figures moved 1.5x from launch to launch here
         with engines(specs, feeds) as procs, tempfile.TemporaryDirectory() as tmp:
             if k == 0:
                 names = [o.name for o in (model if isinstance(model, onnx.ModelProto) else onnx.load(
@@ -170,9 +170,9 @@ def run_case(case: Case, a: argparse.Namespace) -> dict:
                          compare_outputs(names, ours, procs["onnxruntime"].outputs(Path(tmp) / "ort.npz")))
             for name, rounds in measure_rounds(procs, a.rounds, a.runs, a.warmup).items():
                 times[name] += rounds
-            for name, proc in procs.items():
-                row[name] = {**round_summary(times[name], case.batch), "setup_s": proc.setup_s,
-                             "settings": proc.settings}
+            setups = {name: {"setup_s": proc.setup_s, "settings": proc.settings} for name, proc in procs.items()}
+    for name, setup in setups.items():
+        row[name] = {**round_summary(times[name], case.batch), **setup}
     if "ort_best" not in row:
         row["ort_best"] = row["onnxruntime"]
     row.update(ratio=ratio(row["fusegraph"]["median_ms"], row["onnxruntime"]["median_ms"]),
@@ -222,6 +222,8 @@ def main() -> int:
     ap.add_argument("--no-write", action="store_true", help="do not write the JSON results")
     ap.add_argument("--tag", default="", help="added to the results file's name (cpu_vs_ort-TAG-<host>.json)")
     a = ap.parse_args()
+    if a.processes < 1:
+        ap.error("--processes must be at least 1")
     wanted = [n for n in a.models.split(",") if n]
     if unknown := set(wanted) - set(names):
         ap.error(f"unknown models {sorted(unknown)}; choose from {names}")

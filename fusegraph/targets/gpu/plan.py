@@ -155,8 +155,8 @@ def _concat_slices(steps: list[Step], storage: dict[int, str], owner: dict[int, 
             if o == x.uid:
                 owner[uid] = concat
 
-    nested = _nested_concats(steps, storage, outputs)
     concats = [s for s in steps if s.kind == "concat" and storage.get(s.ins.uid) in (ARENA, OUTPUT)]
+    nested = _nested_concats(concats, outputs)
     for step in (s for s in concats if s.ins.uid not in nested):
         axis, start, aliased = step.ins.op.axis, 0, set()
         inputs = step.inputs
@@ -186,10 +186,9 @@ def _concat_slices(steps: list[Step], storage: dict[int, str], owner: dict[int, 
     return slices
 
 
-def _nested_concats(steps: list[Step], storage: dict[int, str], outputs: set[int]) -> dict[int, int]:
-    """Concats (not outputs) whose inputs are the first inputs of a later concat along the same
-    axis: uid -> uid of the last concat of such a chain, the one whose buffer holds them all."""
-    concats = [s for s in steps if s.kind == "concat" and storage.get(s.ins.uid) in (ARENA, OUTPUT)]
+def _nested_concats(concats: list[Step], outputs: set[int]) -> dict[int, int]:
+    """Of `concats` (in step order), those (not outputs) whose inputs are the first inputs of a later
+    one along the same axis: uid -> uid of the last concat of such a chain, whose buffer holds them all."""
     root: dict[int, int] = {}
     for i in range(len(concats) - 1, -1, -1):
         c = concats[i]
