@@ -57,8 +57,11 @@ def test_which_convolutions_tile_their_input(kernel, attrs, tiles):
     assert not _tiles_the_input(op, Shape.of(DType.int8, (1, 4, 16, 16)), w, *window_attrs(op, 2))
 
 
+@pytest.mark.parametrize("out_last", [True, False])
 @pytest.mark.parametrize("x_last, w_last", [(False, False), (True, False), (False, True), (True, True)])
-def test_patch_matmul_takes_either_layout(x_last, w_last):
+def test_patch_matmul_takes_either_layout(x_last, w_last, out_last):
+    """Any input and weight layout; into a channels-last output the matmul writes directly, into a
+    standard one (a program output) by a copy."""
     torch = pytest.importorskip("torch")
     from fusegraph.targets.gpu.lower_nn import _patch_matmul
 
@@ -66,6 +69,8 @@ def test_patch_matmul_takes_either_layout(x_last, w_last):
     fmt = torch.channels_last
     x = x.contiguous(memory_format=fmt) if x_last else x
     w = w.contiguous(memory_format=fmt) if w_last else w
-    y = _patch_matmul(x, w)
+    out = torch.full((2, 5, 3, 3), float("nan"), dtype=torch.float64)
+    out = out.contiguous(memory_format=fmt) if out_last else out
+    _patch_matmul(out, x, w)
     want = torch.nn.functional.conv2d(x, w, stride=(4, 3))
-    assert y.shape == want.shape and y.is_contiguous(memory_format=fmt) and torch.allclose(y, want)
+    assert out.is_contiguous(memory_format=fmt) == out_last and torch.allclose(out, want)

@@ -14,7 +14,7 @@ from fusegraph.models import get_model
 from fusegraph.passes import generic_pipeline, run_pipeline
 from fusegraph.targets.gpu.lowering import LOWERINGS, find_lowering, storage_mode
 from fusegraph.targets.gpu.patterns import match_groups
-from fusegraph.targets.gpu.plan import ARENA, OUTPUT, PARAM, TRANSIENT, VIEW, make_plan
+from fusegraph.targets.gpu.plan import ARENA, OUTPUT, PARAM, VIEW, make_plan
 from tests.util import make_model
 
 BERT_DIMS = {"input_ids": [2, 16], "attention_mask": [2, 16], "token_type_ids": [2, 16]}
@@ -58,7 +58,7 @@ def test_storage_modes_and_arena_do_not_overlap():
     p = optimized(get_model("resnet50"), input=[1, 3, 64, 64])
     plan = make_plan(p.main, storage_mode)
     kinds = {s.kind: plan.storage[s.ins.uid] for s in plan.steps}
-    assert kinds["convolution"] == TRANSIENT and kinds["broadcast"] == VIEW
+    assert kinds["convolution"] == ARENA and kinds["broadcast"] == VIEW
     assert kinds["fused_pointwise"] == ARENA and kinds["gemm_bias"] == OUTPUT
     # buffers live at the same time never share bytes
     first = {}
@@ -83,6 +83,8 @@ def test_convolution_neighbours_are_channels_last():
         if plan.storage[data] in (ARENA, PARAM):  # transients (pooling outputs) keep torch's layout
             assert data in plan.channels_last
         assert s.inputs[1].uid in plan.channels_last  # weights packed channels-last
+        if plan.storage[s.ins.uid] == ARENA:  # its output too: cuDNN writes it in place (CudnnInto)
+            assert s.ins.uid in plan.channels_last
     assert not any(plan.storage[u] == OUTPUT for u in plan.channels_last)
 
 
