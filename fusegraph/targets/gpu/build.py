@@ -109,13 +109,15 @@ def allocate(plan: Plan, module: Module, device: Any) -> tuple[dict[int, Slot], 
     return slots, activations, weights
 
 
-def _view(plan: Plan, storage: Any, offset: int, ins: Instruction) -> Any:
-    """`ins`'s tensor at `offset` of `storage` (channels-last where the plan says)."""
+def _view(plan: Plan, storage: Any, offset: int, ins: Instruction, dtype: DType | None = None) -> Any:
+    """`ins`'s tensor at `offset` of `storage` (channels-last where the plan says), of `dtype` if
+    given (a staged input's), else of its own type."""
     shape = ins.shape
+    dtype = dtype or shape.dtype
     order = channels_last_order(shape.ndim) if ins.uid in plan.channels_last and shape.ndim in (4, 5) \
         else tuple(range(shape.ndim))
     strides = dense_strides(shape.lens, order)
-    flat = storage[offset:offset + max(shape.bytes, 0)].view(torch_dtype(shape.dtype))
+    flat = storage[offset:offset + max(shape.elements * dtype.itemsize, 0)].view(torch_dtype(dtype))
     return flat.as_strided(shape.lens, strides)
 
 
@@ -129,7 +131,7 @@ def allocate_activations(plan: Plan, module: Module, device: Any) -> tuple[dict[
     for p in params:
         _check_tensor_type(p)
         input_offsets[p.uid] = n_in
-        n_in += _align(p.shape.bytes)
+        n_in += _align(p.shape.elements * plan.staged.get(p.uid, p.shape.dtype).itemsize)
     base_out = plan.arena_bytes
     base_in = base_out + plan.output_bytes
     activations = t.empty(max(base_in + n_in, 1), dtype=t.uint8, device=device)
@@ -139,7 +141,7 @@ def allocate_activations(plan: Plan, module: Module, device: Any) -> tuple[dict[
     for uid, offset in plan.output_offsets.items():
         slots[uid] = Slot(_view(plan, activations, base_out + offset, by_uid[uid]))
     for p in params:
-        slots[p.uid] = Slot(_view(plan, activations, base_in + input_offsets[p.uid], p))
+        slots[p.uid] = Slot(_view(plan, activations, base_in + input_offsets[p.uid], p, plan.staged.get(p.uid)))
     for uid, (concat, axis, start) in plan.slices.items():  # concat inputs written in place
         slots[uid] = Slot(slots[concat].t.narrow(axis, start, by_uid[uid].shape.lens[axis]))
     return slots, activations

@@ -35,7 +35,7 @@ def build_static(program: Program, options: CompileOptions, device: Any, tuner: 
     ctx = BuildContext(device)
     ctx.tuner = tuner
     if shared is None:
-        plan = make_plan(main, storage_mode)
+        plan = make_plan(main, storage_mode, stage_inputs=True)
         slots, activations, weights = allocate(plan, main, device)
     else:
         plan = shared.plan

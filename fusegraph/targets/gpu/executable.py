@@ -30,7 +30,7 @@ from ...ir.dtypes import DType
 from ...ir.program import Program
 from ...ir.run_limits import running
 from ..base import CompileOptions, Executable
-from .device import StreamScope, to_host, torch
+from .device import StreamScope, to_host, torch, torch_dtype
 from .index_checks import IndexChecks
 from .lowering import Slot
 from .streams import RunOrder
@@ -157,7 +157,8 @@ class GpuExecutable(DeviceDoor, Executable):
 
     def input_buffers(self) -> dict[str, Any]:
         """The device tensors the program reads its inputs from: write into them and call
-        `run_device()` with no inputs for zero-copy input."""
+        `run_device()` with no inputs for zero-copy input. An fp16 program's buffer of an fp32 input
+        it only converts holds fp16 (`copy_` converts what is written into it)."""
         return {name: buf for name, (buf, _) in self._inputs.items()}
 
     def execute(self, inputs: dict[str, Any]) -> list[np.ndarray]:
@@ -325,6 +326,7 @@ def _copy_in(buf: Any, value: Any, dt: DType, name: str = "") -> None:
         from .device import host_tensor
 
         value = host_tensor(value, dt)  # only read: copied once, into the input buffer
-    if tuple(value.shape) != tuple(buf.shape) or value.dtype != buf.dtype:
-        raise InputError(f"input {name!r}: expected {buf.dtype} {list(buf.shape)}, got {value.dtype} {list(value.shape)}")
+    want = torch_dtype(dt)  # the input's type (a staged input's buffer holds a narrower one: the copy converts)
+    if tuple(value.shape) != tuple(buf.shape) or value.dtype != want:
+        raise InputError(f"input {name!r}: expected {want} {list(buf.shape)}, got {value.dtype} {list(value.shape)}")
     buf.copy_(value, non_blocking=value.device.type != "cpu" or value.is_pinned())

@@ -36,7 +36,8 @@ def pointwise(ctx, step):
     return run
 
 
-@lowering("identity", mode="view")
+@lowering("identity", "staged_input", mode="view",
+          note="a view (staged_input: an input's conversion, done by its copy-in, plan._staged_inputs)")
 def identity(ctx, step):
     return lambda x: x
 
