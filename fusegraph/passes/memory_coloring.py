@@ -1,8 +1,8 @@
 """Plans every intermediate tensor of the main module into one aligned arena.
 
 Each buffer lives from the instruction that writes it to the last use of it or of any view of it.
-Buffers are placed greedily, largest first, at the lowest aligned offset that overlaps no buffer
-live at the same time (interval colouring). Invariant: two buffers whose live intervals intersect
+Buffers are placed greedily, in the best of three orders (see `color`), at the lowest aligned
+offset that overlaps no buffer live at the same time (interval colouring). Invariant: two buffers whose live intervals intersect
 never share a byte. Module outputs, parameters and literals live outside the arena. The plan is
 stored on `module.memory_plan`; it changes nothing else, so the pass reports no change.
 """
@@ -114,10 +114,31 @@ def body_reads(ins: Instruction) -> set[int]:
 
 
 def color(buffers: list[Buffer]) -> int:
-    """Assign offsets; return the arena size."""
+    """Assign offsets; return the arena size. Buffers are placed greedily in three orders, keeping
+    the smallest arena: largest first; those live across the busiest step first (TFLite's "greedy
+    by breadth"); longest-lived first. No order wins everywhere: at batch 32 on the gpu plans,
+    largest-first left ResNeXt-50 at 134.8 MiB and ShuffleNetV2 at 41.3 MiB where longest-lived
+    first reaches their lower bounds (the most bytes live at one step), 122.5 and 36.8 MiB; it
+    left EfficientNet-B0 at 110.2 MiB against largest-first's 91.9, its bound."""
+    breadth = _breadth(buffers)
+    orders = (lambda b: (-b.size, b.start), lambda b: (-breadth[b.uid], -b.size, b.start),
+              lambda b: (b.start - b.end, -b.size, b.start))
+    best: tuple[int, list[int]] | None = None
+    for key in orders:
+        arena = _first_fit(sorted(buffers, key=key))
+        if best is None or arena < best[0]:
+            best = (arena, [b.offset for b in buffers])
+    for b, offset in zip(buffers, best[1] if best else ()):
+        b.offset = offset
+    return best[0] if best else 0
+
+
+def _first_fit(order: list[Buffer]) -> int:
+    """Each buffer in `order` at the lowest offset where it overlaps no placed buffer live at the
+    same time; the arena size."""
     placed: list[Buffer] = []
     arena = 0
-    for b in sorted(buffers, key=lambda b: (-b.size, b.start)):
+    for b in order:
         conflicts = sorted((p for p in placed if p.start <= b.end and b.start <= p.end), key=lambda p: p.offset)
         offset = 0
         for p in conflicts:
@@ -128,6 +149,19 @@ def color(buffers: list[Buffer]) -> int:
         placed.append(b)
         arena = max(arena, offset + b.size)
     return arena
+
+
+def _breadth(buffers: list[Buffer]) -> dict[int, int]:
+    """uid -> the most bytes live at any step of the buffer's interval."""
+    if not buffers:
+        return {}
+    live = [0] * (max(b.end for b in buffers) + 2)
+    for b in buffers:
+        live[b.start] += b.size
+        live[b.end + 1] -= b.size
+    for k in range(1, len(live)):
+        live[k] += live[k - 1]
+    return {b.uid: max(live[b.start:b.end + 1]) for b in buffers}
 
 
 def max_live(buffers: list[Buffer]) -> int:
