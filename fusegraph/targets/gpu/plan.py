@@ -149,15 +149,15 @@ def _staged_inputs(steps: list[Step], storage: dict[int, str], owner: dict[int, 
     outputs = {o.uid for o in module.outputs}
     staged: dict[int, DType] = {}
     for p in module.parameters:
-        conv = readers.get(p.uid, [])
-        types = {s.ins.shape.dtype for s in conv if s.kind == "convert" and isinstance(s.ins.shape, Shape)}
-        if (not conv or len(types) != 1 or any(s.kind != "convert" or s.ins.uid in outputs for s in conv)
-                or p.uid in outputs or not isinstance(p.shape, Shape)):
+        conversions = readers.get(p.uid, [])
+        types = {s.ins.shape.dtype for s in conversions if s.kind == "convert" and isinstance(s.ins.shape, Shape)}
+        if (not conversions or len(types) != 1 or p.uid in outputs or not isinstance(p.shape, Shape)
+                or any(s.kind != "convert" or s.ins.uid in outputs for s in conversions)):
             continue
         (to,) = types
-        if p.shape.dtype in (DType.float32, DType.float64) and to in (DType.float16, DType.bfloat16):
+        if p.shape.dtype == DType.float32 and to in (DType.float16, DType.bfloat16):  # one rounding, as torch's copy_
             staged[p.uid] = to
-            for s in conv:
+            for s in conversions:
                 s.kind = STAGED_INPUT
                 storage[s.ins.uid], owner[s.ins.uid] = VIEW, p.uid
     return staged
