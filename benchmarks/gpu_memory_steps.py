@@ -1,6 +1,10 @@
 """Where a gpu program's memory goes, step by step, next to eager torch's (issue 23's corpus rows).
 
     python benchmarks/gpu_memory_steps.py efficientnet_b0:32 mobilenet_v2:1 ... [--out-dir DIR]
+    python benchmarks/gpu_memory_steps.py --plan-only resnext50_32x4d:32 ...   # no GPU needed
+
+`--plan-only` gives what the plan alone decides, on any machine: the arena, the most bytes its
+buffers hold at one step (the colouring's lower bound), the input buffers and the weights.
 
 Each row (a gpu_models.py registry name and batch) is exported and compiled with fp16=True as
 gpu_vs_torch.py does. Reported, in MiB above what was allocated before the build: the plan's arena
@@ -104,15 +108,47 @@ def eager_row(name: str, batch: int) -> dict:
     return row
 
 
+def plan_row(onnx_bytes: bytes) -> dict:
+    """The static plan of the gpu target for the program, made without a device."""
+    from fusegraph.passes import run_pipeline
+    from fusegraph.passes.memory_coloring import Buffer, max_live
+    from fusegraph.quantize.fp16 import quantize_fp16
+    from fusegraph.targets.gpu import GpuTarget
+    from fusegraph.targets.gpu.lowering import storage_mode
+    from fusegraph.targets.gpu.plan import make_plan
+
+    program = fusegraph.parse_onnx(onnx_bytes)
+    options = fusegraph.CompileOptions(fp16=True)
+    quantize_fp16(program)
+    run_pipeline(program, GpuTarget(device="cpu").passes(options))
+    main = program.main
+    plan = make_plan(main, storage_mode, stage_inputs=True)
+    first: dict[int, int] = {}
+    for k, step in enumerate(plan.steps):
+        first.setdefault(plan.owner[step.ins.uid], k)
+    by_uid = {i.uid: i for i in main.instructions}
+    spans = [Buffer(u, by_uid[u].shape.bytes, first[u], max(plan.last_use.get(u, first[u]), first[u]))
+             for u in plan.offsets]
+    inputs = sum(p.shape.elements * plan.staged.get(p.uid, p.shape.dtype).itemsize for p in main.parameters)
+    return {"arena": plan.arena_bytes / MIB, "max_live": max_live(spans) / MIB, "outputs": plan.output_bytes / MIB,
+            "input_buffers": inputs / MIB, "weights": sum(i.shape.bytes for i in main.instructions if i.is_literal) / MIB,
+            "steps": len(plan.steps)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rows", nargs="+", help="name:batch (gpu_models.py --list)")
     ap.add_argument("--out-dir", default=".")
+    ap.add_argument("--plan-only", action="store_true", help="the plan's figures alone (no GPU)")
     args = ap.parse_args()
     results = {}
     for spec in args.rows:
         name, batch = spec.split(":")
         _, export, inputs, names, _ = build(name, int(batch))
+        if args.plan_only:
+            results[spec] = plan_row(export_onnx(export, inputs, names))
+            print(spec, {k: round(v, 1) for k, v in results[spec].items()}, flush=True)
+            continue
         row = fusegraph_row(export_onnx(export, inputs, names))
         torch.cuda.empty_cache()
         row.update(eager_row(name, int(batch)))
