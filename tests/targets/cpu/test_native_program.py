@@ -14,6 +14,7 @@ import fusegraph
 from fusegraph.targets.cpu.native_program import (
     GATHER,
     GUARD,
+    GUARDED,
     KERNEL,
     PRIMITIVE,
     Region,
@@ -69,28 +70,52 @@ def test_mixed_steps_run_as_one_native_call_like_the_steps_do(monkeypatch):
     np.testing.assert_array_equal(got[0], steps.run({"x": x})[0])
 
 
-def test_a_nan_inside_a_region_stops_at_its_guard():
-    # oneDNN's relu is exact on finite inputs only (NaN -> 0): a NaN reaching a guarded convolution
-    # inside the region stops the native call there, and the rest runs as Python steps, which take
-    # the exact path
+def _nan_model(*tail):
+    """conv -> sin -> conv + relu (guarded: oneDNN's relu gives 0 for a NaN) -> *tail -> conv -> mean."""
     x = rng.standard_normal((1, 8, 24, 24)).astype(np.float32)
     init = {"w0": (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32),
             "w1": (rng.standard_normal((16, 16, 3, 3)) * 0.2).astype(np.float32),
             "w2": (rng.standard_normal((16, 16, 3, 3)) * 0.2).astype(np.float32)}
     nodes = [n("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]), n("Sin", ["c0"], ["s"]),
-             n("Conv", ["s", "w1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"]),  # guarded
-             n("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             n("Conv", ["s", "w1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"]), *tail,
+             n("Conv", [tail[-1].output[0] if tail else "r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
              n("ReduceMean", ["c2"], ["out"], axes=[2, 3], keepdims=0)]  # the output: not in the arena
-    model = make_model(nodes, {"x": x}, ["out"], init)
-    p, ref = _compile(model), _compile(model, "ref")
-    regions = _regions(p.executable.main.thread_plan()[0])
-    assert any(GUARD in _kinds(r) for r in regions)
     bad = x.copy()
     bad[0, 3, 5, 5] = np.nan
-    for feeds in ({"x": x}, {"x": bad}, {"x": x}, {"x": bad}):  # the table runs on after a stop
+    return make_model(nodes, {"x": x}, ["out"], init), x, bad
+
+
+def _matches_ref(model, x, bad):
+    p, ref = _compile(model), _compile(model, "ref")
+    for feeds in ({"x": x}, {"x": bad}, {"x": x}, {"x": bad}):  # the table runs on after a NaN
         want = ref.run(feeds)[0]
         assert np.isnan(want).any() == (feeds["x"] is bad)
         np.testing.assert_allclose(p.run(feeds)[0], want, rtol=1e-4, atol=1e-5)  # NaN where the reference has NaN
+    return p
+
+
+def test_a_nan_reaching_a_guarded_convolution_takes_its_exact_form_in_c(monkeypatch):
+    # the guarded step holds both forms: oneDNN's relu post-op, or the convolution and a relu in C
+    # that keeps the NaN; the whole run stays one C call
+    p = _matches_ref(*_nan_model())
+    regions = _regions(p.executable.main.thread_plan()[0])
+    assert any(GUARDED in _kinds(r) for r in regions)
+    calls = []
+    monkeypatch.setattr(Region, "_row", lambda self, *a, **k: calls.append(a))
+    p.run({"x": _nan_model()[2]})
+    assert not calls  # no step ran in Python
+
+
+def test_a_guard_that_stops_runs_its_step_in_python_and_the_table_goes_on(monkeypatch):
+    # max pooling has no exact C form (oneDNN's max skips a NaN): its guard stops the table, the
+    # pooling runs as a Python step, and the rest of the table runs on in C
+    p = _matches_ref(*_nan_model(n("MaxPool", ["r1"], ["m"], kernel_shape=[2, 2], strides=[2, 2])))
+    (region,) = [r for r in _regions(p.executable.main.thread_plan()[0]) if GUARD in _kinds(r)]
+    ran = []
+    row = Region._row
+    monkeypatch.setattr(Region, "_row", lambda self, j, env, run: ran.append((j, run)) or row(self, j, env, run))
+    p.run({"x": _nan_model()[2]})
+    assert [j for j, run in ran if run] == [next(j for j, r in enumerate(region.rows) if "pool" in str(r[0]))]
 
 
 def _if_model():

@@ -142,19 +142,33 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
 
 
 def _native(pick, a: np.ndarray | None, o: np.ndarray | None, args, out: np.ndarray, n_res: int):
-    """The C calls of a oneDNN kernel step with an epilogue chain (native_program.py): the guard
-    `pick` runs per call in Python (finite inputs: all post-ops), then the primitive; None where a
-    part of the step is numpy's (the chain's tail) or an operand would need a copy."""
-    from ..native_program import copy_any, guard, primitive_call
+    """The C calls of a oneDNN kernel step with an epilogue chain (native_program.py): on guarded
+    inputs (`_guarded`), the fast form where they hold no NaN or infinity, else the exact one (a
+    relu tail in C), or, where the exact one has no C form, a guard that stops the table for the
+    step's Python form; None where the fast form has none or an operand would need a copy."""
+    from ..native_program import guard, guarded
 
-    chain, prim, guarded = pick.native
-    if a is None or o is None or chain.after is not None:
+    chain, prim, checked, slow = pick.native
+    if a is None or o is None:
         return None
+    fast = _calls(chain, prim, a, o, args, out)
+    if fast is None or not checked:
+        return fast
+    inputs = [args[0], *args[len(args) - n_res:]]
+    exact = _calls(*slow, a, o, args, out)
+    both = guarded(inputs, fast, exact) if exact is not None else None
+    if both is not None:
+        return [both]
+    checks = guard(*inputs)
+    return None if checks is None else [*checks, *fast]
+
+
+def _calls(chain: Chain, prim, a: np.ndarray, o: np.ndarray, args, out: np.ndarray):
+    """One form's calls: the residual copied into the destination where the primitive sums onto
+    it, the primitive, and a relu tail (the exact chain's); None where a part of it is numpy's."""
+    from ..native_program import copy_any, primitive_call, relu
+
     calls = []
-    if guarded:
-        calls = guard(args[0], *args[len(args) - n_res:])
-        if calls is None:
-            return None
     if chain.residual_first:
         res = args[-1]
         if res.ctypes.data != out.ctypes.data or res.strides != out.strides:
@@ -162,7 +176,12 @@ def _native(pick, a: np.ndarray | None, o: np.ndarray | None, args, out: np.ndar
             if c is None:
                 return None
             calls += c
-    return [*calls, primitive_call(prim, a, out=o)]
+    call = primitive_call(prim, a, out=o)
+    calls.append(call)
+    if chain.after is None:
+        return calls
+    tail = relu(out, call[0][1]) if chain.tail_names == ("relu",) and not chain.residual_after else None
+    return None if tail is None else [*calls, tail]
 
 
 def _guarded(activations, post: bool, prim, make_exact, constants, n_res: int):
@@ -171,15 +190,17 @@ def _guarded(activations, post: bool, prim, make_exact, constants, n_res: int):
     steps oneDNN would get wrong to numpy (compiled once, in place)."""
     fast, exact = Chain(activations, post, finite_input=True), Chain(activations, post)
     if len(fast.post_ops) == len(exact.post_ops):
-        return _pick(lambda args: (fast, prim), (fast, prim, False))
+        return _pick(lambda args: (fast, prim), (fast, prim, False, None))
     slow = (exact, make_exact())
     if not finite(*(c for c in constants if c is not None)):  # NaN weights: every run is the exact one
-        return _pick(lambda args: slow, (*slow, False))
-    return _pick(lambda args: (fast, prim) if finite(args[0], *args[len(args) - n_res:]) else slow, (fast, prim, True))
+        return _pick(lambda args: slow, (*slow, False, None))
+    return _pick(lambda args: (fast, prim) if finite(args[0], *args[len(args) - n_res:]) else slow,
+                 (fast, prim, True, slow))
 
 
 def _pick(pick, native: tuple):
-    """`pick` knowing its C form: (chain, primitive, whether the inputs' finiteness is checked first)."""
+    """`pick` knowing its C form: (chain, primitive, whether the inputs' finiteness is checked first,
+    and the (chain, primitive) of the exact form then)."""
     pick.native = native
     return pick
 
@@ -258,6 +279,7 @@ class Chain:
         self.residual_first = any(name == RESIDUAL for name, _, _ in head)
         self.residual_after = any(name == RESIDUAL for name, _, _ in tail)
         self.after = numpy_chain(tail) if tail else None
+        self.tail_names = tuple(name for name, _, _ in tail)
 
     def destination(self, out: np.ndarray | None, lens, dtype, args) -> tuple[np.ndarray, tuple]:
         """The buffer the primitive writes (see `_destination`) and the residuals `after` adds."""
