@@ -15,7 +15,7 @@ with the step's fixed arrays (None: not for these buffers, the step stays a Pyth
   runs as a Python step (which then takes its exact, non-finite-safe path), and the table goes on
   after it;
 - `guarded`: a step's fast calls where its float32 inputs hold no NaN or infinity, else its exact
-  ones (`relu`: numpy's NaN-keeping maximum(x, 0), where oneDNN's post-op gives 0), in C;
+  ones, in C (native_finite.py);
 - `copy`: a memcpy into a dense buffer, from a dense or a row-strided one (a column slice);
 - `take`: elements gathered by a table of offsets (a small pad, gather or resize), fills copied in;
 - `gather`: blocks picked by run-time indices (an embedding lookup); an index out of range stops
@@ -41,7 +41,7 @@ KERNEL, PRIMITIVE, GUARD, COPY, COPY_ROWS = 0, 1, 2, 3, 4
 TAKE = {1: 5, 2: 6, 4: 7, 8: 8}  # by element size
 GATHER, GATHER_ND, SCATTER_ND, SCATTER_ELEMENTS, GATHER_ELEMENTS = 9, 10, 11, 12, 16  # native_indexing.py
 LOOP, COPY_AT, IF = 13, 14, 15  # native_control.py
-GUARDED, RELU = 17, 18
+GUARDED, RELU, NAN_MAX_POOL = 17, 18, 19  # native_finite.py
 NO_BOUND = (1 << 63) - 1
 TAKE_LIMIT = 1 << 16  # elements: a take's table is 16 bytes an element
 MIN_STEPS = 1  # one step too: a oneDNN step binds its buffers through ctypes on every Python call (~3 us), a region did once
@@ -212,22 +212,7 @@ static int64_t fg_run(const fg_call *calls, int64_t n, int32_t *status, int64_t 
             if (fg_run((const fg_call *)(go ? c->fn : c->b), m, status, t) != m) return i;
             break;
         }
-        case 17: {  /* the calls at fn where the float32 buffers a lists ([k, address, n, ...]) hold no
-                       NaN or infinity, else those at b; c: their counts */
-            const int64_t *g = (const int64_t *)c->a;
-            int ok = 1;
-            for (int64_t k = 0; ok && k < g[0]; k++) ok = fg_all_finite((const uint32_t *)(intptr_t)g[1 + 2 * k], g[2 + 2 * k]);
-            const int64_t m = ((const int64_t *)c->c)[ok ? 0 : 1];
-            if (fg_run((const fg_call *)(ok ? c->fn : c->b), m, status, t) != m) return i;
-            break;
-        }
-        case 18: {  /* relu in place over n float32 at a, a NaN kept (numpy's maximum(x, 0)) */
-            float *x = (float *)c->a;
-            const int64_t len = c->n;
-            #pragma omp parallel for num_threads(c->threads) schedule(static) if (c->threads > 1 && len >= 65536)
-            for (int64_t k = 0; k < len; k++) x[k] = x[k] < 0 ? 0.0f : x[k];
-            break;
-        }
+        FG_EXACT_FORMS  /* cases 17-19: native_finite.py */
         case 14: {  /* memcpy of c[0] bytes, to a + t * c[1] from b + t * c[2] (a loop's slice t) */
             const int64_t *g = (const int64_t *)c->c;
             memcpy((char *)c->a + t * g[1], (const char *)c->b + t * g[2], (size_t)g[0]);
@@ -257,10 +242,12 @@ Call = tuple[tuple[int, int, int, int, int, int, int], tuple]
 def runner() -> Callable[..., int]:
     """fg_run_calls, compiled once (the kernel cache keeps the library between processes)."""
     from .codegen.build import FLAGS, _compile, find_compiler, library_path
+    from .native_finite import EXACT_FORMS
 
-    path = library_path(RUNNER)
+    source = RUNNER.replace("FG_EXACT_FORMS", EXACT_FORMS)
+    path = library_path(source)
     if not path.exists():
-        _compile(RUNNER, path, find_compiler(), FLAGS)
+        _compile(source, path, find_compiler(), FLAGS)
     fn = ctypes.CDLL(str(path)).fg_run_calls
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
     fn.restype = ctypes.c_int64
@@ -296,25 +283,6 @@ def guard(*arrays: np.ndarray) -> list[Call] | None:
     if not all(a.dtype == np.float32 and dense_span(a) for a in arrays):
         return None
     return [((GUARD, 1, 0, a.ctypes.data, 0, 0, a.size), (a,)) for a in arrays]
-
-
-def guarded(arrays: Sequence[np.ndarray], fast: list[Call], exact: list[Call]) -> Call | None:
-    """`fast` where every one of `arrays` (float32, dense) holds no NaN or infinity, else `exact`,
-    without leaving the table; None where one is not checkable that way."""
-    if not all(a.dtype == np.float32 and dense_span(a) for a in arrays):
-        return None
-    checked = (ctypes.c_int64 * (1 + 2 * len(arrays)))(len(arrays), *[v for a in arrays for v in (a.ctypes.data, a.size)])
-    a, b = ((FgCall * max(len(t), 1))(*[FgCall(*record) for record, _ in t]) for t in (fast, exact))
-    counts = (ctypes.c_int64 * 2)(len(fast), len(exact))
-    return ((GUARDED, 1, ctypes.addressof(a), ctypes.addressof(checked), ctypes.addressof(b), ctypes.addressof(counts), 0),
-            ([objs for _, objs in fast + exact], a, b, counts, checked, tuple(arrays)))
-
-
-def relu(a: np.ndarray, threads: int) -> Call | None:
-    """max(a, 0) in place, a NaN kept (float32, dense); None otherwise."""
-    if a.dtype != np.float32 or not dense_span(a) or not a.flags.writeable:
-        return None
-    return (RELU, threads, 0, a.ctypes.data, 0, 0, a.size), (a,)
 
 
 def copy(dst: np.ndarray, src: np.ndarray) -> Call | None:

@@ -70,18 +70,21 @@ def test_mixed_steps_run_as_one_native_call_like_the_steps_do(monkeypatch):
     np.testing.assert_array_equal(got[0], steps.run({"x": x})[0])
 
 
-def _nan_model(*tail):
-    """conv -> sin -> conv + relu (guarded: oneDNN's relu gives 0 for a NaN) -> *tail -> conv -> mean."""
+def _nan_model(act, *tail):
+    """conv -> sin -> conv + `act` (guarded: oneDNN's relu and clip give a bound for a NaN) -> *tail
+    -> conv -> mean; the input, and one with a NaN."""
     x = rng.standard_normal((1, 8, 24, 24)).astype(np.float32)
     init = {"w0": (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32),
             "w1": (rng.standard_normal((16, 16, 3, 3)) * 0.2).astype(np.float32),
-            "w2": (rng.standard_normal((16, 16, 3, 3)) * 0.2).astype(np.float32)}
+            "w2": (rng.standard_normal((16, 16, 3, 3)) * 0.2).astype(np.float32),
+            "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}
+    last = tail[-1].output[0] if tail else "r1"
     nodes = [n("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]), n("Sin", ["c0"], ["s"]),
-             n("Conv", ["s", "w1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"]), *tail,
-             n("Conv", [tail[-1].output[0] if tail else "r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             n("Conv", ["s", "w1"], ["c1"], pads=[1, 1, 1, 1]), act, *tail,
+             n("Conv", [last, "w2"], ["c2"], pads=[1, 1, 1, 1]),
              n("ReduceMean", ["c2"], ["out"], axes=[2, 3], keepdims=0)]  # the output: not in the arena
     bad = x.copy()
-    bad[0, 3, 5, 5] = np.nan
+    bad[0, 3, 5, 5] = bad[0, 2, 0, 23] = np.nan  # (one in windows at the padded edge)
     return make_model(nodes, {"x": x}, ["out"], init), x, bad
 
 
@@ -94,28 +97,35 @@ def _matches_ref(model, x, bad):
     return p
 
 
-def test_a_nan_reaching_a_guarded_convolution_takes_its_exact_form_in_c(monkeypatch):
-    # the guarded step holds both forms: oneDNN's relu post-op, or the convolution and a relu in C
-    # that keeps the NaN; the whole run stays one C call
-    p = _matches_ref(*_nan_model())
-    regions = _regions(p.executable.main.thread_plan()[0])
-    assert any(GUARDED in _kinds(r) for r in regions)
-    calls = []
-    monkeypatch.setattr(Region, "_row", lambda self, *a, **k: calls.append(a))
-    p.run({"x": _nan_model()[2]})
-    assert not calls  # no step ran in Python
-
-
-def test_a_guard_that_stops_runs_its_step_in_python_and_the_table_goes_on(monkeypatch):
-    # max pooling has no exact C form (oneDNN's max skips a NaN): its guard stops the table, the
-    # pooling runs as a Python step, and the rest of the table runs on in C
-    p = _matches_ref(*_nan_model(n("MaxPool", ["r1"], ["m"], kernel_shape=[2, 2], strides=[2, 2])))
-    (region,) = [r for r in _regions(p.executable.main.thread_plan()[0]) if GUARD in _kinds(r)]
+def _python_rows(monkeypatch, p, feeds) -> list[int]:
+    """The region rows a run ran as Python steps."""
     ran = []
     row = Region._row
     monkeypatch.setattr(Region, "_row", lambda self, j, env, run: ran.append((j, run)) or row(self, j, env, run))
-    p.run({"x": _nan_model()[2]})
-    assert [j for j, run in ran if run] == [next(j for j, r in enumerate(region.rows) if "pool" in str(r[0]))]
+    p.run(feeds)
+    return [j for j, run in ran if run]
+
+
+@pytest.mark.parametrize("pads", [[0, 0, 0, 0], [1, 1, 0, 0]])
+def test_a_nan_reaching_guarded_steps_takes_their_exact_forms_in_c(monkeypatch, pads):
+    # a convolution with a relu post-op, a max pooling: each holds both forms, oneDNN's alone, or
+    # with the NaN put back in C (a relu that keeps it; NaN where a window holds one)
+    pool = n("MaxPool", ["r1"], ["m"], kernel_shape=[3, 3], strides=[2, 2], pads=pads)
+    model, x, bad = _nan_model(n("Relu", ["c1"], ["r1"]), pool)
+    p = _matches_ref(model, x, bad)
+    (region,) = _regions(p.executable.main.thread_plan()[0])
+    assert GUARDED in _kinds(region) and GUARD not in _kinds(region)
+    assert not _python_rows(monkeypatch, p, {"x": bad})  # the whole run is one C call
+
+
+def test_a_guard_that_stops_runs_its_step_in_python_and_the_table_goes_on(monkeypatch):
+    # a clip post-op has no exact C form here: its guard stops the table, that step runs in Python
+    # (its exact path), and the rest of the table runs on in C
+    model, x, bad = _nan_model(n("Clip", ["c1", "lo", "hi"], ["r1"]))
+    p = _matches_ref(model, x, bad)
+    (region,) = [r for r in _regions(p.executable.main.thread_plan()[0]) if GUARD in _kinds(r)]
+    stops = [j for j, first in enumerate(region.starts) if region.calls[first][0][0] == GUARD]
+    assert _python_rows(monkeypatch, p, {"x": bad}) == stops[:1] and stops[0] < len(region.rows) - 1
 
 
 def _if_model():
