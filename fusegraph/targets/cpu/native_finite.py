@@ -31,7 +31,7 @@ EXACT_FORMS = r"""
             float *x = (float *)c->a;
             const int64_t len = c->n;
             #pragma omp parallel for num_threads(c->threads) schedule(static) if (c->threads > 1 && len >= 65536)
-            for (int64_t k = 0; k < len; k++) x[k] = x[k] < 0 ? 0.0f : x[k];
+            for (int64_t k = 0; k < len; k++) x[k] = x[k] > 0.0f || x[k] != x[k] ? x[k] : 0.0f;  /* -0 too: +0 */
             break;
         }
         case 19: {  /* max pooling's NaN, after oneDNN's max (which skips one): the output at a is NaN

@@ -116,6 +116,24 @@ def test_a_nan_reaching_guarded_steps_takes_their_exact_forms_in_c(monkeypatch, 
     (region,) = _regions(p.executable.main.thread_plan()[0])
     assert GUARDED in _kinds(region) and GUARD not in _kinds(region)
     assert not _python_rows(monkeypatch, p, {"x": bad})  # the whole run is one C call
+    monkeypatch.undo()
+    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
+    np.testing.assert_array_equal(p.run({"x": bad})[0], _compile(model).run({"x": bad})[0])  # as the steps do
+
+
+def test_the_relu_in_c_is_numpys_maximum():
+    from fusegraph.targets.cpu.native_finite import relu
+    from fusegraph.targets.cpu.native_program import FgCall, runner
+
+    x = np.array([-0.0, 0.0, -1.0, 2.5, np.nan, -np.inf, np.inf, 1e-40, -1e-40] * 8, np.float32)
+    got = x.copy()
+    record, _ = relu(got, 1)
+    table = (FgCall * 1)(FgCall(*record))
+    status = ctypes.c_int32(0)
+    assert runner()(ctypes.addressof(table), 1, ctypes.addressof(status)) == 1
+    want = np.maximum(x, 0)
+    np.testing.assert_array_equal(got, want)
+    assert (np.signbit(got) == np.signbit(want)).all()
 
 
 def test_a_guard_that_stops_runs_its_step_in_python_and_the_table_goes_on(monkeypatch):
