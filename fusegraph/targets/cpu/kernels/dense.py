@@ -15,7 +15,7 @@ from ....ir.module import Instruction
 from ....ir.shape import Shape, same_steps, standard_strides
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
 from ..ops import to_channels_first
-from .epilogue import Chain, _guarded, _native, finite
+from .epilogue import Chain, finite, native_form, pick_form
 from .small import SMALL_CONV, c_small_conv, small_conv, small_max_pool
 from .widened import widened_convolution, widened_dot, widened_pooling
 
@@ -117,7 +117,7 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
         break
     if prim is None:  # numpy's im2col + BLAS where oneDNN has only its reference kernel
         return _small(ins, w, bias, activations) if conv and not channels_last else reference_kernel(ins, ctx)
-    pick = _guarded(activations, post, prim, lambda: make(standard, post, False)[1], (w, bias), n_res)
+    pick = pick_form(activations, post, prim, lambda: make(standard, post, False)[1], (w, bias), n_res)
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
 
     def run(args, out):
@@ -127,7 +127,7 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
         chain.finish(out, residuals)
         return out
 
-    run.native = lambda args, out: _native(pick, src.exact(args[0]), dst.exact(out), args, out, n_res)  # type: ignore[attr-defined]
+    run.native = lambda args, out: native_form(pick, src.exact(args[0]), dst.exact(out), args, out, n_res)  # type: ignore[attr-defined]
     return run
 
 
@@ -303,7 +303,7 @@ def dot_epilogue(ins: Instruction, ctx: LowerContext) -> Kernel:
         def pick(args):
             return plain, prim
     else:
-        pick = _guarded(op.activations, True, prim,
+        pick = pick_form(op.activations, True, prim,
                         lambda: _matmul(ins, ctx, w, bias=bias, post_ops=Chain(op.activations).post_ops)[0],
                         (w, bias), op.n_residual)
     product = prim.out_shape  # a @ b's lens; the output is its reshape (`out_lens`), same bytes
@@ -321,7 +321,7 @@ def dot_epilogue(ins: Instruction, ctx: LowerContext) -> Kernel:
     if sparse is not None:  # (no C form: a native program ends before it)
         return sparse
     if hasattr(pick, "native"):
-        run.native = lambda args, out: _native(pick, av.exact(args[0]), out.reshape(product), args, out, op.n_residual)  # type: ignore[attr-defined]
+        run.native = lambda args, out: native_form(pick, av.exact(args[0]), out.reshape(product), args, out, op.n_residual)  # type: ignore[attr-defined]
     return run
 
 

@@ -92,9 +92,9 @@ class Chain:
             self.after(out, residuals)
 
 
-def _native(pick, a: np.ndarray | None, o: np.ndarray | None, args, out: np.ndarray, n_res: int):
+def native_form(pick, a: np.ndarray | None, o: np.ndarray | None, args, out: np.ndarray, n_res: int):
     """The C calls of a oneDNN kernel step with an epilogue chain (native_program.py): on guarded
-    inputs (`_guarded`), the fast form where they hold no NaN or infinity, else the exact one (a
+    inputs (`pick_form`), the fast form where they hold no NaN or infinity, else the exact one (a
     relu tail in C), or, where the exact one has no C form, a guard that stops the table for the
     step's Python form; None where the fast form has none or an operand would need a copy."""
     from ..native_finite import guarded
@@ -137,7 +137,7 @@ def _calls(chain: Chain, prim, a: np.ndarray, o: np.ndarray, args, out: np.ndarr
     return None if tail is None else [*calls, tail]
 
 
-def _guarded(activations, post: bool, prim, make_exact, constants, n_res: int):
+def pick_form(activations, post: bool, prim, make_exact, constants, n_res: int):
     """pick(args) -> (Chain, primitive) for a run: all of oneDNN's post-ops when the input (and the
     residual) hold no NaN or infinity, else the primitive `make_exact()` builds, which leaves the
     steps oneDNN would get wrong to numpy (compiled once, in place)."""
