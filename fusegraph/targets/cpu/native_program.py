@@ -11,8 +11,11 @@ with the step's fixed arrays (None: not for these buffers, the step stays a Pyth
 - `kernel_call`: a generated kernel (codegen: `void k(void *const *p, const int64_t *d, int nt)`);
 - `primitive_call`: a oneDNN primitive through dnnl_primitive_execute, the ABI its Python
   binding calls through ctypes, with the thread's memory objects bound once;
-- `guard`: a float32 buffer must hold no NaN or infinity, else the region stops there and the
-  rest of it runs as Python steps (which then take their exact, non-finite-safe paths);
+- `guard`: a float32 buffer must hold no NaN or infinity, else the region stops there: that step
+  runs as a Python step (which then takes its exact, non-finite-safe path), and the table goes on
+  after it;
+- `guarded`: a step's fast calls where its float32 inputs hold no NaN or infinity, else its exact
+  ones, in C (native_finite.py);
 - `copy`: a memcpy into a dense buffer, from a dense or a row-strided one (a column slice);
 - `take`: elements gathered by a table of offsets (a small pad, gather or resize), fills copied in;
 - `gather`: blocks picked by run-time indices (an embedding lookup); an index out of range stops
@@ -38,6 +41,7 @@ KERNEL, PRIMITIVE, GUARD, COPY, COPY_ROWS = 0, 1, 2, 3, 4
 TAKE = {1: 5, 2: 6, 4: 7, 8: 8}  # by element size
 GATHER, GATHER_ND, SCATTER_ND, SCATTER_ELEMENTS, GATHER_ELEMENTS = 9, 10, 11, 12, 16  # native_indexing.py
 LOOP, COPY_AT, IF = 13, 14, 15  # native_control.py
+GUARDED, RELU, NAN_MAX_POOL = 17, 18, 19  # native_finite.py
 NO_BOUND = (1 << 63) - 1
 TAKE_LIMIT = 1 << 16  # elements: a take's table is 16 bytes an element
 MIN_STEPS = 1  # one step too: a oneDNN step binds its buffers through ctypes on every Python call (~3 us), a region did once
@@ -208,6 +212,7 @@ static int64_t fg_run(const fg_call *calls, int64_t n, int32_t *status, int64_t 
             if (fg_run((const fg_call *)(go ? c->fn : c->b), m, status, t) != m) return i;
             break;
         }
+        FG_EXACT_FORMS  /* cases 17-19: native_finite.py */
         case 14: {  /* memcpy of c[0] bytes, to a + t * c[1] from b + t * c[2] (a loop's slice t) */
             const int64_t *g = (const int64_t *)c->c;
             memcpy((char *)c->a + t * g[1], (const char *)c->b + t * g[2], (size_t)g[0]);
@@ -237,10 +242,12 @@ Call = tuple[tuple[int, int, int, int, int, int, int], tuple]
 def runner() -> Callable[..., int]:
     """fg_run_calls, compiled once (the kernel cache keeps the library between processes)."""
     from .codegen.build import FLAGS, _compile, find_compiler, library_path
+    from .native_finite import EXACT_FORMS
 
-    path = library_path(RUNNER)
+    source = RUNNER.replace("FG_EXACT_FORMS", EXACT_FORMS)
+    path = library_path(source)
     if not path.exists():
-        _compile(RUNNER, path, find_compiler(), FLAGS)
+        _compile(source, path, find_compiler(), FLAGS)
     fn = ctypes.CDLL(str(path)).fg_run_calls
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
     fn.restype = ctypes.c_int64
@@ -347,9 +354,13 @@ def dense(src: np.ndarray) -> tuple[np.ndarray, list[Call]] | None:
     return None if calls is None else (out, calls)
 
 
+_CALL_BYTES = ctypes.sizeof(FgCall)
+
+
 class Region:
     """Rows `rows` (the executable's step rows) run as one table of C calls; `starts[k]` is the first
-    call of row k. A guard that stops the table hands the rest of the region to the Python rows."""
+    call of row k. A guard that stops the table runs its row in Python, and the table goes on after it
+    (where that row's result is in its buffer; else the rest of the region runs in Python)."""
 
     def __init__(self, rows: list[tuple], calls: list[list[Call]], produced: dict[int, np.ndarray]):
         self.rows = rows
@@ -374,30 +385,53 @@ class Region:
         if self.loop_bounds:
             limits = run_limits.current()
             if limits.deadline_at is not None:  # (iterations are not timed in C)
-                self._resume(0, env)
+                for j in range(len(self.rows)):
+                    self._row(j, env, run=True)
                 return self.rows[-1][5]
             for g in self.loop_bounds:
                 g[1] = NO_BOUND if limits.max_loop_iterations is None else limits.max_loop_iterations
-        stopped = self.run_calls(self.address, self.n, self.status_address)
-        if stopped != self.n:
-            self._resume(stopped, env)
-        else:
-            env.update(self.kept)
+        start, done = 0, 0  # the next call, and the rows whose results are settled in env
+        while True:
+            stopped = start + self.run_calls(self.address + start * _CALL_BYTES, self.n - start, self.status_address)
+            if stopped == self.n:
+                break
+            k = self._row_of(stopped)
+            for j in range(done, k):  # done in C: the result is in its buffer
+                self._row(j, env, run=False)
+            done = k + 1
+            if self._row(k, env, run=True) is not self.rows[k][5]:  # the table's later calls would not see it
+                for j in range(done, len(self.rows)):
+                    self._row(j, env, run=True)
+                return self.rows[-1][5]
+            if done == len(self.rows):
+                return self.rows[-1][5]
+            start = int(self.starts[done])
+        if done:  # what the rows run in C after a stop freed
+            for dead in (u for r in self.rows[done:] for u in r[3] if u in self.produced):
+                env.pop(dead, None)
+        env.update(self.kept)
         return self.rows[-1][5]
 
-    def _resume(self, stopped: int, env: dict[int, Any]) -> None:
+    def _row_of(self, stopped: int) -> int:
         if self.status.value > 0:
             raise FusegraphError(f"oneDNN: a primitive of a native program failed (status {self.status.value})")
-        k = int(np.searchsorted(self.starts, stopped, side="right")) - 1  # the row whose call stopped
-        for j, (fn, args, uid, frees, needs_env, out) in enumerate(self.rows):
-            if j < k:  # done in C: the result is in its buffer
-                env[uid] = out
-            else:
-                values = [env[a] for a in args]
-                env[uid] = fn(values, out, env) if needs_env else fn(values, out)
-            for dead in frees:
-                if dead in self.produced:  # the others the executable's loop frees (Region.frees)
-                    del env[dead]
+        self.status.value = 0
+        return int(np.searchsorted(self.starts, stopped, side="right")) - 1  # the row whose call stopped
+
+    def _row(self, j: int, env: dict[int, Any], run: bool) -> Any:
+        """Row j's result set in env: its buffer (`run` false: done in C), or what it returns run in
+        Python (a guard stopped it: its exact path)."""
+        fn, args, uid, frees, needs_env, out = self.rows[j]
+        if run:
+            values = [env[a] for a in args]
+            env[uid] = fn(values, out, env) if needs_env else fn(values, out)
+        else:
+            env[uid] = out
+        result = env[uid]
+        for dead in frees:
+            if dead in self.produced:  # the others the executable's loop frees (Region.frees)
+                del env[dead]
+        return result
 
 
 def native_rows(rows: list[tuple], stable: dict[int, Any]) -> list[tuple]:

@@ -14,6 +14,7 @@ import fusegraph
 from fusegraph.targets.cpu.native_program import (
     GATHER,
     GUARD,
+    GUARDED,
     KERNEL,
     PRIMITIVE,
     Region,
@@ -69,28 +70,80 @@ def test_mixed_steps_run_as_one_native_call_like_the_steps_do(monkeypatch):
     np.testing.assert_array_equal(got[0], steps.run({"x": x})[0])
 
 
-def test_a_nan_inside_a_region_stops_at_its_guard():
-    # oneDNN's relu is exact on finite inputs only (NaN -> 0): a NaN reaching a guarded convolution
-    # inside the region stops the native call there, and the rest runs as Python steps, which take
-    # the exact path
+def _nan_model(act, *tail):
+    """conv -> sin -> conv + `act` (guarded: oneDNN's relu and clip give a bound for a NaN) -> *tail
+    -> conv -> mean; the input, and one with a NaN."""
     x = rng.standard_normal((1, 8, 24, 24)).astype(np.float32)
     init = {"w0": (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32),
             "w1": (rng.standard_normal((16, 16, 3, 3)) * 0.2).astype(np.float32),
-            "w2": (rng.standard_normal((16, 16, 3, 3)) * 0.2).astype(np.float32)}
+            "w2": (rng.standard_normal((16, 16, 3, 3)) * 0.2).astype(np.float32),
+            "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}
+    last = tail[-1].output[0] if tail else "r1"
     nodes = [n("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]), n("Sin", ["c0"], ["s"]),
-             n("Conv", ["s", "w1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"]),  # guarded
-             n("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             n("Conv", ["s", "w1"], ["c1"], pads=[1, 1, 1, 1]), act, *tail,
+             n("Conv", [last, "w2"], ["c2"], pads=[1, 1, 1, 1]),
              n("ReduceMean", ["c2"], ["out"], axes=[2, 3], keepdims=0)]  # the output: not in the arena
-    model = make_model(nodes, {"x": x}, ["out"], init)
-    p, ref = _compile(model), _compile(model, "ref")
-    regions = _regions(p.executable.main.thread_plan()[0])
-    assert any(GUARD in _kinds(r) for r in regions)
     bad = x.copy()
-    bad[0, 3, 5, 5] = np.nan
-    for feeds in ({"x": x}, {"x": bad}, {"x": x}, {"x": bad}):  # the table runs on after a stop
+    bad[0, 3, 5, 5] = bad[0, 2, 0, 23] = np.nan  # (one in windows at the padded edge)
+    return make_model(nodes, {"x": x}, ["out"], init), x, bad
+
+
+def _matches_ref(model, x, bad):
+    p, ref = _compile(model), _compile(model, "ref")
+    for feeds in ({"x": x}, {"x": bad}, {"x": x}, {"x": bad}):  # the table runs on after a NaN
         want = ref.run(feeds)[0]
         assert np.isnan(want).any() == (feeds["x"] is bad)
         np.testing.assert_allclose(p.run(feeds)[0], want, rtol=1e-4, atol=1e-5)  # NaN where the reference has NaN
+    return p
+
+
+def _python_rows(monkeypatch, p, feeds) -> list[int]:
+    """The region rows a run ran as Python steps."""
+    ran = []
+    row = Region._row
+    monkeypatch.setattr(Region, "_row", lambda self, j, env, run: ran.append((j, run)) or row(self, j, env, run))
+    p.run(feeds)
+    return [j for j, run in ran if run]
+
+
+@pytest.mark.parametrize("pads", [[0, 0, 0, 0], [1, 1, 0, 0]])
+def test_a_nan_reaching_guarded_steps_takes_their_exact_forms_in_c(monkeypatch, pads):
+    # a convolution with a relu post-op, a max pooling: each holds both forms, oneDNN's alone, or
+    # with the NaN put back in C (a relu that keeps it; NaN where a window holds one)
+    pool = n("MaxPool", ["r1"], ["m"], kernel_shape=[3, 3], strides=[2, 2], pads=pads)
+    model, x, bad = _nan_model(n("Relu", ["c1"], ["r1"]), pool)
+    p = _matches_ref(model, x, bad)
+    (region,) = _regions(p.executable.main.thread_plan()[0])
+    assert GUARDED in _kinds(region) and GUARD not in _kinds(region)
+    assert not _python_rows(monkeypatch, p, {"x": bad})  # the whole run is one C call
+    monkeypatch.undo()
+    monkeypatch.setenv("FUSEGRAPH_NATIVE_PROGRAMS", "0")
+    np.testing.assert_array_equal(p.run({"x": bad})[0], _compile(model).run({"x": bad})[0])  # as the steps do
+
+
+def test_the_relu_in_c_is_numpys_maximum():
+    from fusegraph.targets.cpu.native_finite import relu
+    from fusegraph.targets.cpu.native_program import FgCall, runner
+
+    x = np.array([-0.0, 0.0, -1.0, 2.5, np.nan, -np.inf, np.inf, 1e-40, -1e-40] * 8, np.float32)
+    got = x.copy()
+    record, _ = relu(got, 1)
+    table = (FgCall * 1)(FgCall(*record))
+    status = ctypes.c_int32(0)
+    assert runner()(ctypes.addressof(table), 1, ctypes.addressof(status)) == 1
+    want = np.maximum(x, 0)
+    np.testing.assert_array_equal(got, want)
+    assert (np.signbit(got) == np.signbit(want)).all()
+
+
+def test_a_guard_that_stops_runs_its_step_in_python_and_the_table_goes_on(monkeypatch):
+    # a clip post-op has no exact C form here: its guard stops the table, that step runs in Python
+    # (its exact path), and the rest of the table runs on in C
+    model, x, bad = _nan_model(n("Clip", ["c1", "lo", "hi"], ["r1"]))
+    p = _matches_ref(model, x, bad)
+    (region,) = [r for r in _regions(p.executable.main.thread_plan()[0]) if GUARD in _kinds(r)]
+    stops = [j for j, first in enumerate(region.starts) if region.calls[first][0][0] == GUARD]
+    assert _python_rows(monkeypatch, p, {"x": bad}) == stops[:1] and stops[0] < len(region.rows) - 1
 
 
 def _if_model():

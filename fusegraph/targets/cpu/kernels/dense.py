@@ -14,24 +14,14 @@ from ....ir.dtypes import DType
 from ....ir.module import Instruction
 from ....ir.shape import Shape, same_steps, standard_strides
 from ..lowering import Kernel, LowerContext, lowering, reference_kernel
-from ..ops import RESIDUAL, to_channels_first
-from .small import SMALL_CONV, c_small_conv, numpy_chain, small_conv, small_max_pool
+from ..ops import to_channels_first
+from .epilogue import Chain, finite, native_form, pick_form
+from .small import SMALL_CONV, c_small_conv, small_conv, small_max_pool
 from .widened import widened_convolution, widened_dot, widened_pooling
 
 
 def _f32(ins: Instruction) -> bool:
     return ins.shape.dtype == DType.float32
-
-
-def _destination(out: np.ndarray | None, lens, dtype, residual: np.ndarray | None) -> np.ndarray:
-    """The buffer a oneDNN kernel writes (`out`, or a fresh one where the plan gave none), holding
-    the residual where there is one: oneDNN's Sum post-op adds onto the destination (plan_memory
-    often planned the two in one buffer already)."""
-    if out is None:
-        out = np.empty(lens, dtype)
-    if residual is not None and (residual.ctypes.data != out.ctypes.data or residual.strides != out.strides):
-        np.copyto(out, residual)
-    return out
 
 
 class Operand:
@@ -127,7 +117,7 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
         break
     if prim is None:  # numpy's im2col + BLAS where oneDNN has only its reference kernel
         return _small(ins, w, bias, activations) if conv and not channels_last else reference_kernel(ins, ctx)
-    pick = _guarded(activations, post, prim, lambda: make(standard, post, False)[1], (w, bias), n_res)
+    pick = pick_form(activations, post, prim, lambda: make(standard, post, False)[1], (w, bias), n_res)
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
 
     def run(args, out):
@@ -137,51 +127,8 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
         chain.finish(out, residuals)
         return out
 
-    run.native = lambda args, out: _native(pick, src.exact(args[0]), dst.exact(out), args, out, n_res)  # type: ignore[attr-defined]
+    run.native = lambda args, out: native_form(pick, src.exact(args[0]), dst.exact(out), args, out, n_res)  # type: ignore[attr-defined]
     return run
-
-
-def _native(pick, a: np.ndarray | None, o: np.ndarray | None, args, out: np.ndarray, n_res: int):
-    """The C calls of a oneDNN kernel step with an epilogue chain (native_program.py): the guard
-    `pick` runs per call in Python (finite inputs: all post-ops), then the primitive; None where a
-    part of the step is numpy's (the chain's tail) or an operand would need a copy."""
-    from ..native_program import copy_any, guard, primitive_call
-
-    chain, prim, guarded = pick.native
-    if a is None or o is None or chain.after is not None:
-        return None
-    calls = []
-    if guarded:
-        calls = guard(args[0], *args[len(args) - n_res:])
-        if calls is None:
-            return None
-    if chain.residual_first:
-        res = args[-1]
-        if res.ctypes.data != out.ctypes.data or res.strides != out.strides:
-            c = copy_any(out, res)  # (a transposed residual: through a table of offsets)
-            if c is None:
-                return None
-            calls += c
-    return [*calls, primitive_call(prim, a, out=o)]
-
-
-def _guarded(activations, post: bool, prim, make_exact, constants, n_res: int):
-    """pick(args) -> (Chain, primitive) for a run: all of oneDNN's post-ops when the input (and the
-    residual) hold no NaN or infinity, else the primitive `make_exact()` builds, which leaves the
-    steps oneDNN would get wrong to numpy (compiled once, in place)."""
-    fast, exact = Chain(activations, post, finite_input=True), Chain(activations, post)
-    if len(fast.post_ops) == len(exact.post_ops):
-        return _pick(lambda args: (fast, prim), (fast, prim, False))
-    slow = (exact, make_exact())
-    if not finite(*(c for c in constants if c is not None)):  # NaN weights: every run is the exact one
-        return _pick(lambda args: slow, (*slow, False))
-    return _pick(lambda args: (fast, prim) if finite(args[0], *args[len(args) - n_res:]) else slow, (fast, prim, True))
-
-
-def _pick(pick, native: tuple):
-    """`pick` knowing its C form: (chain, primitive, whether the inputs' finiteness is checked first)."""
-    pick.native = native
-    return pick
 
 
 def _small(ins: Instruction, w: np.ndarray, bias: np.ndarray | None, activations) -> Kernel:
@@ -202,74 +149,6 @@ def _small(ins: Instruction, w: np.ndarray, bias: np.ndarray | None, activations
         return fn(np.ascontiguousarray(args[0]), out, residuals)
 
     return run
-
-
-# epilogue activation -> the oneDNN eltwise post-op (onednn.postops.ELTWISE_KINDS) and whether it
-# takes the step's alpha/beta (the others keep oneDNN's defaults, which are ONNX's)
-_ELTWISE = {"relu": ("relu", False), "leaky_relu": ("leaky_relu", True), "clip": ("clip", True),
-            "sigmoid": ("sigmoid", False), "tanh": ("tanh", False), "silu": ("silu", False),
-            "hard_sigmoid": ("hardsigmoid", True), "hard_swish": ("hardswish", False),
-            "gelu_erf": ("gelu_erf", False), "linear": ("linear", True)}
-# oneDNN's relu (slope 0), clip and hardsigmoid are vmaxps/vminps, which give the bound for a NaN where
-# the reference gives NaN: exact on finite inputs only (their NaN-keeping forms, e.g. relu as elu with
-# alpha 0 and abs, cost up to twice the convolution on the 2-core VM)
-_FINITE_ONLY = frozenset({"relu", "clip", "hard_sigmoid"})
-
-
-def _exact(name: str, alpha: float, finite_input: bool) -> bool:
-    """Whether oneDNN computes the step as the reference does (for any input, or for finite ones)."""
-    if name not in _ELTWISE:
-        return False
-    return finite_input or not (name in _FINITE_ONLY or name == "leaky_relu" and alpha == 0)
-
-
-def finite(*arrays: np.ndarray) -> bool:
-    """No NaN and no infinity in any of `arrays`: each one's sum of squares is finite. One BLAS dot
-    product over the memory (3-4x faster than numpy's sum: 0.06 ms for 800K floats); a sum that
-    overflows (values past ~1e16) only sends the caller down its slower exact path."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        for a in arrays:
-            v = a.ravel(order="K")  # a view for a permuted dense tensor (channels-last)
-            if not math.isfinite(np.dot(v, v)):
-                return False
-    return True
-
-
-class Chain:
-    """An epilogue's steps split where oneDNN stops computing them exactly: `head` as the primitive's
-    post-ops (its residual step a Sum onto the destination's contents), the rest applied after the
-    product by `after(y, residuals)`, in place; `residual_first`: the residual is in the head, so the
-    destination must hold it before the primitive runs. `finite_input`: for inputs known to hold no
-    NaN or infinity (`finite()`), where all of oneDNN's steps are exact."""
-
-    def __init__(self, activations, post: bool = True, finite_input: bool = False):
-        from .. import onednn
-
-        cut = next((i for i, (name, a, _) in enumerate(activations)
-                    if name != RESIDUAL and not _exact(name, a, finite_input)), len(activations)) if post else 0
-        head, tail = activations[:cut], activations[cut:]
-        self.post_ops = []
-        for name, a, b in head:
-            if name == RESIDUAL:
-                self.post_ops.append(onednn.Sum())
-                continue
-            kind, takes = _ELTWISE[name]
-            self.post_ops.append(onednn.Eltwise(kind, a, b) if takes else onednn.Eltwise(kind))
-        self.residual_first = any(name == RESIDUAL for name, _, _ in head)
-        self.residual_after = any(name == RESIDUAL for name, _, _ in tail)
-        self.after = numpy_chain(tail) if tail else None
-
-    def destination(self, out: np.ndarray | None, lens, dtype, args) -> tuple[np.ndarray, tuple]:
-        """The buffer the primitive writes (see `_destination`) and the residuals `after` adds."""
-        if not self.residual_after:
-            return _destination(out, lens, dtype, args[-1] if self.residual_first else None), ()
-        out = _destination(out, lens, dtype, None)
-        res = args[-1]
-        return out, (res.copy() if np.shares_memory(res, out) else res,)  # the primitive overwrites out
-
-    def finish(self, out: np.ndarray, residuals: tuple) -> None:
-        if self.after is not None:
-            self.after(out, residuals)
 
 
 def pooling_work(outputs: int, spatial, kernel, padding) -> int:
@@ -296,17 +175,23 @@ def pooling(ins: Instruction, ctx: LowerContext) -> Kernel:
         kernel, stride, padding = x[2:], (1,) * (len(x) - 2), (0,) * (2 * (len(x) - 2))
     else:
         kernel, stride, padding = op.lengths, op.stride, op.padding
+    threads = ctx.threads_for(pooling_work(ins.shape.elements, x[2:], kernel, padding))
     prim = onednn.Pooling(src.desc(), op.mode, kernel, stride=stride, padding=padding,
                           dilation=() if op.global_pool else op.dilation, ceil_mode=op.ceil_mode and not op.global_pool,
-                          count_include_pad=op.count_include_pad, dst_layout=dst.desc(),
-                          threads=ctx.threads_for(pooling_work(ins.shape.elements, x[2:], kernel, padding)))
+                          count_include_pad=op.count_include_pad, dst_layout=dst.desc(), threads=threads)
     if ("simple" in prim.impl and op.mode == "max" and not channels_last and not op.global_pool
             and ins.inputs[0].shape.standard and ins.shape.elements * math.prod(kernel) < SMALL_CONV):
         return small_max_pool(ins, kernel, ctx)  # oneDNN's plain C loop on N, C, *spatial: 67 us for 4000 values
     lens, dtype = ins.shape.lens, ins.shape.dtype.np
     # oneDNN's max pooling skips a NaN (its max is vmaxps), where the reference's max is NaN: an input
-    # that is not all finite goes to the reference kernel. Average pooling sums, so it keeps NaN itself.
+    # that is not all finite goes to the reference kernel (natively: oneDNN's, then the NaN put back).
+    # Average pooling sums, so it keeps NaN itself.
     exact = reference_kernel(ins, ctx) if op.mode == "max" else None
+    if op.global_pool:
+        window = (kernel, stride, (0,) * len(kernel), (1,) * len(kernel))
+    else:
+        g = op.geometry(x[2:])
+        window = (g.lengths, g.strides, g.begins, g.dilations)
 
     def run(args, out):
         if exact is not None and not finite(args[0]):
@@ -317,13 +202,21 @@ def pooling(ins: Instruction, ctx: LowerContext) -> Kernel:
         return out
 
     def native(args, out):
+        from ..native_finite import guarded, nan_max_pool
         from ..native_program import guard, primitive_call
 
         a, o = src.exact(args[0]), dst.exact(out)
-        checks = guard(args[0]) if exact is not None else []
-        if a is None or o is None or checks is None:
+        if a is None or o is None:
             return None
-        return [*checks, primitive_call(prim, a, out=o)]
+        call = primitive_call(prim, a, out=o)
+        if exact is None:
+            return [call]
+        fix = nan_max_pool(o, a, *window, threads)
+        both = guarded([args[0]], [call], [call, fix]) if fix is not None else None
+        if both is not None:
+            return [both]
+        checks = guard(args[0])
+        return None if checks is None else [*checks, call]
 
     run.native = native  # type: ignore[attr-defined]
     return run
@@ -410,7 +303,7 @@ def dot_epilogue(ins: Instruction, ctx: LowerContext) -> Kernel:
         def pick(args):
             return plain, prim
     else:
-        pick = _guarded(op.activations, True, prim,
+        pick = pick_form(op.activations, True, prim,
                         lambda: _matmul(ins, ctx, w, bias=bias, post_ops=Chain(op.activations).post_ops)[0],
                         (w, bias), op.n_residual)
     product = prim.out_shape  # a @ b's lens; the output is its reshape (`out_lens`), same bytes
@@ -428,7 +321,7 @@ def dot_epilogue(ins: Instruction, ctx: LowerContext) -> Kernel:
     if sparse is not None:  # (no C form: a native program ends before it)
         return sparse
     if hasattr(pick, "native"):
-        run.native = lambda args, out: _native(pick, av.exact(args[0]), out.reshape(product), args, out, op.n_residual)  # type: ignore[attr-defined]
+        run.native = lambda args, out: native_form(pick, av.exact(args[0]), out.reshape(product), args, out, op.n_residual)  # type: ignore[attr-defined]
     return run
 
 
