@@ -110,17 +110,13 @@ def eager_row(name: str, batch: int) -> dict:
 
 def plan_row(onnx_bytes: bytes) -> dict:
     """The static plan of the gpu target for the program, made without a device."""
-    from fusegraph.passes import run_pipeline
     from fusegraph.passes.memory_coloring import Buffer, max_live
-    from fusegraph.quantize.fp16 import quantize_fp16
     from fusegraph.targets.gpu import GpuTarget
     from fusegraph.targets.gpu.lowering import storage_mode
     from fusegraph.targets.gpu.plan import make_plan
 
     program = fusegraph.parse_onnx(onnx_bytes)
-    options = fusegraph.CompileOptions(fp16=True)
-    quantize_fp16(program)
-    run_pipeline(program, GpuTarget(device="cpu").passes(options))
+    GpuTarget(device="cpu").optimize(program, fusegraph.CompileOptions(fp16=True))
     main = program.main
     plan = make_plan(main, storage_mode, stage_inputs=True)
     first: dict[int, int] = {}

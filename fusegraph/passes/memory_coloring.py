@@ -123,14 +123,14 @@ def color(buffers: list[Buffer]) -> int:
     breadth = _breadth(buffers)
     orders = (lambda b: (-b.size, b.start), lambda b: (-breadth[b.uid], -b.size, b.start),
               lambda b: (b.start - b.end, -b.size, b.start))
-    best: tuple[int, list[int]] | None = None
+    placements = []
     for key in orders:
         arena = _first_fit(sorted(buffers, key=key))
-        if best is None or arena < best[0]:
-            best = (arena, [b.offset for b in buffers])
-    for b, offset in zip(buffers, best[1] if best else ()):
+        placements.append((arena, [b.offset for b in buffers]))
+    arena, offsets = min(placements, key=lambda p: p[0])  # the first order of the smallest
+    for b, offset in zip(buffers, offsets):
         b.offset = offset
-    return best[0] if best else 0
+    return arena
 
 
 def _first_fit(order: list[Buffer]) -> int:

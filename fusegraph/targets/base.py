@@ -237,20 +237,24 @@ class Target:
             # the program stays as parsed: each input shape gets its own static compile on first use
             return self.rebuild(program, options, {})
         if options.optimize:
-            from ..passes.manager import run_pipeline
-
-            passes = self.passes(options)
-            if options.fp16:  # a generic pass: every target computes in float16 when asked
-                from ..quantize.fp16 import QuantizePass, fp16_pass
-
-                if not any(isinstance(p, QuantizePass) for p in passes):
-                    passes = [fp16_pass(options.keep_fp32), *passes]
-
-            run_pipeline(program, passes, options, manager)
+            self.optimize(program, options, manager)
         use = self.check_memory(program, options)
         exe = self.lower(program, options)
         exe.peak_memory = use
         return exe
+
+    def optimize(self, program: Program, options: CompileOptions, manager: Any = None) -> None:
+        """The target's pipeline on `program` in place, float16 first when asked: what `compile` runs
+        before lowering (a tool may stop there: the gpu plan needs no device)."""
+        from ..passes.manager import run_pipeline
+
+        passes = self.passes(options)
+        if options.fp16:  # a generic pass: every target computes in float16 when asked
+            from ..quantize.fp16 import QuantizePass, fp16_pass
+
+            if not any(isinstance(p, QuantizePass) for p in passes):
+                passes = [fp16_pass(options.keep_fp32), *passes]
+        run_pipeline(program, passes, options, manager)
 
     def memory_capacity(self) -> int:
         """The bytes a program may hold by default (`CompileOptions.max_memory` None): the machine's RAM."""
