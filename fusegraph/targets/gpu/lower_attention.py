@@ -73,11 +73,24 @@ def sdpa_operand(x):
     flash on an H200, issue 23). A strided view (view_chain.py) only in half precision (flash's
     types) and with its start and strides on 16 bytes: in float32 the memory-efficient kernel took
     SegFormer's and a GPT-2 kv-step's views on the H200 and refused them at run time ("query is not
-    correctly aligned", "no kernel found to launch")."""
+    correctly aligned", "no kernel found to launch"). It checks the strides of size-1 dims too, which
+    torch calls contiguous whatever they are (that kv-step's one-token query had strides (1, 8, 1, 1)):
+    those are set to a dense tensor's (`dense_unit_strides`)."""
     if x.shape[-1] != 1 and x.stride(-1) != 1:
-        return x.contiguous()
+        return dense_unit_strides(x.contiguous())
+    x = dense_unit_strides(x)
     if x.is_contiguous():
         return x
     size = x.element_size()
-    aligned = x.data_ptr() % 16 == 0 and all(s * size % 16 == 0 for d, s in zip(x.shape[:-1], x.stride()[:-1]) if d > 1)
-    return x if size == 2 and aligned else x.contiguous()
+    aligned = x.data_ptr() % 16 == 0 and all(s * size % 16 == 0 for s in x.stride()[:-1])
+    return x if size == 2 and aligned else dense_unit_strides(x.contiguous())
+
+
+def dense_unit_strides(x):
+    """`x` with each size-1 dim given the stride a dense tensor has there (the next dim's stride times
+    its size; 1 for the last): the same elements, a view."""
+    strides = list(x.stride())
+    for d in range(x.dim() - 1, -1, -1):
+        if x.shape[d] == 1:
+            strides[d] = strides[d + 1] * x.shape[d + 1] if d + 1 < x.dim() else 1
+    return x if strides == list(x.stride()) else x.as_strided(x.shape, strides, x.storage_offset())

@@ -181,3 +181,21 @@ def test_sdpa_operands_are_views_only_where_the_kernels_take_them(dtype, stride_
     assert (got.data_ptr() == x.data_ptr() and got.stride() == x.stride()) == kept
     assert torch.equal(got, x)
     assert sdpa_operand(x.transpose(-1, -2)).stride(-1) == 1  # never a non-unit last stride
+
+
+@pytest.mark.parametrize("shape, strides, dense", [
+    ((1, 2, 1, 8), (1, 8, 1, 1), (16, 8, 8, 1)),      # a one-token query of a GPT-2 kv-step (corpus, H200)
+    ((1, 1, 64, 16), (1, 1, 16, 1), (1024, 1024, 16, 1)),  # SegFormer's one-head attention (corpus, H200)
+    ((2, 3, 4), (12, 4, 1), (12, 4, 1)),               # no size-1 dim: unchanged
+])
+def test_sdpa_operands_have_dense_strides_on_size_one_dims(shape, strides, dense):
+    """torch calls a tensor contiguous whatever its size-1 dims' strides are; the memory-efficient
+    kernel checks them ("query is not correctly aligned (strideM)", "cutlassF: no kernel found")."""
+    import torch
+
+    from fusegraph.targets.gpu.lower_attention import sdpa_operand
+
+    x = torch.arange(int(torch.tensor(shape).prod()), dtype=torch.float32).as_strided(shape, strides)
+    got = sdpa_operand(x)
+    assert got.stride() == dense and got.data_ptr() == x.data_ptr()
+    assert torch.equal(got, x)
