@@ -153,6 +153,7 @@ def resize(ctx, step):
     x_shape = step.inputs[0].shape
     r = x_shape.ndim
     plan = []
+    host_taps: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for axis, (n_in, n_out) in enumerate(zip(x_shape.lens, step.ins.shape.lens)):
         roi = (op.roi[axis], op.roi[axis + r]) if op.roi else (0.0, 1.0)
         if op.scales and np.isclose(op.scales[axis], 1.0) and n_in == n_out and roi == (0.0, 1.0):
@@ -164,6 +165,7 @@ def resize(ctx, step):
         else:  # the reference's taps, summed in its order (a matrix product makes 0 * inf)
             idx, w = op.taps(n_in, axis, src)
             plan.append((axis, "taps", (ctx.constant(idx.astype(np.int64)), ctx.constant(w)), None))
+            host_taps[axis] = (idx, w)
         if outside is not None and outside.any():
             plan[-1] = plan[-1][:3] + (ctx.constant(outside),)
     t = torch()
@@ -172,6 +174,11 @@ def resize(ctx, step):
         size = tuple(step.ins.shape.lens[2:])
         F = t.nn.functional
         return lambda x: F.interpolate(x, size=size, mode="nearest")  # one kernel, keeps the layout
+    align = _torch_linear(plan, host_taps, x_shape.lens, step.ins.shape.lens)
+    if align is not None and x_shape.dtype.name in ("float16", "bfloat16", "float32"):
+        size = tuple(step.ins.shape.lens[2:])
+        F, how = t.nn.functional, ("linear", "bilinear", "trilinear")[r - 3]
+        return lambda x: F.interpolate(x, size=size, mode=how, align_corners=align)
 
     def run(x):
         y = x
@@ -215,6 +222,35 @@ def _torch_nearest(plan, in_lens, out_lens) -> bool:
         if not np.array_equal(torch_src, idx.cpu().numpy()):
             return False
     return True
+
+
+def _torch_linear(plan, host_taps, in_lens, out_lens) -> bool | None:
+    """torch's align_corners (False or True) under which its (bi/tri)linear interpolation takes the
+    reference's taps on every resized axis, all of them spatial; None where neither does.
+
+    The taps path runs 3-4 kernels per axis in float32 (SegFormer-B0's decoder upsamples 4 maps of
+    8x256x128x128: ~0.9 ms and 128 MiB of float32 each on the H200, issue 23); torch's kernel is one,
+    accumulating in float32 too. Checked per axis on the host: the reference's weights as an
+    out x in matrix against torch's for an identity input (half_pixel, pytorch_half_pixel with more
+    than one output, align_corners and asymmetric at some scales match; tf_crop_and_resize, antialias
+    and cubic never get here or do not match)."""
+    if not plan or any(kind != "taps" or outside is not None or axis < 2 for axis, kind, _, outside in plan):
+        return None
+    if len(in_lens) not in (3, 4, 5) or any(in_lens[a] > 4096 for a, *_ in plan):
+        return None
+    t = torch()
+    for align in (False, True):
+        if all(_same_weights(*host_taps[axis], in_lens[axis], out_lens[axis], align, t) for axis, *_ in plan):
+            return align
+    return None
+
+
+def _same_weights(idx: np.ndarray, w: np.ndarray, n_in: int, n_out: int, align: bool, t) -> bool:
+    ref = np.zeros((n_out, n_in))
+    np.add.at(ref, (np.repeat(np.arange(n_out), idx.shape[1]), idx.reshape(-1)), w.reshape(-1))
+    eye = t.eye(n_in, dtype=t.float64).reshape(n_in, 1, n_in)
+    ours = t.nn.functional.interpolate(eye, size=n_out, mode="linear", align_corners=align)[:, 0, :].T.numpy()
+    return bool(np.allclose(ref, ours, rtol=0, atol=1e-6))
 
 
 def _format_of(x):
