@@ -35,6 +35,7 @@ class BuildContext:
         self.kernels: list[Any] = []  # Triton launchers (their sources are saved with the program)
         self.tuner: Any = None  # autotune.Tuner choosing GEMM templates (None: a default for the device)
         self.index_checks = IndexChecks(device)  # the indexing steps' error flags (index_checks.py)
+        self.shared: dict[Any, dict] = {}  # what steps of one run share (lower_attention.shared_mask)
         self._scratch: Any = None
 
     def sources(self) -> dict[str, str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import fusegraph
 from fusegraph.ops.scalar import parse_expr
@@ -146,3 +146,27 @@ def test_a_float32_mask_is_clamped_into_float16_not_made_infinite():
     assert dead.tolist() == [[True], [False], [False]]  # only the row whose every key is masked
     bias, dead = sdpa_mask(torch.float32, {"has_mask": True}, mask)
     assert bias is mask and dead is None  # float32 adds finfo.min itself: uniform weights already
+
+
+def test_layers_reading_one_mask_compute_it_once_a_run(gpu_target, monkeypatch):
+    """Two attention layers on one padding mask (as a transformer's): one sdpa_mask a run (the first
+    layer's, taken by the second), and each run's answer from that run's mask, not a stale one."""
+    from fusegraph.targets.gpu import lower_attention
+
+    model, x = _hf_eager_model()
+    second = [helper.make_node("MatMul", ["y", "kt"], ["s2"]), helper.make_node("Mul", ["s2", "c"], ["ss2"]),
+              helper.make_node("Add", ["ss2", "mask"], ["sm2"]), helper.make_node("Softmax", ["sm2"], ["p2"], axis=-1),
+              helper.make_node("MatMul", ["p2", "v"], ["y2"])]
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    model = make_model([*model.graph.node, *second], x, ["y2"], initializers=inits)
+    calls = []
+    sdpa_mask = lower_attention.sdpa_mask
+    monkeypatch.setattr(lower_attention, "sdpa_mask", lambda *a: calls.append(1) or sdpa_mask(*a))
+    p = fusegraph.parse_onnx(model)
+    p.compile(gpu_target)
+    assert [s.kind for s in p.executable.plan.steps].count("attention") == 2
+    for am in (x["am"], np.ones_like(x["am"]), 1 - x["am"]):
+        feeds = {**x, "am": am}
+        calls.clear()
+        assert_close(p.run(feeds), run_ort(model, feeds), rtol=1e-4, atol=1e-4)
+        assert len(calls) == 1
