@@ -96,6 +96,7 @@ def load_tables() -> None:
             lower_nms,
             lower_nn,
             lower_quant,
+            lower_resize,
             lower_tensor,
         )
         from .lower_sparse import SPARSE  # noqa: F401  (registers the 2:4 sparse matmuls)

@@ -64,6 +64,18 @@ def test_resize_sums_the_references_taps(mode, gpu_target):
     assert_same_nonfinite(run_gpu(model, {"x": x}, gpu_target)[0], run_fusegraph(model, {"x": x}, "ref")[0])
 
 
+@pytest.mark.parametrize("mode, scales", [("half_pixel", [1, 1, 2, 4]), ("align_corners", [1, 1, 2, 1.5])])
+def test_linear_resize_by_torch_keeps_the_references_infinities(mode, scales, gpu_target):
+    # torch's interpolate (lower_resize) weighs a tap by zero at clamped edges and exact sources: those
+    # outputs come from the reference's taps, so an inf beside them is no NaN there
+    x = np.array([[1, np.inf, 2, -np.inf], [3, 4, np.nan, 5], [np.inf, 6, 7, 8]], F).reshape(1, 1, 3, 4)
+    model = make_model([n("Resize", ["x", "", "s"], ["y"], mode="linear", coordinate_transformation_mode=mode)],
+                       {"x": x}, ["y"], {"s": np.array(scales, F)})
+    got, want = run_gpu(model, {"x": x}, gpu_target)[0], run_fusegraph(model, {"x": x}, "ref")[0]
+    assert_same_nonfinite(got, want)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 @pytest.mark.gpu
 def test_a_1x1_convolution_with_bias_and_relu_keeps_a_nan(gpu_target):
     # the conv_gemm pattern: cuBLASLt's bias + ReLU epilogue on channels-last rows

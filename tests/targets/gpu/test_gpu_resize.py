@@ -1,6 +1,6 @@
 """Linear Resize on the gpu target: torch's one interpolate kernel where its weights are the
-reference's on every resized axis (lower_movement._torch_linear), the reference's taps elsewhere;
-both against ONNX Runtime."""
+reference's on every resized axis (lower_resize._torch_linear), the reference's taps elsewhere;
+both against ONNX Runtime. Non-finite inputs: tests/targets/gpu/test_gpu_nonfinite.py."""
 
 from __future__ import annotations
 
