@@ -57,6 +57,14 @@ def shared_mask(ctx, step):
     return compute
 
 
+# The most negative mask value SDPA is given. The memory-efficient kernel scales its scores by log2(e)
+# in float32: a float32 or bfloat16 mask at its type's lowest (transformers' finfo.min) became -inf,
+# and a query row whose every key had it lost its uniform weights (tests/targets/gpu/
+# test_gpu_attention_masks.py, float32 additive, on the H200). -1e30 still zeroes a masked key's
+# weight (exp(-1e30) is 0) and, added to any score, gives equal scores across a fully masked row.
+MASK_FLOOR = -1e30
+
+
 def sdpa_mask(dtype, data: dict, *masks):
     """(additive mask of `dtype` or None, [..., L, 1] boolean of the query rows whose every key is
     masked or None) for the pattern's mask and Where condition (step data "has_mask", "where")."""
@@ -66,21 +74,24 @@ def sdpa_mask(dtype, data: dict, *masks):
     where = data.get("where")
     cond = next(it) if where else None
     info = t.finfo(dtype)
+    lowest = max(info.min, MASK_FLOOR)
     if cond is None:
         if mask is None:
             return None, None
         if mask.dtype != dtype:
-            mask = mask.clamp(info.min, info.max).to(dtype)
+            mask = mask.clamp(lowest, info.max).to(dtype)
+        elif lowest > info.min:
+            mask = mask.clamp(min=lowest)
         return mask, (mask.amax(-1, keepdim=True) <= info.min if dtype == t.float16 else None)
     kept = cond if where["keep_if"] else cond.logical_not()
-    fill = max(where["fill"], info.min)
+    fill = max(where["fill"], lowest)
     if mask is None:
         bias = t.where(kept, 0.0, fill)
     elif where["fill_first"]:  # where(B, S, f) + M: masked keys take f + M
         bias = t.where(kept, 0.0, fill) + mask.float()
     else:
         bias = t.where(kept, mask.float(), fill)
-    bias = bias.clamp(info.min, info.max).to(dtype)
+    bias = bias.clamp(lowest, info.max).to(dtype)
     dead = kept.logical_not()
     if dtype == t.float16:
         dead = dead | (bias <= info.min)

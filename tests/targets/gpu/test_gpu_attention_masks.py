@@ -145,7 +145,9 @@ def test_a_float32_mask_is_clamped_into_float16_not_made_infinite():
     assert bias.dtype == torch.float16 and bias.tolist() == [[-65504.0, -65504.0], [0.0, 65504.0], [-65504.0, -3.0]]
     assert dead.tolist() == [[True], [False], [False]]  # only the row whose every key is masked
     bias, dead = sdpa_mask(torch.float32, {"has_mask": True}, mask)
-    assert bias is mask and dead is None  # float32 adds finfo.min itself: uniform weights already
+    # float32: finfo.min raised to -1e30 (times log2(e) it was -inf in the memory-efficient kernel)
+    floor = float(torch.tensor(-1e30))  # -1e30 in float32
+    assert bias.tolist() == [[floor, floor], [0.0, 1e6], [floor, -3.0]] and dead is None
 
 
 def test_layers_reading_one_mask_compute_it_once_a_run(gpu_target, monkeypatch):
@@ -159,14 +161,17 @@ def test_layers_reading_one_mask_compute_it_once_a_run(gpu_target, monkeypatch):
               helper.make_node("MatMul", ["p2", "v"], ["y2"])]
     inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     model = make_model([*model.graph.node, *second], x, ["y2"], initializers=inits)
-    calls = []
-    sdpa_mask = lower_attention.sdpa_mask
-    monkeypatch.setattr(lower_attention, "sdpa_mask", lambda *a: calls.append(1) or sdpa_mask(*a))
+    import torch
+
+    masks, attentions = [], []  # the calls made while steps run in Python (a CUDA graph replays none)
+    sdpa_mask, sdpa = lower_attention.sdpa_mask, torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(lower_attention, "sdpa_mask", lambda *a: masks.append(1) or sdpa_mask(*a))
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **k: attentions.append(1) or sdpa(*a, **k))
     p = fusegraph.parse_onnx(model)
     p.compile(gpu_target)
     assert [s.kind for s in p.executable.plan.steps].count("attention") == 2
     for am in (x["am"], np.ones_like(x["am"]), 1 - x["am"]):
         feeds = {**x, "am": am}
-        calls.clear()
         assert_close(p.run(feeds), run_ort(model, feeds), rtol=1e-4, atol=1e-4)
-        assert len(calls) == 1
+    assert attentions and len(attentions) == 2 * len(masks)

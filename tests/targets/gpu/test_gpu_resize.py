@@ -42,11 +42,14 @@ def test_linear_resize(gpu_target, monkeypatch, shape, mode, scales, sizes, one_
 
     calls = []
     interpolate = torch.nn.functional.interpolate
-    monkeypatch.setattr(torch.nn.functional, "interpolate", lambda *a, **k: calls.append(k) or interpolate(*a, **k))
+    def counted(x, **k):  # the model's calls (the lowering's own check interpolates float64 identities)
+        if x.dtype != torch.float64:
+            calls.append(k)
+        return interpolate(x, **k)
+    monkeypatch.setattr(torch.nn.functional, "interpolate", counted)
     model, x = _model(shape, mode, scales, sizes)
     p = fusegraph.parse_onnx(model)
-    p.compile(gpu_target, fusegraph.CompileOptions(fp16=fp16))
-    calls.clear()
+    p.compile(gpu_target, fusegraph.CompileOptions(fp16=fp16))  # on CUDA its warm-up runs the steps
     tol = 2e-3 if fp16 else 1e-5
     assert_close(p.run(x), run_ort(model, x), rtol=tol, atol=tol)
-    assert bool(calls) == one_kernel
+    assert bool(calls) == one_kernel  # in the warm-up or the run (a CUDA graph's replay calls nothing)
