@@ -57,11 +57,12 @@ def shared_mask(ctx, step):
     return compute
 
 
-# The most negative mask value SDPA is given. The memory-efficient kernel scales its scores by log2(e)
-# in float32: a float32 or bfloat16 mask at its type's lowest (transformers' finfo.min) became -inf,
-# and a query row whose every key had it lost its uniform weights (tests/targets/gpu/
-# test_gpu_attention_masks.py, float32 additive, on the H200). -1e30 still zeroes a masked key's
-# weight (exp(-1e30) is 0) and, added to any score, gives equal scores across a fully masked row.
+# The most negative mask value SDPA is given. tests/targets/gpu/test_gpu_attention_masks.py's float32
+# additive case (finfo.min on every key of some query rows) failed in its first H200 run while its
+# float16 one (-65504) passed; the likely cause, not yet confirmed there: the memory-efficient kernel
+# scales its scores by log2(e) in float32, which makes a float32 or bfloat16 lowest -inf, and a row of
+# -inf loses the uniform weights the model gives it. -1e30 still zeroes a masked key's weight
+# (exp(-1e30) is 0) and, added to any score, gives equal scores across a fully masked row.
 MASK_FLOOR = -1e30
 
 
