@@ -25,8 +25,10 @@ def simplify_pipeline() -> list:
                       eliminate_pad, eliminate_common_subexpression, eliminate_dead_code))]
 
 
-def generic_pipeline(fuse: bool = True) -> list:
-    passes = simplify_pipeline()
+def generic_pipeline(fuse: bool = True, before_fusion: tuple = ()) -> list:
+    """`before_fusion`: a target's passes between simplification and fusion (on the simplified graph,
+    before pointwise ops are fused into what they read)."""
+    passes = simplify_pipeline() + list(before_fusion)
     if fuse:
         passes += [fuse_reduce, fuse_pointwise, eliminate_dead_code]
     return passes + [schedule_for_memory, memory_coloring]

@@ -54,12 +54,13 @@ class GpuTarget(Target):
         self.gemm = checked_mode(gemm or debug.gpu_gemm() or "auto")  # GEMM epilogues: "auto" | "triton" | "library"
 
     def passes(self, options: CompileOptions) -> list:
-        from ...passes import generic_pipeline
+        from ...passes import eliminate_dead_code, generic_pipeline
         from .gather_views import gather_views
+        from .merge_sibling_dots import merge_sibling_dots
         from .rewrite_quantized import rewrite_quantized
 
         # (Target.compile puts quantize_fp16 first when options.fp16)
-        return [rewrite_quantized, gather_views, *generic_pipeline()]
+        return [rewrite_quantized, gather_views, *generic_pipeline(before_fusion=(merge_sibling_dots, eliminate_dead_code))]
 
     def lower(self, program: Program, options: CompileOptions) -> Executable:
         return self._lower(program, options, {})

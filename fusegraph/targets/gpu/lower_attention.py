@@ -9,6 +9,8 @@ finfo(float32).min all round to finfo.min, and a Where sets them all to its fill
 float16 lowest (-65504) in float32 without absorbing the scores (softmax of the scores instead), and
 a boolean mask gives zeros. So such rows are found (keys masked by the Where, or float16 mask
 values at the lowest) and their query is zeroed: equal scores, uniform weights, the mean of v.
+The zeroing is one `where`, whose result keeps q's layout (that of k and v, slices of one
+projection); masked_fill's copy made q contiguous first, a second kernel per layer.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from .lowering import lowering
 def attention(ctx, step):
     from .view_chain import apply
 
-    F = torch().nn.functional
+    t = torch()
+    F = t.nn.functional
     data = step.data
     scale = data["scale"]
     chains = data["chains"]  # q, K^T, v from the pattern's inputs: strided views where they can be
@@ -33,7 +36,7 @@ def attention(ctx, step):
         q, k, v = (sdpa_operand(x) for x in (q, kt.transpose(-1, -2), v))
         bias, dead = mask(q.dtype, masks)
         if dead is not None:  # rows with every key masked: uniform weights, as in the model
-            q = q.masked_fill(dead, 0)
+            q = t.where(dead, 0, q)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
     return run
 
