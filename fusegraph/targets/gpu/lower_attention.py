@@ -30,13 +30,16 @@ def attention(ctx, step):
     chains = data["chains"]  # q, K^T, v from the pattern's inputs: strided views where they can be
 
     mask = shared_mask(ctx, step)
+    zero: list = []  # where's 0 as a device tensor, made once (a Python 0 is a fill kernel every run)
 
     def run(q, kt, v, *masks):
         q, kt, v = (apply(x, c) for x, c in zip((q, kt, v), chains))
         q, k, v = (sdpa_operand(x) for x in (q, kt.transpose(-1, -2), v))
         bias, dead = mask(q.dtype, masks)
         if dead is not None:  # rows with every key masked: uniform weights, as in the model
-            q = t.where(dead, 0, q)
+            if not zero:
+                zero.append(q.new_zeros(()))
+            q = t.where(dead, zero[0], q)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
     return run
 
