@@ -88,6 +88,7 @@ def _tail(dot: Instruction, a: Instruction) -> _Tail | None:
 
 def merge_sibling_dots(module: Module) -> bool:
     changed = False
+    joined: dict[tuple[int, ...], Instruction] = {}  # weights' uids -> their concatenation (shared weights)
     for a in list(module):
         if not (isinstance(a.shape, Shape) and not a.shape.is_dynamic and a.shape.ndim == 2 and a.shape.dtype.is_float):
             continue
@@ -97,14 +98,18 @@ def merge_sibling_dots(module: Module) -> bool:
             by_form.setdefault(t.form, []).append(t)
         for group in by_form.values():
             if len(group) > 1:
-                _merge(module, a, group)
+                _merge(module, a, group, joined)
                 changed = True
     return changed
 
 
-def _merge(module: Module, a: Instruction, group: list[_Tail]) -> None:
+def _merge(module: Module, a: Instruction, group: list[_Tail], joined: dict[tuple[int, ...], Instruction]) -> None:
+    """`group`'s dots as one; layers sharing their weights (ALBERT's) share one concatenation."""
     first = min((t.dot for t in group), key=module.index)
-    cur = module.insert(first, group[0].dot.op, a, module.add_literal(np.concatenate([t.weight for t in group], axis=1)))
+    key = tuple(t.dot.inputs[1].uid for t in group)
+    if key not in joined:
+        joined[key] = module.add_literal(np.concatenate([t.weight for t in group], axis=1))
+    cur = module.insert(first, group[0].dot.op, a, joined[key])
     n = cur.shape.lens[-1]
     lead = group[0].lead
     if lead is not None:

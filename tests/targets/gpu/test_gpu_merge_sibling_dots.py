@@ -91,3 +91,21 @@ def test_merged_projections_match_onnxruntime(gpu_target, widths, bias, reader, 
     p.compile(gpu_target, fusegraph.CompileOptions(fp16=fp16))
     tol = 3e-3 if fp16 else 1e-5
     assert_close(p.run(x), run_ort(model, x), rtol=tol, atol=tol)
+
+
+def test_layers_sharing_weights_share_their_concatenation():
+    """ALBERT's layers read the same q/k/v weights: one concatenated literal, not one per layer."""
+    nodes = []
+    for layer, x in enumerate(("x", "h0")):
+        nodes += [helper.make_node("MatMul", [x, "wq"], [f"q{layer}"]), helper.make_node("MatMul", [x, "wk"], [f"k{layer}"]),
+                  helper.make_node("Transpose", [f"q{layer}"], [f"tq{layer}"]),
+                  helper.make_node("Transpose", [f"k{layer}"], [f"tk{layer}"]),
+                  helper.make_node("MatMul", [f"tq{layer}", f"tk{layer}"], [f"s{layer}"]),
+                  helper.make_node("MatMul", [f"s{layer}", "x"], [f"h{layer}"])]
+    model = make_model(nodes, {"x": randn(K, K)}, ["h1"], initializers={"wq": randn(K, K), "wk": randn(K, K)})
+    p = fusegraph.parse_onnx(model)
+    run_pipeline(p, simplify_pipeline())
+    assert merge_sibling_dots(p.main)
+    eliminate_dead_code(p.main)
+    joined = [i for i in p.main.instructions if i.is_literal and i.shape.lens == (K, 2 * K)]
+    assert len(joined) == 1 and sum(i.op.name == "dot" and i.inputs[1] is joined[0] for i in p.main.instructions) == 2
