@@ -1,9 +1,9 @@
 """The gpu target's matmuls that read one input with constant weights become one matmul.
 
-A transformer layer projects its input three times, to q, k and v (and a gated MLP twice, to gate
-and up), each a GEMM with its own weight and bias: three cuBLAS calls of [M, K] x [K, N] where one
-[M, K] x [K, 3N] call reads the input once, fills the device better at small M (a batch-1 sequence of
-128 rows) and launches one kernel, not three. The reference design does the same (MIGraphX's
+A transformer layer projects its input three times, to q, k and v, each a GEMM with its own weight
+and bias: three cuBLAS calls of [M, K] x [K, N] where one [M, K] x [K, 3N] call reads the input
+once, fills the device better at small M (a batch-1 sequence of 128 rows) and launches one kernel,
+not three. The reference design does the same (MIGraphX's
 simplify_algebra, horizontal fusion of dots sharing an input). Each projection's result becomes a
 slice of the merged one: a view, which the attention and pointwise steps read with its strides.
 
@@ -16,7 +16,8 @@ N as its last dim (the rows split, as gemm_bias takes it), then an add of a cons
 along the last axis alone (the bias gemm_bias fuses). Siblings merge when their tails have the same
 form (both reshape's leading dims, both a bias or neither). A sibling whose tail has one pointwise
 reader stays alone: that reader is its GEMM's epilogue (gemm_epilogue), which a merged GEMM, read
-through slices, would lose. The sums are the same per element; only the GEMM's kernel may differ.
+through slices, would lose (a gated MLP's gate and up, read by the SiLU and the product). The sums
+are the same per element; only the GEMM's kernel may differ.
 """
 
 from __future__ import annotations
