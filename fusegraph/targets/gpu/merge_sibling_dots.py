@@ -27,6 +27,7 @@ import math
 
 import numpy as np
 
+from ...ir import provenance
 from ...ir.module import Instruction, Module
 from ...ir.op import OpKind
 from ...ir.shape import Shape
@@ -87,6 +88,14 @@ def _tail(dot: Instruction, a: Instruction) -> _Tail | None:
     return t
 
 
+def _members(t: _Tail) -> list[Instruction]:
+    """The instructions from `t`'s dot to its end."""
+    out = [t.end]
+    while out[-1] is not t.dot:
+        out.append(next(x for x in out[-1].inputs if x is t.dot or x.op.name in ("reshape", "dot")))
+    return out[::-1]
+
+
 def merge_sibling_dots(module: Module) -> bool:
     changed = False
     joined: dict[tuple[int, ...], Instruction] = {}  # weights' uids -> their concatenation (shared weights)
@@ -111,14 +120,20 @@ def _merge(module: Module, a: Instruction, group: list[_Tail], joined: dict[tupl
     if key not in joined:
         joined[key] = module.add_literal(np.concatenate([t.weight for t in group], axis=1))
     cur = module.insert(first, group[0].dot.op, a, joined[key])
+    made = [cur]
     n = cur.shape.lens[-1]
     lead = group[0].lead
     if lead is not None:
         cur = module.insert(first, Reshape(dims=(*lead, n)), cur)
+        made.append(cur)
     if group[0].bias is not None:
         value = np.concatenate([t.bias for t in group]).reshape((1,) * (cur.shape.ndim - 1) + (n,))
         bias = materialize(module, first, value.astype(cur.shape.dtype.np), cur.shape)
         cur = module.insert(first, group[0].end.op, *((bias, cur) if group[0].bias_first else (cur, bias)))
+        made.append(cur)
+    origin = provenance.merged(*(x.origin for t in group for x in _members(t)))  # every projection's nodes
+    for x in made:
+        x.origin = origin
     axis, start = cur.shape.ndim - 1, 0
     for t in group:
         width = t.weight.shape[1]

@@ -27,11 +27,11 @@ def _projections(widths=(8, 8, 4), bias=(True, True, True), reader="Relu", extra
     nodes, inits, outs = [], {}, []
     for k, (n, b) in enumerate(zip(widths, bias)):
         inits[f"w{k}"] = randn(K, n)
-        nodes.append(helper.make_node("MatMul", ["x", f"w{k}"], [f"p{k}"]))
+        nodes.append(helper.make_node("MatMul", ["x", f"w{k}"], [f"p{k}"], name=f"proj{k}"))
         y = f"p{k}"
         if b:
             inits[f"b{k}"] = randn(n)
-            nodes.append(helper.make_node("Add", [f"b{k}", y] if k % 2 else [y, f"b{k}"], [f"a{k}"]))
+            nodes.append(helper.make_node("Add", [f"b{k}", y] if k % 2 else [y, f"b{k}"], [f"a{k}"], name=f"bias{k}"))
             y = f"a{k}"
         if reader is not None:
             nodes.append(helper.make_node(reader, [y], [f"y{k}"]))
@@ -109,3 +109,15 @@ def test_layers_sharing_weights_share_their_concatenation():
     eliminate_dead_code(p.main)
     joined = [i for i in p.main.instructions if i.is_literal and i.shape.lens == (K, 2 * K)]
     assert len(joined) == 1 and sum(i.op.name == "dot" and i.inputs[1] is joined[0] for i in p.main.instructions) == 2
+
+
+def test_the_merged_product_computes_every_projections_nodes():
+    """Profiles and per-layer verification name a step by its ONNX nodes (ir/provenance.py)."""
+    p = fusegraph.parse_onnx(_projections((8, 8, 4), (True, True, True), "Transpose"))
+    run_pipeline(p, simplify_pipeline())
+    merge_sibling_dots(p.main)
+    eliminate_dead_code(p.main)
+    (dot,) = [i for i in p.main.instructions if i.op.name == "dot"]
+    (add,) = [i for i in p.main.instructions if i.op.name == "add"]
+    names = {"proj0", "proj1", "proj2", "bias0", "bias1", "bias2"}
+    assert {n.name for n in dot.origin} == names and {n.name for n in add.origin} == names

@@ -93,3 +93,13 @@ def test_sunk_concats_match_onnxruntime(gpu_target, model, fp16):
     p.compile(gpu_target, fusegraph.CompileOptions(fp16=fp16))
     tol = 3e-3 if fp16 else 1e-5
     assert_close(p.run(feeds), run_ort(model, feeds), rtol=tol, atol=tol)
+
+
+def test_every_piece_keeps_the_nodes_it_computes():
+    """Profiles and per-layer verification name a step by its ONNX nodes (ir/provenance.py)."""
+    p = fusegraph.parse_onnx(_rope())
+    run_pipeline(p, simplify_pipeline())
+    assert sink_concat(p.main)
+    eliminate_dead_code(p.main)
+    computing = [i for i in p.main.instructions if i.op.kind.value == "pointwise"]
+    assert computing and all(i.origin for i in computing)
