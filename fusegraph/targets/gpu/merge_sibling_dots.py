@@ -6,6 +6,7 @@ once, fills the device better at small M (a batch-1 sequence of 128 rows) and la
 not three. The reference design does the same (MIGraphX's
 simplify_algebra, horizontal fusion of dots sharing an input). Each projection's result becomes a
 slice of the merged one: a view, which the attention and pointwise steps read with its strides.
+(The cpu target merges after its own fusions, on its dot_epilogue ops: cpu/passes/merge_parallel_dots.py.)
 
     dot(A, W1) [-> reshape] [-> add(bias1)]          dot(A, [W1 W2 ...]) [-> reshape] [-> add([b1 b2 ...])]
     dot(A, W2) [-> reshape] [-> add(bias2)]    ->    and each former result a slice of it (last axis)
