@@ -6,7 +6,7 @@
 For each form (no mask, an additive [B, 1, 1, S] padding mask, an additive [B, 1, L, S] causal mask;
 q, k, v dense [B, H, L, D] or strided views of one [B, L, 3, H, D] projection; grouped-query k/v
 with enable_gqa) and each fused backend alone (flash, memory-efficient, cuDNN): whether it runs, its
-time (CUDA events, median of 200 calls after warm-up), the output's strides (is it [B, L, H, D] in
+time (CUDA events, gpu_vs_torch.time_alternating's rounds, median), the output's strides (is it [B, L, H, D] in
 memory, so that the model's transpose + contiguous after it is free?) and its largest difference from
 the math backend. Prints a table; --out writes the rows as JSON.
 """
@@ -17,10 +17,15 @@ import argparse
 import json
 import statistics
 import sys
+from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+from benchmarks.gpu_vs_torch import time_alternating  # noqa: E402
 
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
             "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
@@ -51,18 +56,8 @@ def mask_of(kind: str, b: int, s: int, dev: str):
 
 
 def timed(fn) -> float:
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(200):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        times.append((e0, e1))
-    torch.cuda.synchronize()
-    return statistics.median(a.elapsed_time(z) for a, z in times) * 1e3
+    """Microseconds a call, the median over gpu_vs_torch's rounds (CUDA events, after warm-up)."""
+    return statistics.median(time_alternating({"sdpa": fn})["sdpa"]) * 1e3
 
 
 def main() -> None:

@@ -26,7 +26,8 @@ HALF_COMPUTE_KEY = "half_compute"  # program metadata set by quantize/fp16.py: t
 MAX_BODY_NODES = 256  # keeps bodies (and generated kernels) small when a DAG would unroll into a big tree
 
 
-def _fusible(ins: Instruction) -> bool:
+def fusible(ins: Instruction) -> bool:
+    """Whether fuse_pointwise may take `ins` into a group (sink_concat asks it of the pieces it makes)."""
     return (ins.op.kind is OpKind.POINTWISE and not ins.module_args and isinstance(ins.shape, Shape)
             and not ins.shape.is_dynamic)
 
@@ -68,7 +69,7 @@ def _group(root: Instruction, done: set[int]) -> set[int]:
     while frontier:
         ins = frontier.pop()
         for x in ins.inputs:
-            if (x.uid in group or x.uid in done or not _fusible(x) or x.module is not root.module
+            if (x.uid in group or x.uid in done or not fusible(x) or x.module is not root.module
                     or x.shape.lens != root.shape.lens):
                 continue
             if all(u.uid in group for u in x.users):
@@ -98,7 +99,7 @@ def fuse_pointwise(module: Module) -> bool:
     done: set[int] = set()
     round_half = not (module.program is not None and module.program.metadata.get(HALF_COMPUTE_KEY))
     for root in reversed(module.instructions[:]):
-        if root.uid in done or not _fusible(root) or not root.users:
+        if root.uid in done or not fusible(root) or not root.users:
             continue
         group = _group(root, done)
         done |= group

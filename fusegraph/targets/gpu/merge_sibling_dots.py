@@ -34,16 +34,21 @@ from ...ir.op import OpKind
 from ...ir.shape import Shape
 from ...ops.movement import Reshape, Slice
 from ...passes.constants import materialize, small_constant
+from .matching import is_output
 
 
 @dataclasses.dataclass
 class _Tail:
-    dot: Instruction
-    end: Instruction               # the instruction whose readers read a slice of the merged result
+    chain: list[Instruction]       # the dot [, its reshape] [, the bias add]
     weight: np.ndarray             # [K, N]
-    lead: tuple[int, ...] | None   # the reshape's leading dims, if any
-    bias: np.ndarray | None        # [N]
+    lead: tuple[int, ...] | None = None  # the reshape's leading dims, if any
+    bias: np.ndarray | None = None       # [N]
     bias_first: bool = False       # add(bias, x) rather than add(x, bias)
+
+    @property
+    def end(self) -> Instruction:
+        """The instruction whose readers read a slice of the merged result."""
+        return self.chain[-1]
 
     @property
     def form(self) -> tuple:
@@ -51,9 +56,7 @@ class _Tail:
 
 
 def _single_reader(x: Instruction) -> Instruction | None:
-    if len(x.users) != 1 or any(o is x for o in x.module.outputs):
-        return None
-    return x.users[0]
+    return x.users[0] if len(x.users) == 1 and not is_output(x) else None
 
 
 def _bias(add: Instruction, x: Instruction, n: int) -> tuple[np.ndarray, bool] | None:
@@ -74,27 +77,20 @@ def _tail(dot: Instruction, a: Instruction) -> _Tail | None:
     if w.ndim != 2 or w.dtype != a.shape.dtype.np or not isinstance(dot.shape, Shape):
         return None
     n = w.shape[1]
-    t = _Tail(dot, dot, w, None, None)
+    t = _Tail([dot], w)
     r = _single_reader(t.end)
     if r is not None and r.op.name == "reshape" and r.shape.lens[-1] == n:
-        t.end, t.lead = r, tuple(r.shape.lens[:-1])
+        t.lead = tuple(r.shape.lens[:-1])
+        t.chain.append(r)
         r = _single_reader(t.end)
     bias = _bias(r, t.end, n) if r is not None else None
     if bias is not None:
         t.bias, t.bias_first = bias
-        t.end = r
+        t.chain.append(r)
         r = _single_reader(t.end)
     if r is not None and r.op.kind is OpKind.POINTWISE:
         return None  # its GEMM's epilogue (gemm_epilogue)
     return t
-
-
-def _members(t: _Tail) -> list[Instruction]:
-    """The instructions from `t`'s dot to its end."""
-    out = [t.end]
-    while out[-1] is not t.dot:
-        out.append(next(x for x in out[-1].inputs if x is t.dot or x.op.name in ("reshape", "dot")))
-    return out[::-1]
 
 
 def merge_sibling_dots(module: Module) -> bool:
@@ -116,11 +112,11 @@ def merge_sibling_dots(module: Module) -> bool:
 
 def _merge(module: Module, a: Instruction, group: list[_Tail], joined: dict[tuple[int, ...], Instruction]) -> None:
     """`group`'s dots as one; layers sharing their weights (ALBERT's) share one concatenation."""
-    first = min((t.dot for t in group), key=module.index)
-    key = tuple(t.dot.inputs[1].uid for t in group)
+    first = min((t.chain[0] for t in group), key=module.index)
+    key = tuple(t.chain[0].inputs[1].uid for t in group)
     if key not in joined:
         joined[key] = module.add_literal(np.concatenate([t.weight for t in group], axis=1))
-    cur = module.insert(first, group[0].dot.op, a, joined[key])
+    cur = module.insert(first, first.op, a, joined[key])
     made = [cur]
     n = cur.shape.lens[-1]
     lead = group[0].lead
@@ -132,7 +128,7 @@ def _merge(module: Module, a: Instruction, group: list[_Tail], joined: dict[tupl
         bias = materialize(module, first, value.astype(cur.shape.dtype.np), cur.shape)
         cur = module.insert(first, group[0].end.op, *((bias, cur) if group[0].bias_first else (cur, bias)))
         made.append(cur)
-    origin = provenance.merged(*(x.origin for t in group for x in _members(t)))  # every projection's nodes
+    origin = provenance.merged(*(x.origin for t in group for x in t.chain))  # every projection's nodes
     for x in made:
         x.origin = origin
     axis, start = cur.shape.ndim - 1, 0

@@ -23,18 +23,11 @@ pieces fuse with it rather than read its whole result from memory.
 from __future__ import annotations
 
 from ...ir.module import Instruction, Module
-from ...ir.op import OpKind
 from ...ir.shape import Shape
 from ...ops.movement import Slice
+from ...passes.fuse_pointwise import fusible
+from .matching import is_output
 from .view_chain import CHAIN_OPS
-
-
-def _static(x: Instruction) -> bool:
-    return isinstance(x.shape, Shape) and not x.shape.is_dynamic
-
-
-def _pointwise(x: Instruction) -> bool:
-    return x.op.kind is OpKind.POINTWISE and not x.module_args and _static(x)
 
 
 def _same_lens(x: Instruction) -> bool:
@@ -43,23 +36,19 @@ def _same_lens(x: Instruction) -> bool:
     return all(isinstance(a.shape, Shape) and a.shape.lens == x.shape.lens for a in x.inputs)
 
 
-def _output(x: Instruction) -> bool:
-    return any(o is x for o in x.module.outputs)
-
-
 def _only_reader(x: Instruction, reader: Instruction) -> bool:
-    return all(u is reader for u in x.users) and not _output(x)
+    return all(u is reader for u in x.users) and not is_output(x)
 
 
 def _sinkable(concat: Instruction) -> Instruction | None:
     """The pointwise reader `concat` can sink below, or None."""
-    if concat.op.name != "concat" or not _static(concat) or len(concat.users) != 1:
+    if concat.op.name != "concat" or len(concat.users) != 1:
         return None
-    reader = concat.users[0]
-    if not (_pointwise(reader) and _same_lens(reader) and _only_reader(concat, reader)):
+    reader = concat.users[0]  # static when fusible, so is the concat of its lens
+    if not (fusible(reader) and _same_lens(reader) and _only_reader(concat, reader)):
         return None
-    pieces_fuse = all((_pointwise(x) or x.op.name in CHAIN_OPS) and _only_reader(x, concat) for x in concat.inputs)
-    return reader if pieces_fuse and len(set(map(id, concat.inputs))) == len(concat.inputs) else None
+    pieces_fuse = all((fusible(x) or x.op.name in CHAIN_OPS) and _only_reader(x, concat) for x in concat.inputs)
+    return reader if pieces_fuse and len(set(concat.inputs)) == len(concat.inputs) else None
 
 
 def _slice(module: Module, before: Instruction, x: Instruction, axis: int, start: int, end: int) -> Instruction:
@@ -82,10 +71,10 @@ def _hoistable(x: Instruction) -> bool:
     """A pointwise op whose readers are all unit-step slices, each read by one pointwise op (which the
     slice of it then fuses into: a slice read by a GEMM or a convolution would be a kernel of its own,
     as YOLO's split of one activation into three convolutions' inputs)."""
-    if not (_pointwise(x) and _same_lens(x) and x.users and not _output(x)):
+    if not (fusible(x) and _same_lens(x) and x.users and not is_output(x)):
         return False
     return all(u.op.name == "slice" and all(s == 1 for s in u.op.steps) and len(u.users) == 1
-               and _pointwise(u.users[0]) and not _output(u) for u in x.users)
+               and fusible(u.users[0]) and not is_output(u) for u in x.users)
 
 
 def _hoist(module: Module, x: Instruction) -> None:
