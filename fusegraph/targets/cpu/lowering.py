@@ -34,6 +34,7 @@ class LowerContext:
     deferred: list = dataclasses.field(default_factory=list)  # callbacks run once every kernel is known
     kernel_sources: list = dataclasses.field(default_factory=list)  # generated C, built as one library
     library: Any = None
+    scratch: Any = None  # kernels/winograd.WinogradScratch: the program's one, made by its first step
 
     def const(self, ins: Instruction) -> np.ndarray | None:
         return ins.literal if ins.is_literal else None

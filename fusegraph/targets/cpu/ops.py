@@ -130,9 +130,12 @@ class _WindowEpilogue(Op):
 
 @register_op
 class ConvEpilogue(_WindowEpilogue, Convolution):
-    """`convolution` (w: M, C/group, *k) with its epilogue: see _WindowEpilogue."""
+    """`convolution` (w: M, C/group, *k) with its epilogue: see _WindowEpilogue. `winograd`: the
+    output tile m of Winograd's F(m x m, 3 x 3) that computes it (passes/choose_winograd.py), 0: the
+    direct convolution."""
 
     name = "conv_epilogue"
+    winograd: int = 0
 
 
 @register_op

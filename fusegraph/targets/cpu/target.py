@@ -17,6 +17,7 @@ from .lowering import LowerContext, lower_module
 from .openmp import on_passing_thread
 from .passes import (
     choose_layout,
+    choose_winograd,
     fuse_conv_epilogue,
     fuse_dot_epilogue,
     fuse_dynamic_int8,
@@ -46,7 +47,7 @@ class CpuTarget(Target):
         # fuse a dynamic product's float epilogue away from it)
         # half precision computes in float32 (the cpu has float32 kernels), before anything fuses
         return [widen_half, fuse_int8, fuse_dynamic_int8] + generic[:-1] + [gather_elements_as_gather, move_reduced_axes_last, fuse_conv_epilogue, fuse_dot_epilogue, merge_parallel_dots, split_sliced_conv,
-                               choose_layout, tabulate_int8, eliminate_dead_code, plan_memory]
+                               choose_layout, choose_winograd, tabulate_int8, eliminate_dead_code, plan_memory]
 
     def lower(self, program: Program, options: CompileOptions) -> Executable:
         """Lowered on a thread that ends with it: the caller's thread keeps no OpenMP team, which

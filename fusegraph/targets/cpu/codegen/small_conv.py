@@ -21,8 +21,9 @@ from .c_expr import CRenderer, CValue
 from .kernels import KernelSource, finish
 
 
-def conv_epilogue(chain: Sequence[Activation]) -> tuple[CRenderer, str, str, int]:
-    """(renderer, residual pointer lines, the chain's statements on `v` at output index `at`, residuals)."""
+def conv_epilogue(chain: Sequence[Activation], first: int = 5) -> tuple[CRenderer, str, str, int]:
+    """(renderer, residual pointer lines (the residuals from p[first] on), the chain's statements on
+    `v` at output index `at`, residuals)."""
     r = CRenderer(prefix="e")
     lines, n_res = [], 0
     for name, a, b in chain:
@@ -32,7 +33,7 @@ def conv_epilogue(chain: Sequence[Activation]) -> tuple[CRenderer, str, str, int
             continue
         stmts, result = r.render(activation_expr(name, a, b), [CValue("v", DType.float32)], DType.float32)
         lines.append("{ " + " ".join(stmts) + f" v = {result}; }}")
-    residuals = "".join(f"    const float *r{k} = (const float *)p[{5 + k}];\n" for k in range(n_res))
+    residuals = "".join(f"    const float *r{k} = (const float *)p[{first + k}];\n" for k in range(n_res))
     return r, residuals, "".join(f"                {x}\n" for x in lines), n_res
 
 

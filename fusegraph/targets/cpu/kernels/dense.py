@@ -128,6 +128,10 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
         return out
 
     run.native = lambda args, out: native_form(pick, src.exact(args[0]), dst.exact(out), args, out, n_res)  # type: ignore[attr-defined]
+    if getattr(op, "winograd", 0):
+        from .winograd import winograd_conv
+
+        return winograd_conv(ins, w, bias, ctx, direct=run)
     return run
 
 

@@ -1,6 +1,7 @@
 """Passes of the cpu target's pipeline (after the generic ones)."""
 
 from .choose_layout import choose_layout
+from .choose_winograd import choose_winograd
 from .fuse_conv_epilogue import fuse_conv_epilogue
 from .fuse_dot_epilogue import fuse_dot_epilogue
 from .fuse_dynamic_int8 import fuse_dynamic_int8
@@ -13,5 +14,5 @@ from .split_sliced_conv import split_sliced_conv
 from .tabulate_int8 import tabulate_int8
 from .widen_half import widen_half
 
-__all__ = ["choose_layout", "fuse_conv_epilogue", "fuse_dot_epilogue", "fuse_dynamic_int8", "fuse_int8", "gather_elements_as_gather", "merge_parallel_dots", "move_reduced_axes_last", "plan_memory",
+__all__ = ["choose_layout", "choose_winograd", "fuse_conv_epilogue", "fuse_dot_epilogue", "fuse_dynamic_int8", "fuse_int8", "gather_elements_as_gather", "merge_parallel_dots", "move_reduced_axes_last", "plan_memory",
            "split_sliced_conv", "tabulate_int8", "widen_half"]
