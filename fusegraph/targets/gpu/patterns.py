@@ -15,6 +15,14 @@
   matmul followed by the pointwise kernel (lower_nn.py, autotune.py);
 * sparse_dot / sparse_gemm_bias / sparse_gemm_epilogue: the same, for a dot whose weight is a 2:4
   constant (sparse_patterns.py; cuSPARSELt or the dense kernel, timed: lower_sparse.py).
+* resize: a Resize reads its input through the movement chain before it (a matmul's [B, H*W, C] rows
+  transposed and reshaped to [B, C, H, W], SegFormer's decoder) as one strided view (view_chain.py):
+  its kernel takes any strides, where the chain's `contiguous` copied the rows first;
+* keep_strides: a `contiguous` whose value reaches only convolutions' and poolings' data inputs,
+  through movement ops, is no copy: they take any strides (cuDNN reads a channels-last view as it
+  reads a channels-last buffer), and the reshapes after it are views where the strides allow
+  (SegFormer's Mix-FFN: [B, H*W, C] matmul rows transposed to [B, C, H, W] for a depthwise
+  convolution were copied to NCHW, then converted back to channels-last for cuDNN);
 * quant_gemm_epilogue / quant_conv_epilogue: the same for the int8 products rewrite_quantized.py
   makes (patterns_quant.py, lower_quant.py): int8 x int8 -> int32, then the dequantizing epilogue.
 
@@ -31,6 +39,7 @@ from ...ops.scalar import Call, Const, Var, variables
 from .matching import FLOATS, Group, constant_scalar, is_output, only_user, strip_convert
 from .patterns_attention import match_attention
 from .patterns_quant import quant_epilogue_source
+from .view_chain import CHAIN_OPS, fold_chains
 
 __all__ = ["FLOATS", "Group", "constant_scalar", "match_attention", "match_groups", "only_user"]
 
@@ -40,10 +49,9 @@ DOT_EPILOGUES = ("gemm_epilogue", "quant_gemm_epilogue")  # the rest take a conv
 def match_groups(module: Module) -> dict[int, Group]:
     groups: dict[int, Group] = {}
     for ins in module.instructions:
-        if ins.op.name == "dot":
-            g = match_attention(ins)
-            if g is not None:
-                groups[ins.uid] = g
+        g = PRE_MATCHERS[ins.op.name](ins) if ins.op.name in PRE_MATCHERS else None
+        if g is not None:
+            groups[ins.uid] = g
     taken = {m.uid for g in groups.values() for m in g.members}
     for ins in module.instructions:
         if ins.uid in taken or ins.uid in groups:
@@ -65,6 +73,36 @@ def match_groups(module: Module) -> dict[int, Group]:
 
     mark_sparse(module, groups)
     return groups
+
+
+def match_resize(resize: Instruction) -> Group | None:
+    """A resize whose input is reached through movement ops: the chain folded into the step."""
+    bases, chains, folded = fold_chains([resize.inputs[0]], {resize.uid})
+    if not folded:
+        return None
+    return Group("resize", resize, folded, bases, {"chain": chains[0]})
+
+
+STRIDED_READERS = ("convolution", "pooling")  # ops whose lowering takes a data input of any strides
+
+
+def match_keep_strides(contiguous: Instruction) -> Group | None:
+    """A contiguous read, through movement ops alone, only as STRIDED_READERS' data input."""
+    pending, seen = [contiguous], set()
+    while pending:
+        x = pending.pop()
+        if is_output(x) or not x.users:
+            return None
+        for u in x.users:
+            if u.op.name in CHAIN_OPS and u.uid not in seen:
+                seen.add(u.uid)
+                pending.append(u)
+            elif u.op.name not in STRIDED_READERS or any(v is x for v in u.inputs[1:]):
+                return None
+    return Group("keep_strides", contiguous, [], [contiguous.inputs[0]], {})
+
+
+PRE_MATCHERS = {"dot": match_attention, "resize": match_resize, "contiguous": match_keep_strides}
 
 
 # -- gemm + bias -------------------------------------------------------------------------------------
