@@ -1,11 +1,16 @@
-"""Picks Winograd's minimal filtering (codegen/winograd.py) for the 3 x 3 convolutions where it does
-fewer multiply-adds at the same speed a multiply-add: F(4 x 4, 3 x 3) does 36 products for 16
+"""Picks Winograd's minimal filtering (codegen/winograd.py) for the 3 x 3 convolutions where its fewer
+multiply-adds run about as fast each as the direct convolution's: F(4 x 4, 3 x 3) does 36 products for 16
 outputs where the direct convolution does 144, F(2 x 2, 3 x 3) 16 for 4 against 36. Its products are
-a^2 matrix products [T, C] @ [C, K] over the T output tiles, so it pays where T is enough rows for
-oneDNN's GEMM to run near its peak and the transformed weights (a^2 C K floats, 4x the direct
-convolution's at m = 4) are read for enough rows; on the 2-core VM (ResNet-50's four 3 x 3 shapes,
-batch 1 and 4, each against oneDNN's direct convolution with the same epilogue) 16 tiles of 4 x 4
-were 1.4-2.3x faster, 4 tiles slower; 16 tiles of 2 x 2 even, 49 and more 1.6-1.9x faster.
+a^2 matrix products [T, C] @ [C, K] over the T output tiles, so it pays where T gives oneDNN's GEMM
+enough rows to run near its peak and to reuse the transformed weights (a^2 C K floats: 4x the direct
+convolution's at m = 4), which inside a network come from memory, not the cache. On the 2-core VM,
+ResNet-50's 3 x 3 shapes at batch 1 against oneDNN's direct convolution with the same epilogue (each
+alone, 25th percentile of 40 runs, several sessions of noise): 56^2 x 64 (196 tiles of 4 x 4) 0.45-0.50
+ms against 1.1-1.5; 28^2 x 128 (49) 0.61-0.64 against 1.0-1.2; 14^2 x 256: 16 tiles of 4 x 4 as fast
+as 49 of 2 x 2 alone (0.46-0.77, 0.54-0.96, against 1.0-1.8) but slower in the network (their 9.4 MB of
+weights: 1.0-1.1 ms a step against 0.8-1.0); 7^2 x 512: 16 tiles of 2 x 2 0.8-1.2 against 1.0-1.8, not
+reliably faster. The whole network (isolated processes, alternating): batch 1 44.8 -> 39.4 ms,
+batch 8 415 -> 372 ms.
 
 Legality: a channels-last float32 conv_epilogue (choose_layout) of static shape, constant finite
 weights [K, C, 3, 3], stride 1, dilation 1, one group, its input and output dense. Each output is a
@@ -29,7 +34,7 @@ from ....ir.module import Instruction, Module
 from ....ops.conv import window_attrs
 from ....passes.manager import rewrite_each
 
-MIN_TILES = {4: 32, 2: 32}  # output tiles (rows of each product) from which each tile size pays
+MIN_TILES = {4: 32, 2: 32}  # output tiles (rows of each product) from which a tile size pays
 MIN_CHANNELS = 16  # fewer input or output channels: products too thin for the GEMM's peak
 MAX_WEIGHT = 1e15  # |w| past this: the weight transform's sums could leave float32's range
 
