@@ -28,6 +28,7 @@ def attention(ctx, step):
     data = step.data
     scale = data["scale"]
     chains = data["chains"]  # q, K^T, v from the pattern's inputs: strided views where they can be
+    gqa = data.get("gqa", False)  # k and v with fewer heads than q, each read by a group of q's heads
 
     mask = shared_mask(ctx, step)
     zero: list = []  # where's 0 as a device tensor, made once (a Python 0 is a fill kernel every run)
@@ -40,7 +41,7 @@ def attention(ctx, step):
             if not zero:
                 zero.append(q.new_zeros(()))
             q = t.where(dead, zero[0], q)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale, enable_gqa=gqa)
     return run
 
 

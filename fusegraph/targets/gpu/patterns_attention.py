@@ -25,6 +25,7 @@ import numpy as np
 
 from ...ir.module import Instruction
 from ...ir.shape import Shape
+from ...ops.movement import Reshape
 from ...ops.scalar import Call, Expr, Var
 from .matching import FLOATS, Group, constant_scalar, only_user, strip_convert
 from .view_chain import fold_chains
@@ -80,10 +81,38 @@ def match_attention(dot2: Instruction) -> Group | None:
     inside = [*pre_scaled, dot1, *members]
     # q, K^T and v as strided views of what their movement chains start from (view_chain.py)
     bases, chains, folded = fold_chains([q, kt, v], {m.uid for m in inside} | {dot2.uid})
-    data = {"scale": scale, "has_mask": mask is not None, "chains": chains}
+    grouped = _grouped_kv(bases[1:], chains[1:])
+    if grouped is not None:
+        bases[1:], chains[1:] = grouped
+    data = {"scale": scale, "has_mask": mask is not None, "chains": chains, "gqa": grouped is not None}
     if cond is not None:  # the Where: which value of the condition keeps a score, the fill, its order
         data["where"] = {"keep_if": form.keep_if, "fill": form.fill, "fill_first": form.fill_first}
     return Group("attention", dot2, [*folded, *inside], bases + [x for x in extra if x is not None], data)
+
+
+def _grouped_kv(bases: list[Instruction], chains: list) -> tuple[list, list] | None:
+    """Grouped-query attention's K^T and v: each a broadcast of [B, Hkv, 1, S, D] to [B, Hkv, rep, S, D]
+    reshaped to [B, Hkv * rep, S, D] (repeat_kv's export), K^T then transposed. Returns the bases and
+    chains reading the [B, Hkv, 1, S, D] values, for SDPA's enable_gqa: the reshape of a broadcast
+    is no view, and it copied k and v once per layer (LLaMA, issue 23)."""
+    new_bases, new_chains, reps = [], [], set()
+    for base, chain in zip(bases, chains):
+        if base.op.name != "broadcast" or base.shape.ndim != 5:
+            return None
+        src, lens = base.inputs[0].shape.lens, base.shape.lens
+        b, hkv, rep, s, d = lens
+        if tuple(src) != (b, hkv, 1, s, d) or rep < 2:
+            return None
+        ops = [(op, out) for op, out in chain if op.name != "contiguous"]
+        if not ops or ops[0][0].name != "reshape" or tuple(ops[0][1]) != (b, hkv * rep, s, d):
+            return None
+        if any(op.name != "transpose" or tuple(op.perm) != (0, 1, 3, 2) for op, _ in ops[1:]):
+            return None
+        new_bases.append(base.inputs[0])
+        new_chains.append([(Reshape(dims=(b, hkv, s, d)), (b, hkv, s, d)),
+                           *[(op, (b, hkv, *out[2:])) for op, out in ops[1:]]])
+        reps.add(rep)
+    return (new_bases, new_chains) if len(reps) == 1 else None
 
 
 def _broadcasts_to(x: Instruction, scores: Instruction) -> bool:
