@@ -84,7 +84,9 @@ def match_attention(dot2: Instruction) -> Group | None:
     grouped = _grouped_kv(bases[1:], chains[1:])
     if grouped is not None:
         bases[1:], chains[1:] = grouped
-    data = {"scale": scale, "has_mask": mask is not None, "chains": chains, "gqa": grouped is not None}
+    data = {"scale": scale, "has_mask": mask is not None, "chains": chains}
+    if grouped is not None:
+        data["gqa"] = True  # k and v keep their heads: SDPA's enable_gqa
     if cond is not None:  # the Where: which value of the condition keeps a score, the fill, its order
         data["where"] = {"keep_if": form.keep_if, "fill": form.fill, "fill_first": form.fill_first}
     return Group("attention", dot2, [*folded, *inside], bases + [x for x in extra if x is not None], data)
