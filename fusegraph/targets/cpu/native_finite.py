@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .native_program import GUARDED, NAN_MAX_POOL, RELU, Call, FgCall, dense_span
+from .native_program import GUARDED, NAN_MAX_POOL, RELU, Call, FgCall, dense_span, guard
 
 # the runner's cases of these calls (native_program.RUNNER; fg_all_finite is its guard's check)
 EXACT_FORMS = r"""
@@ -72,6 +72,17 @@ def guarded(arrays: Sequence[np.ndarray], fast: list[Call], exact: list[Call]) -
     counts = (ctypes.c_int64 * 2)(len(fast), len(exact))
     return ((GUARDED, 1, ctypes.addressof(a), ctypes.addressof(checked), ctypes.addressof(b), ctypes.addressof(counts), 0),
             ([objs for _, objs in fast + exact], a, b, counts, checked, tuple(arrays)))
+
+
+def finite_or_exact(arrays: Sequence[np.ndarray], fast: list[Call], exact: list[Call] | None) -> list[Call] | None:
+    """A step's calls where it is exact on finite inputs only: `fast` where `arrays` hold no NaN or
+    infinity, else `exact` (a `guarded` call); where `exact` has no C form (None), a guard that stops
+    the table before `fast` (the step then runs in Python); None where `arrays` are not checkable."""
+    both = guarded(arrays, fast, exact) if exact is not None else None
+    if both is not None:
+        return [both]
+    checks = guard(*arrays)
+    return None if checks is None else [*checks, *fast]
 
 
 def relu(a: np.ndarray, threads: int) -> Call | None:

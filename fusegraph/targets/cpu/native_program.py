@@ -354,6 +354,18 @@ def dense(src: np.ndarray) -> tuple[np.ndarray, list[Call]] | None:
     return None if calls is None else (out, calls)
 
 
+def dense_all(arrays: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[Call]] | None:
+    """`dense` of each of `arrays`: the C-contiguous arrays and every copy's calls; None where one has none."""
+    out, calls = [], []
+    for a in arrays:
+        d = dense(a)
+        if d is None:
+            return None
+        out.append(d[0])
+        calls += d[1]
+    return out, calls
+
+
 _CALL_BYTES = ctypes.sizeof(FgCall)
 
 

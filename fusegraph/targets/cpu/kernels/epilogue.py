@@ -97,8 +97,7 @@ def native_form(pick, a: np.ndarray | None, o: np.ndarray | None, args, out: np.
     inputs (`pick_form`), the fast form where they hold no NaN or infinity, else the exact one (a
     relu tail in C), or, where the exact one has no C form, a guard that stops the table for the
     step's Python form; None where the fast form has none or an operand would need a copy."""
-    from ..native_finite import guarded
-    from ..native_program import guard
+    from ..native_finite import finite_or_exact
 
     chain, prim, checked, slow = pick.native
     if a is None or o is None:
@@ -106,13 +105,7 @@ def native_form(pick, a: np.ndarray | None, o: np.ndarray | None, args, out: np.
     fast = _calls(chain, prim, a, o, args, out)
     if fast is None or not checked:
         return fast
-    inputs = [args[0], *args[len(args) - n_res:]]
-    exact = _calls(*slow, a, o, args, out)
-    both = guarded(inputs, fast, exact) if exact is not None else None
-    if both is not None:
-        return [both]
-    checks = guard(*inputs)
-    return None if checks is None else [*checks, *fast]
+    return finite_or_exact([args[0], *args[len(args) - n_res:]], fast, _calls(*slow, a, o, args, out))
 
 
 def _calls(chain: Chain, prim, a: np.ndarray, o: np.ndarray, args, out: np.ndarray):

@@ -178,15 +178,12 @@ def c_small_conv(ins, w: np.ndarray, bias: np.ndarray | None, activations: Seque
         return out
 
     def native(args, out):
-        from ..native_program import dense
+        from ..native_program import dense_all
 
-        calls, operands = [], []
-        for a in (args[0], *args[k:]):  # (a transposed input: copied into a dense scratch first)
-            d = dense(a)
-            if d is None:
-                return None
-            operands.append(d[0])
-            calls += d[1]
+        made = dense_all([args[0], *args[k:]])  # (a transposed input: copied into a dense scratch first)
+        if made is None:
+            return None
+        operands, calls = made
         x, *residuals = operands
         record, keep = kernel_call(cell["kernel"]._fn, out.ctypes.data,
                                    [a.ctypes.data for a in (x, *consts, *residuals)], (), 1)

@@ -96,31 +96,21 @@ def winograd_conv(ins: Instruction, w: np.ndarray, bias: np.ndarray | None, ctx:
         return out
 
     def native(args, out):
-        from ..native_finite import guarded
-        from ..native_program import dense, guard, kernel_call, primitive_call
+        from ..native_finite import finite_or_exact
+        from ..native_program import dense_all, kernel_call, primitive_call
 
-        if not out.flags.c_contiguous:
+        made = dense_all([args[0], *args[first_residual:]])
+        if made is None or not out.flags.c_contiguous:
             return None
-        copies, operands = [], []
-        for a in (args[0], *args[first_residual:]):
-            d = dense(a)
-            if d is None:
-                return None
-            operands.append(d[0])
-            copies += d[1]
+        operands, copies = made
         x, *residuals = operands
         v, products = buffers()
         (vo, vi), (oo, oi) = addresses(out, x, residuals, v, products)
         fast = [*copies, kernel_call(fns[0], vo, vi, (), threads), primitive_call(gemm, v, out=products),
                 kernel_call(fns[1], oo, oi, (), threads)]
         fast[-1] = (fast[-1][0], (*fast[-1][1], b, operands))  # kept alive with the table
-        checked = [args[0], *args[first_residual:]]
         exact = direct.native(args, out) if hasattr(direct, "native") else None
-        both = guarded(checked, fast, exact) if exact is not None else None
-        if both is not None:
-            return [both]
-        checks = guard(*checked)
-        return None if checks is None else [*checks, *fast]
+        return finite_or_exact([args[0], *args[first_residual:]], fast, exact)
 
     run.native = native  # type: ignore[attr-defined]
     return run
