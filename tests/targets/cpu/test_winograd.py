@@ -11,6 +11,7 @@ from onnx import helper
 
 import fusegraph
 from fusegraph.targets.cpu.codegen import winograd as codegen
+from fusegraph.targets.cpu.kernels.winograd import chunks_of
 from fusegraph.targets.cpu.native_program import GUARDED, Region
 from tests.util import make_model, target_or_skip
 
@@ -108,6 +109,15 @@ def test_winograd_matches_the_reference(kw):
     got = _matches_ref(model, {"x": x})
     direct = _compile(model, disabled_passes=DIRECT).run({"x": x})[0]
     assert not np.array_equal(got, direct)  # another sum: not the direct convolution's bits
+
+
+def test_a_large_batch_goes_through_in_passes_of_tiles():
+    # 3 x 13 x 13 = 507 tiles of 4 x 4: two passes of 254 and 253 tiles, the second's products over
+    # the first's leftover row
+    model, x = _conv_model(c=16, k=24, h=52, w=52, batch=3, residual=False)
+    assert _tiles(_compile(model)) == [4]
+    assert chunks_of(507) == [(0, 254), (254, 253)]
+    _matches_ref(model, {"x": x})
 
 
 @pytest.mark.parametrize("m, size", [(2, 16), (4, 24)])

@@ -6,13 +6,17 @@ a x a input tile (a = m + 2) as a^2 products instead of 9 m^2 (F(4, 3): 36 again
     M[p]       = V[p] @ U[p]           a^2 products [T, C] @ [C, K] (oneDNN's batched matmul)
     y_t,k      = A^T M[:, t, k] A      output transform: m x m outputs, + bias, the epilogue chain
 
+The tiles (t = (n * TH + ty) * TW + tx over the batch) go through in chunks of at most TC: a call
+transforms tiles [d[0], d[0] + d[1]) into or out of rows 0.. of V and M, which hold TC rows, so
+that a large batch's V and M stay in the cache between the three steps (kernels/winograd.py).
+
 U[p] = (G g G^T)[p] is the weights' transform, made once at compile time in float64 (`weights`).
 Tensors are channels-last (N, H, W, C): a tile's values for one channel are C apart, so each kernel's
 innermost loop runs over a block of channels and vectorizes. The transforms are written out from the
 matrices (`_products`), zero coefficients skipped and +-1 as additions.
 
-    input  kernel: p[0] V [a^2, T, C]   p[1] x [N, H, W, C]
-    output kernel: p[0] y [N, HO, WO, K]   p[1] M [a^2, T, K]   p[2] bias [K]   p[3..] residuals, as y
+    input  kernel: p[0] V [a^2, TC, C]   p[1] x [N, H, W, C]
+    output kernel: p[0] y [N, HO, WO, K]   p[1] M [a^2, TC, K]   p[2] bias [K]   p[3..] residuals, as y
 """
 
 from __future__ import annotations
@@ -79,21 +83,22 @@ def _two_sided(mat, src: str, dst: str, rows: int, cols: int) -> list[str]:
     return lines
 
 
-def input_kernel(n: int, h: int, w: int, c: int, m: int, pad_top: int, pad_left: int, th: int, tw: int) -> KernelSource:
+def input_kernel(n: int, h: int, w: int, c: int, m: int, pad_top: int, pad_left: int, th: int, tw: int,
+                 chunk: int) -> KernelSource:
     a = m + 2
     bt = MATRICES[m][0]
     loads = "".join(f"            const float d{i}_{j} = buf[{i * a + j}][c];\n" for i in range(a) for j in range(a))
     math = "".join(f"            {s}\n" for s in _two_sided(bt, "d", "v", a, a))
-    stores = "".join(f"            v[({r * a + s} * T + t) * C + c0 + c] = v{r}_{s};\n" for r in range(a) for s in range(a))
+    stores = "".join(f"            v[({r * a + s} * TC + t - t0) * C + c0 + c] = v{r}_{s};\n" for r in range(a) for s in range(a))
     template = f"""
 FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
     enum {{ N = {n}, H = {h}, W = {w}, C = {c}, M = {m}, A = {a}, TH = {th}, TW = {tw}, PT = {pad_top}, PL = {pad_left},
-           T = N * TH * TW, CB = {BLOCK} }};
+           TC = {chunk}, CB = {BLOCK} }};
     float *v = (float *)p[0];
     const float *x = (const float *)p[1];
-    (void)d;
+    const int64_t t0 = d[0], t1 = d[0] + d[1];
     #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-    for (int64_t t = 0; t < T; t++) {{
+    for (int64_t t = t0; t < t1; t++) {{
         const int64_t b = t / (TH * TW), y0 = (t / TW) % TH * M - PT, x0 = t % TW * M - PL;
         float buf[A * A][CB] __attribute__((aligned(64)));
         for (int64_t c0 = 0; c0 < C; c0 += CB) {{
@@ -115,24 +120,25 @@ FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
     return finish(template, CRenderer(prefix="e"), "winograd_in", in_dtypes=(DType.float32,), out_dtype=DType.float32)
 
 
-def output_kernel(n: int, ho: int, wo: int, k: int, m: int, th: int, tw: int, has_bias: bool,
+def output_kernel(n: int, ho: int, wo: int, k: int, m: int, th: int, tw: int, chunk: int, has_bias: bool,
                   chain: Sequence[Activation]) -> KernelSource:
     a = m + 2
     at = MATRICES[m][2]
     r, residuals, epilogue, n_res = conv_epilogue(chain, first=3)
-    loads = "".join(f"            const float m{i}_{j} = mm[({i * a + j} * T + t) * K + k0 + q];\n"
+    loads = "".join(f"            const float m{i}_{j} = mm[({i * a + j} * TC + t - t0) * K + k0 + q];\n"
                     for i in range(a) for j in range(a))
     math = "".join(f"            {s}\n" for s in _two_sided(at, "m", "y", a, a))
     stores = "".join(f"            buf[{i * m + j}][q] = y{i}_{j};\n" for i in range(m) for j in range(m))
     bias = "buf[i * M + j][q] + bias[k0 + q]" if has_bias else "buf[i * M + j][q]"
     template = f"""
 FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
-    enum {{ N = {n}, HO = {ho}, WO = {wo}, K = {k}, M = {m}, A = {a}, TH = {th}, TW = {tw}, T = N * TH * TW, KB = {BLOCK} }};
+    enum {{ N = {n}, HO = {ho}, WO = {wo}, K = {k}, M = {m}, A = {a}, TH = {th}, TW = {tw}, TC = {chunk}, KB = {BLOCK} }};
     float *o = (float *)p[0];
     const float *mm = (const float *)p[1], *bias = (const float *)p[2];
-{residuals}    (void)d; (void)bias;
+{residuals}    (void)bias;
+    const int64_t t0 = d[0], t1 = d[0] + d[1];
     #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-    for (int64_t t = 0; t < T; t++) {{
+    for (int64_t t = t0; t < t1; t++) {{
         const int64_t b = t / (TH * TW), y0 = (t / TW) % TH * M, x0 = t % TW * M;
         const int64_t hi = HO - y0 < M ? HO - y0 : M, wj = WO - x0 < M ? WO - x0 : M;
         float buf[M * M][KB] __attribute__((aligned(64)));
