@@ -10,7 +10,7 @@ ms against 1.1-1.5; 28^2 x 128 (49) 0.61-0.64 against 1.0-1.2; 14^2 x 256: 16 ti
 as 49 of 2 x 2 alone (0.46-0.77, 0.54-0.96, against 1.0-1.8) but slower in the network (their 9.4 MB of
 weights: 1.0-1.1 ms a step against 0.8-1.0); 7^2 x 512: 16 tiles of 2 x 2 0.8-1.2 against 1.0-1.8, not
 reliably faster. The whole network (isolated processes, alternating): batch 1 44.8 -> 39.4 ms,
-batch 8 415 -> 372 ms.
+batch 8 378 -> 307 ms (in passes of tiles, kernels/winograd.py).
 
 Legality: a channels-last float32 conv_epilogue (choose_layout) of static shape, constant finite
 weights [K, C, 3, 3], stride 1, dilation 1, one group, its input and output dense. Each output is a
