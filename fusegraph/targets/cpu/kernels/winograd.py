@@ -1,7 +1,7 @@
 """A 3 x 3 convolution by Winograd's minimal filtering (codegen/winograd.py, chosen by
 passes/choose_winograd.py): the input transform (generated C), a^2 products in one call of oneDNN's
 batched matmul over the weights transformed once, the output transform with the bias and the
-epilogue chain (generated C). The transformed tiles live in this thread's scratch, one buffer shared
+epilogue chain (generated C), the three for each pass of at most CHUNK_TILES output tiles. The transformed tiles live in this thread's scratch, one buffer shared
 by every such step of the program (`WinogradScratch`), not in the memory plan: they live only while
 the step runs.
 
