@@ -72,27 +72,28 @@ def _products(mat, src: Sequence[str], dst: Sequence[str]) -> list[str]:
     return lines
 
 
-def _two_sided(mat, src: str, dst: str, rows: int, cols: int) -> list[str]:
-    """dst = mat X mat^T on scalars named {src}{i}_{j} (rows x cols), into {dst}{r}_{s}, through t."""
-    n = len(mat)
+def _two_sided(mat, src: str, dst: str) -> list[str]:
+    """dst = mat X mat^T on the a x a scalars X named {src}{i}_{j} (a: mat's columns), into
+    {dst}{r}_{s}, through t."""
+    n, a = len(mat), len(mat[0])
     lines = []
-    for j in range(cols):  # columns: t = mat X
-        lines += _products(mat, [f"{src}{i}_{j}" for i in range(rows)], [f"t{r}_{j}" for r in range(n)])
+    for j in range(a):  # columns: t = mat X
+        lines += _products(mat, [f"{src}{i}_{j}" for i in range(a)], [f"t{r}_{j}" for r in range(n)])
     for r in range(n):  # rows: dst = t mat^T
-        lines += _products(mat, [f"t{r}_{j}" for j in range(cols)], [f"{dst}{r}_{s}" for s in range(n)])
+        lines += _products(mat, [f"t{r}_{j}" for j in range(a)], [f"{dst}{r}_{s}" for s in range(n)])
     return lines
 
 
-def input_kernel(n: int, h: int, w: int, c: int, m: int, pad_top: int, pad_left: int, th: int, tw: int,
+def input_kernel(h: int, w: int, c: int, m: int, pad_top: int, pad_left: int, th: int, tw: int,
                  chunk: int) -> KernelSource:
     a = m + 2
     bt = MATRICES[m][0]
     loads = "".join(f"            const float d{i}_{j} = buf[{i * a + j}][c];\n" for i in range(a) for j in range(a))
-    math = "".join(f"            {s}\n" for s in _two_sided(bt, "d", "v", a, a))
+    body = "".join(f"            {s}\n" for s in _two_sided(bt, "d", "v"))
     stores = "".join(f"            v[({r * a + s} * TC + t - t0) * C + c0 + c] = v{r}_{s};\n" for r in range(a) for s in range(a))
     template = f"""
 FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
-    enum {{ N = {n}, H = {h}, W = {w}, C = {c}, M = {m}, A = {a}, TH = {th}, TW = {tw}, PT = {pad_top}, PL = {pad_left},
+    enum {{ H = {h}, W = {w}, C = {c}, M = {m}, A = {a}, TH = {th}, TW = {tw}, PT = {pad_top}, PL = {pad_left},
            TC = {chunk}, CB = {BLOCK} }};
     float *v = (float *)p[0];
     const float *x = (const float *)p[1];
@@ -112,7 +113,7 @@ FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
                         memset(buf[i * A + j], 0, cn * sizeof(float));
                 }}
             for (int64_t c = 0; c < cn; c++) {{
-{loads}{math}{stores}            }}
+{loads}{body}{stores}            }}
         }}
     }}
 }}
@@ -120,19 +121,19 @@ FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
     return finish(template, CRenderer(prefix="e"), "winograd_in", in_dtypes=(DType.float32,), out_dtype=DType.float32)
 
 
-def output_kernel(n: int, ho: int, wo: int, k: int, m: int, th: int, tw: int, chunk: int, has_bias: bool,
+def output_kernel(ho: int, wo: int, k: int, m: int, th: int, tw: int, chunk: int, has_bias: bool,
                   chain: Sequence[Activation]) -> KernelSource:
     a = m + 2
     at = MATRICES[m][2]
     r, residuals, epilogue, n_res = conv_epilogue(chain, first=3)
     loads = "".join(f"            const float m{i}_{j} = mm[({i * a + j} * TC + t - t0) * K + k0 + q];\n"
                     for i in range(a) for j in range(a))
-    math = "".join(f"            {s}\n" for s in _two_sided(at, "m", "y", a, a))
+    body = "".join(f"            {s}\n" for s in _two_sided(at, "m", "y"))
     stores = "".join(f"            buf[{i * m + j}][q] = y{i}_{j};\n" for i in range(m) for j in range(m))
     bias = "buf[i * M + j][q] + bias[k0 + q]" if has_bias else "buf[i * M + j][q]"
     template = f"""
 FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
-    enum {{ N = {n}, HO = {ho}, WO = {wo}, K = {k}, M = {m}, A = {a}, TH = {th}, TW = {tw}, TC = {chunk}, KB = {BLOCK} }};
+    enum {{ HO = {ho}, WO = {wo}, K = {k}, M = {m}, A = {a}, TH = {th}, TW = {tw}, TC = {chunk}, KB = {BLOCK} }};
     float *o = (float *)p[0];
     const float *mm = (const float *)p[1], *bias = (const float *)p[2];
 {residuals}    (void)bias;
@@ -145,7 +146,7 @@ FG_EXPORT void KNAME(void *const *p, const int64_t *d, int nt) {{
         for (int64_t k0 = 0; k0 < K; k0 += KB) {{
             const int64_t kn = K - k0 < KB ? K - k0 : KB;
             for (int64_t q = 0; q < kn; q++) {{
-{loads}{math}{stores}            }}
+{loads}{body}{stores}            }}
             for (int64_t i = 0; i < hi; i++)
                 for (int64_t j = 0; j < wj; j++)
                     for (int64_t q = 0; q < kn; q++) {{

@@ -66,8 +66,8 @@ def winograd_conv(ins: Instruction, w: np.ndarray, bias: np.ndarray | None, ctx:
     a2, tiles = (m + 2) ** 2, n * th * tw
     chunks = chunks_of(tiles)
     rows = chunks[0][1]  # V's and M's rows: the largest chunk's tiles
-    sources = (codegen.input_kernel(n, h, wd, c, m, pt, pl, th, tw, rows),
-               codegen.output_kernel(n, ho, wo, k, m, th, tw, rows, bias is not None, op.activations))
+    sources = (codegen.input_kernel(h, wd, c, m, pt, pl, th, tw, rows),
+               codegen.output_kernel(ho, wo, k, m, th, tw, rows, bias is not None, op.activations))
     ctx.kernel_sources.extend(sources)
     fns: list = []
     ctx.deferred.append(lambda: fns.extend(ctx.library[s.name]._fn for s in sources))
