@@ -106,6 +106,11 @@ class Executable:
 
         return submit(self, inputs, stream, after, deadline)
 
+    def check(self) -> None:
+        """Raise the error an earlier run left that has not been raised yet: the gpu target's
+        `run_device` does not wait for the device, so an index out of range there surfaces at the
+        next call or here (targets/gpu/index_checks.py). Host targets' runs raise as they run."""
+
     def defer_check(self, check: Callable[[], None]) -> None:
         """Make `check` (which raises on failure) run once, before the first `run`; until it passes,
         every `run` raises its error."""

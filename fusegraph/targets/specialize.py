@@ -82,9 +82,14 @@ class SpecializingExecutable(Executable):
             exe = self._compile(key)
             self.specializations.append(Specialization(self._named(key), time.perf_counter() - start))
             self._cache[key] = exe
-            while len(self._cache) > self.capacity:
-                self._cache.popitem(last=False)
-            return exe
+            evicted = [self._cache.popitem(last=False)[1] for _ in range(len(self._cache) - self.capacity)]
+        for old in evicted:  # their runs' late errors, before they are dropped
+            old.check()
+        return exe
+
+    def check(self) -> None:
+        for exe in list(self._cache.values()):
+            exe.check()
 
     def _compile(self, key: Key) -> Executable:
         from ..passes.specialize_shapes import specialize
@@ -187,9 +192,14 @@ class SpecializedContext(SpecializingExecutable):
             if held is None or held[0] is not shared:  # new, or the parent compiled it again since
                 held = self._contexts[key] = (shared, shared.context())
             self._contexts.move_to_end(key)
-            while len(self._contexts) > self.capacity:
-                self._contexts.popitem(last=False)
-            return held[1]
+            evicted = [self._contexts.popitem(last=False)[1][1] for _ in range(len(self._contexts) - self.capacity)]
+        for old in evicted:
+            old.check()
+        return held[1]
+
+    def check(self) -> None:
+        for _, exe in list(self._contexts.values()):
+            exe.check()
 
     def context(self) -> Executable:
         return self.parent.context()

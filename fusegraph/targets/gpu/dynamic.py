@@ -221,9 +221,11 @@ class DynamicExecutable(DeviceDoor, Executable):
         outs = self._run(inputs)
         return [host_value(v, o.shape) for v, o in zip(outs, self._outputs)]
 
-    def run_device(self, inputs: Mapping[str, Any], stream: Any = None, copy_outputs: bool = False) -> list[Any]:
+    def run_device(self, inputs: Mapping[str, Any], stream: Any = None, copy_outputs: bool = False,
+                   checked: bool = True) -> list[Any]:
         """Torch tensors (or numpy arrays) in, device tensors out (values torch cannot hold stay
-        numpy). Outputs are fresh tensors: `copy_outputs` changes nothing."""
+        numpy). Outputs are fresh tensors: `copy_outputs` changes nothing. Its runs wait for the
+        device at their host steps anyway: indices are always checked at once (`checked`)."""
         self._run_pending_checks()
         check_input_names(inputs, self._params)
         with StreamScope(stream, self.device):

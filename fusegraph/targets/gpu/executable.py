@@ -9,8 +9,9 @@ executable (a lock, and on the device the order of streams.py): the buffers and 
 shared; `context()` makes another executable over the same weights and kernels with buffers and a
 graph of its own (contexts.py), which runs at once beside it, and `run_async` queues a run on a
 CUDA stream without waiting (streams.py). An index out of range is the op's
-ExecutionError after the run, from the indexing steps' device flags (index_checks.py), in eager
-runs and graph replays alike.
+ExecutionError, from the indexing steps' device flags (index_checks.py), in eager runs and graph
+replays alike: at the end of `run`, or for `run_device` and `run_async` (which do not wait for the
+device) at the executable's next call, `check()` or the future's `result()`.
 """
 
 from __future__ import annotations
@@ -44,8 +45,17 @@ class DeviceDoor:
     def run(self, inputs: Mapping[str, Any], *, deadline: float | None = None) -> list[Any]:
         if inputs and any(is_device_tensor(v) for v in inputs.values()):
             with running(deadline, self.options.max_loop_iterations):  # type: ignore[attr-defined]
-                return self.run_device(inputs)  # type: ignore[attr-defined]
+                return self.run_device(inputs, checked=True)  # type: ignore[attr-defined]
         return super().run(inputs, deadline=deadline)  # type: ignore[misc]
+
+    def check(self) -> None:
+        """Wait for the device and raise the error an earlier `run_device` or `run_async` left (an
+        index out of range: index_checks.py); the dynamic and segmented modes' runs raise theirs as
+        they run, so for them this does nothing."""
+        self._raise_late(wait=True)
+
+    def _raise_late(self, wait: bool) -> None:
+        """The static mode's late index errors (GpuExecutable)."""
 
     def run_async(self, inputs: Mapping[str, Any], *, stream: Any = None, after: Any = (),
                   deadline: float | None = None) -> Any:
@@ -140,6 +150,10 @@ class GpuExecutable(DeviceDoor, Executable):
         with self._precision():
             self._run_steps()
 
+    def _raise_late(self, wait: bool) -> None:
+        with self._lock:
+            self.index_checks.raise_late(wait)
+
     def _check_indices(self) -> None:
         """The op's ExecutionError when an indexing step met an index out of range this run (one
         read of its flags; nothing without indexing steps)."""
@@ -189,6 +203,7 @@ class GpuExecutable(DeviceDoor, Executable):
                   after: Callable[[], None] | None = None) -> list[np.ndarray]:
         with self._lock, StreamScope(None, self.device) as stream:
             self._order.before(stream)
+            self.index_checks.raise_late(wait=True)  # an earlier run_device's error first
             for name, value in inputs.items():
                 buf, dt = self._inputs[name]
                 _copy_in(buf, value, dt)
@@ -204,13 +219,18 @@ class GpuExecutable(DeviceDoor, Executable):
                     after()
 
     def run_device(self, inputs: Mapping[str, Any] | None = None, stream: Any = None,
-                   copy_outputs: bool = False) -> list[Any]:
+                   copy_outputs: bool = False, checked: bool = False) -> list[Any]:
         """Run on device tensors. `inputs` may be torch tensors, DLPack producers or numpy arrays;
         None uses what `input_buffers()` hold. Runs on `stream` (a torch.cuda.Stream) if given, else
-        on the current stream. Outputs alias the executable's buffers unless `copy_outputs`."""
+        on the current stream. Outputs alias the executable's buffers unless `copy_outputs`.
+
+        Nothing waits for the device: an index out of range in this run is raised by a later call
+        (the next run, `check()`), as CUDA reports its own asynchronous errors; `checked=True`
+        waits for the run and raises it now, with the offending value (as `run` does)."""
         self._run_pending_checks()
         with self._lock, StreamScope(stream, self.device) as current:
             self._order.before(current)
+            self.index_checks.raise_late(wait=checked)  # earlier runs' errors, where known by now
             if inputs is not None:
                 check_input_names(inputs, self._inputs)
                 for name, value in inputs.items():
@@ -219,7 +239,10 @@ class GpuExecutable(DeviceDoor, Executable):
             if not self._warm:
                 self.warm_up()
             self._launch()
-            self._check_indices()  # a sync where the program has indexing steps
+            if checked or current is None:  # (off CUDA the run is done already)
+                self._check_indices()
+            else:
+                self.index_checks.read_later(current)
             outs = [slot.t for slot, _ in self._outputs]
             outs = [o.clone() for o in outs] if copy_outputs else outs
             self._order.after(current)  # (after the copies: they read the buffers too)

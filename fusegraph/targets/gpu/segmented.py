@@ -249,10 +249,12 @@ class SegmentedExecutable(DeviceDoor, Executable):
         outs = self._run(inputs, device_out=False, copy_outputs=False)
         return [host_value(v, s) for v, s in zip(outs, self.output_shapes)]
 
-    def run_device(self, inputs: Mapping[str, Any], stream: Any = None, copy_outputs: bool = False) -> list[Any]:
+    def run_device(self, inputs: Mapping[str, Any], stream: Any = None, copy_outputs: bool = False,
+                   checked: bool = True) -> list[Any]:
         """Torch tensors, DLPack producers or numpy arrays in; device tensors out. Outputs the prefix
         computes alias its output buffers (valid until the next run) unless `copy_outputs`, as in
-        the static mode; the rest's are fresh tensors."""
+        the static mode; the rest's are fresh tensors. The rest's host steps wait for the device:
+        indices are always checked at once (`checked`)."""
         self._run_pending_checks()
         check_input_names(inputs, self._names)
         with StreamScope(stream, self.device):
@@ -260,7 +262,7 @@ class SegmentedExecutable(DeviceDoor, Executable):
 
     def _run(self, inputs: Mapping[str, Any], device_out: bool, copy_outputs: bool) -> list[Any]:
         with self._lock:
-            first = self.prefix.run_device({n: inputs[n] for n in self._prefix_inputs})
+            first = self.prefix.run_device({n: inputs[n] for n in self._prefix_inputs}, checked=True)
             rest_in = {n: inputs[n] for n in self._rest_inputs}
             rest_in.update({name: first[k] for k, name in self.split.boundary})  # device tensors, in place
             second = self.rest.run_device(rest_in) if device_out else self.rest.execute(rest_in)

@@ -10,8 +10,8 @@ waiting; that is how two programs on two streams form a pipeline.
 One executable's buffers (its inputs, arena, graph) serve one run at a time: a run queued on a
 stream other than the one its previous run went to waits, on the device, for that run's event
 (`RunOrder`). Different contexts (executable.context()) have different buffers and run at once.
-A program with indexing steps reads their device flags back after each run (index_checks.py): a
-sync, so its run_async returns when the run is done.
+An index out of range in a run (index_checks.py) is raised by its future's `result()`, or by the
+executable's next call if that comes first; nothing waits for the device to find out.
 """
 
 from __future__ import annotations
@@ -54,16 +54,18 @@ class DeviceFuture:
     """A run queued on a CUDA stream. `result()` waits for it (the host blocks on its event only)
     and gives its outputs: device tensors, or numpy arrays when the run was given numpy arrays."""
 
-    def __init__(self, event: Any, outputs: list[Any], shapes: list[Any], host: bool):
-        self.event, self._outputs, self._shapes, self._host = event, outputs, shapes, host
+    def __init__(self, event: Any, outputs: list[Any], shapes: list[Any], host: bool, exe: Any):
+        self.event, self._outputs, self._shapes, self._host, self._exe = event, outputs, shapes, host, exe
 
     def done(self) -> bool:
         return bool(self.event.query())
 
     def result(self, timeout: float | None = None) -> list[Any]:
         """The outputs, once the run is done (`timeout` is accepted for concurrent.futures' form; a
-        CUDA event is waited for without one)."""
+        CUDA event is waited for without one). The run's error (an index out of range) is raised
+        here, unless a later call on the executable raised it first."""
         self.event.synchronize()
+        self._exe._raise_late(wait=False)  # this run's flags (and earlier ones') are read by now
         if not self._host:
             t = torch()
             for o in self._outputs:  # made on the run's stream, read on the caller's: not freed under it
@@ -103,7 +105,7 @@ def run_async(exe: Any, inputs: Mapping[str, Any], stream: Any, after: Iterable[
         outputs = exe.run_device(inputs, stream=stream, copy_outputs=True)
     event = t.cuda.Event()
     event.record(stream)
-    return DeviceFuture(event, outputs, exe.output_shapes, host)
+    return DeviceFuture(event, outputs, exe.output_shapes, host, exe)
 
 
 def own_stream(exe: Any) -> Any:
