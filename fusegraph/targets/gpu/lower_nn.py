@@ -11,6 +11,7 @@ import numpy as np
 
 from ...errors import CompileError
 from ...ops.conv import window_attrs
+from ...ops.scalar import Var
 from .device import torch
 from .lowering import lowering
 from .patterns import FLOATS
@@ -29,14 +30,10 @@ def dot(ctx, step):
     return run
 
 
-@lowering("gemm_bias", mode="into", note="cuBLASLt addmm with the bias epilogue")
+@lowering("gemm_bias", mode="into",
+          note="cuBLASLt addmm with the bias epilogue, or the Triton template with it: autotuned")
 def gemm_bias(ctx, step):
-    t = torch()
-    n = step.ins.shape.lens[-1]
-
-    def run(out, a, w, bias):
-        t.addmm(bias.reshape(n), a, w, out=out.view(-1, n))
-    return run
+    return epilogue_runner(ctx, step, BiasGemm)
 
 
 @lowering("quant_dot", mode="into", note="int8 x int8 weights: torch._int_mm; else exact in float64")
@@ -79,26 +76,11 @@ def weight_matrix(w):
     return w.reshape(w.shape[0], -1).t()
 
 
-@lowering("conv_gemm", mode="into", note="1x1 convolution as a cuBLASLt matmul over channels-last rows (bias / ReLU epilogue)")
+@lowering("conv_gemm", mode="into",
+          note="1x1 convolution as a matmul over channels-last rows with its bias (ReLU) epilogue: one "
+               "cuBLASLt call or the Triton template, autotuned")
 def conv_gemm(ctx, step):
-    t = torch()
-    m = step.ins.shape.lens[1]
-    relu = step.data["relu"]
-
-    def run(out, x, w, bias=None):
-        a = nhwc(x).reshape(-1, x.shape[1])  # [N*H*W, C]: a view, of a channel slice too
-        wm, dst = weight_matrix(w), nhwc(out)
-        # rows for an output that is not dense (a concat's slice) go through the scratch buffer
-        flat = dst.view(-1, m) if dst.is_contiguous() else ctx.scratch((a.shape[0], m), out.dtype)
-        if bias is None:
-            t.mm(a, wm, out=flat)
-        elif relu:
-            t._addmm_activation(bias.reshape(m), a, wm, use_gelu=False, out=flat)
-        else:
-            t.addmm(bias.reshape(m), a, wm, out=flat)
-        if flat.data_ptr() != dst.data_ptr():
-            dst.copy_(flat.view(dst.shape))
-    return run
+    return epilogue_runner(ctx, step, BiasGemm)
 
 
 # -- convolution ------------------------------------------------------------------------------------
@@ -440,3 +422,61 @@ class EpilogueGemm:
             it = iter(ops)
             pw(out, *[y if r == "acc" else next(it) for r in self.roles])
         return run
+
+
+class BiasGemm(EpilogueGemm):
+    """A gemm_bias or conv_gemm step: the matmul with its bias add (and ReLU) as the epilogue. The
+    library candidate is one cuBLASLt call with the bias (ReLU) epilogue; the template candidates
+    render the add's own expression. Autotuned as every epilogue GEMM is, so a program can leave
+    cuBLAS out altogether (its workspace: 33 MiB on the H200; autotune.py)."""
+
+    def __init__(self, ctx, step):
+        self.ctx, self.conv = ctx, step.kind == "conv_gemm"
+        user, mm = step.ins, step.members[-1]  # members: [add, [reshape,] matmul], or [convolution]
+        read = step.members[1] if len(step.members) > 1 else mm
+        self.body = user.op.expr if user is not mm else Var(0)
+        self.acc = tuple(k for k, x in enumerate(user.inputs) if x is read) if user is not mm else (0,)
+        self.roles = tuple("acc" if k in self.acc else "col" for k in range(len(self.acc) + len(step.inputs) - 2))
+        self.split = len(step.members) == 3
+        self.in_type, self.mm_shape = mm.inputs[0].shape.dtype, mm.shape.lens
+        self.var_types = [mm.shape.dtype if r == "acc" else step.inputs[2].shape.dtype for r in self.roles]
+        self.out_type = user.shape.dtype
+        self.relu = step.data.get("relu", False)
+        self.tuning: dict[str, dict] = {}
+        self.run = None
+        self.chosen = None
+
+    def rows(self, out, a, w, ops):
+        # the bias as its [M] / [1.., M] source: broadcast over the output (a stride-0 view)
+        shape = (1, -1, 1, 1) if self.conv else (-1,)
+        return super().rows(out, a, w, [b.reshape(shape).expand(out.shape) for b in ops])
+
+    def _library(self, launchers):
+        from .autotune import LIBRARY
+
+        t = torch()
+        launchers[LIBRARY] = LibraryCall()
+        m = self.mm_shape[1] if self.conv else self.mm_shape[-1]
+
+        def run(out, a, w, bias=None):
+            if self.conv:
+                a, wm, dst = nhwc(a).reshape(-1, a.shape[1]), weight_matrix(w), nhwc(out)  # [N*H*W, C]: views
+            else:
+                wm, dst = w, out
+            # rows for an output that is not dense (a concat's slice) go through the scratch buffer
+            flat = dst.view(-1, m) if dst.is_contiguous() else self.ctx.scratch((a.shape[0], m), out.dtype)
+            if bias is None:
+                t.mm(a, wm, out=flat)
+            elif self.relu:
+                t._addmm_activation(bias.reshape(m), a, wm, use_gelu=False, out=flat)
+            else:
+                t.addmm(bias.reshape(m), a, wm, out=flat)
+            if flat.data_ptr() != dst.data_ptr():
+                dst.copy_(flat.view(dst.shape))
+        return run
+
+
+class LibraryCall:
+    """The chosen candidate when the library won: no generated source, no compiled kernel."""
+
+    sources: dict[str, str] = {}
