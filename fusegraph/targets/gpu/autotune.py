@@ -18,6 +18,7 @@ On a CPU device (Triton's interpreter) nothing meaningful can be timed: the choi
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -164,6 +165,12 @@ class Tuner:
                    recorded: Mapping[str, dict] | None = None) -> Tuner:
         measure = cuda_measure if device.type == "cuda" else None
         return cls(device_identity(device), mode, exhaustive, recorded, measure)
+
+    def templates_only(self) -> Tuner:
+        """This tuner (its cache, records and timings) choosing among the Triton templates alone."""
+        other = copy.copy(self)
+        other.mode = "triton"
+        return other
 
     def configs(self, m: int, n: int, k: int, item_bytes: int) -> list[GemmConfig]:
         base = exhaustive_configs(item_bytes) if self.exhaustive else DEFAULT_CONFIGS

@@ -23,6 +23,7 @@ from .build import BuildContext, allocate, allocate_activations, build_steps
 from .executable import GpuExecutable
 from .lowering import storage_mode
 from .plan import make_plan
+from .workspace import leaves_cublas_out
 
 _making = threading.Lock()  # one context built (and captured) at a time in the process
 
@@ -37,6 +38,10 @@ def build_static(program: Program, options: CompileOptions, device: Any, tuner: 
     if shared is None:
         plan = make_plan(main, storage_mode, stage_inputs=True)
         slots, activations, weights = allocate(plan, main, device)
+        own = activations.numel() * activations.element_size() + weights.numel() * weights.element_size()
+        if tuner.mode == "auto" and leaves_cublas_out(plan.steps, own, device):
+            tuner = tuner.templates_only()  # cuBLAS's workspace would outweigh the program (workspace.py)
+            ctx.tuner = tuner
     else:
         plan = shared.plan
         slots, activations = allocate_activations(plan, main, device)
