@@ -1,7 +1,7 @@
 """Resize on the gpu target: the reference's per-axis taps (nearest: index maps; linear, cubic:
 weighted taps summed in its order), as one Triton kernel (triton_resize.py) that reads its input
 through the movement chain before it (the resize pattern, patterns.py) and writes into its buffer,
-a concat's slice included; step by step in torch (`_Taps`) for integer types, extrapolated
+a concat's slice included, converted to its reader's float type where the pattern took that; step by step in torch (`_Taps`) for integer types, extrapolated
 (tf_crop_and_resize) outputs and wide antialiased windows."""
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ def resize(ctx, step):
     from .triton_resize import ResizeLauncher, fits
     from .view_chain import apply
 
-    op = step.ins.op
-    x_shape = step.ins.inputs[0].shape  # the step may read it through its movement chain's base
+    rz = step.data.get("resize", step.ins)  # the step's value may be its conversion (patterns.match_resize)
+    op = rz.op
+    x_shape = rz.inputs[0].shape  # the step may read it through its movement chain's base
     r = x_shape.ndim
     plan = []
     tables = []  # per resized axis: (axis, idx int32 [n_out, taps], weights float32 [n_out, taps] or None)
-    for axis, (n_in, n_out) in enumerate(zip(x_shape.lens, step.ins.shape.lens)):
+    for axis, (n_in, n_out) in enumerate(zip(x_shape.lens, rz.shape.lens)):
         roi = (op.roi[axis], op.roi[axis + r]) if op.roi else (0.0, 1.0)
         if op.scales and np.isclose(op.scales[axis], 1.0) and n_in == n_out and roi == (0.0, 1.0):
             continue
@@ -41,7 +42,7 @@ def resize(ctx, step):
     extrapolated = any(outside is not None for *_, outside in plan)
     if not extrapolated and fits(x_shape.dtype, [t[1].shape[1] for t in tables], x_shape.elements,
                                  step.ins.shape.elements):
-        launcher = ResizeLauncher(x_shape.dtype, tables)
+        launcher = ResizeLauncher(x_shape.dtype, tables, step.ins.shape.dtype)
         ctx.kernels.append(launcher)
         return lambda out, x: launcher(out, apply(x, chain))
     taps = _Taps(plan, r, op.extrapolation_value)

@@ -17,7 +17,9 @@
   constant (sparse_patterns.py; cuSPARSELt or the dense kernel, timed: lower_sparse.py).
 * resize: a Resize reads its input through the movement chain before it (a matmul's [B, H*W, C] rows
   transposed and reshaped to [B, C, H, W], SegFormer's decoder) as one strided view (view_chain.py):
-  its kernel takes any strides, where the chain's `contiguous` copied the rows first;
+  its kernel takes any strides, where the chain's `contiguous` copied the rows first; and its only
+  reader's conversion to another float type (a segmenter's upsampled logits, an fp16 program's float32
+  output) is its kernel's store: rounded to its own type first, then converted, the same bits;
 * keep_strides: a `contiguous` whose value reaches only convolutions' and poolings' data inputs,
   through movement ops, is no copy: they take any strides (cuDNN reads a channels-last view as it
   reads a channels-last buffer), and the reshapes after it are views where the strides allow
@@ -51,7 +53,7 @@ def match_groups(module: Module) -> dict[int, Group]:
     for ins in module.instructions:
         g = PRE_MATCHERS[ins.op.name](ins) if ins.op.name in PRE_MATCHERS else None
         if g is not None:
-            groups[ins.uid] = g
+            groups[g.root.uid] = g
     taken = {m.uid for g in groups.values() for m in g.members}
     for ins in module.instructions:
         if ins.uid in taken or ins.uid in groups:
@@ -76,11 +78,18 @@ def match_groups(module: Module) -> dict[int, Group]:
 
 
 def match_resize(resize: Instruction) -> Group | None:
-    """A resize whose input is reached through movement ops: the chain folded into the step."""
+    """A resize whose input is reached through movement ops: the chain folded into the step; and a
+    resize whose only reader converts it to another float type (an fp16 program's float32 output):
+    the conversion folded into its store, so the half result needs no buffer of its own."""
     bases, chains, folded = fold_chains([resize.inputs[0]], {resize.uid})
-    if not folded:
+    convert = resize.users[0] if len(resize.users) == 1 and not is_output(resize) else None
+    if convert is None or convert.op.name != "convert" or not (
+            resize.shape.dtype.value in FLOATS and convert.shape.dtype.value in FLOATS):
+        convert = None
+    if not folded and convert is None:
         return None
-    return Group("resize", resize, folded, bases, {"chain": chains[0]})
+    root, members = (convert, [convert, resize, *folded]) if convert is not None else (resize, folded)
+    return Group("resize", root, members, bases, {"chain": chains[0], "resize": resize})
 
 
 STRIDED_READERS = ("convolution", "pooling")  # ops whose lowering takes a data input of any strides

@@ -33,9 +33,10 @@ LARGEST = {DType.float16: 65504.0, DType.bfloat16: 3.3895313892515355e38}  # fin
 
 @dataclasses.dataclass(frozen=True)
 class ResizeSpec:
-    dtype: DType                             # input and output element type (a float type)
+    dtype: DType                             # input and result element type (a float type)
     axes: tuple[tuple[int, int, bool], ...]  # per resized axis in the reference's order: (axis, taps, weighted)
     order: tuple[int, ...]                   # output dims slowest to fastest in memory
+    store: DType | None = None               # the float type the rounded result is stored as, if not dtype
 
     def key(self) -> str:
         return repr(dataclasses.astuple(self))
@@ -67,8 +68,8 @@ def resize_source(spec: ResizeSpec, name: str) -> str:
         lo, hi = _finite_range(spec.dtype)
         nan = "propagate_nan=tl.PropagateNan.ALL"
         lines.append(f"{IND}y = tl.minimum(tl.maximum(y, {lo}, {nan}), {hi}, {nan})")
-    lines.append(f"{IND}tl.store(out_ptr + {' + '.join(f'i{d} * os{d}' for d in range(rank))}, "
-                 f"y.to({tl_type(spec.dtype)}), mask=mask)")
+    y = f"y.to({tl_type(spec.dtype)})" + (f".to({tl_type(spec.store)})" if spec.store else "")
+    lines.append(f"{IND}tl.store(out_ptr + {' + '.join(f'i{d} * os{d}' for d in range(rank))}, {y}, mask=mask)")
     return HEADER + "\n".join(lines) + "\n"
 
 
@@ -104,14 +105,16 @@ class ResizeLauncher(Launcher):
     """Launches one resize step's kernel, its source chosen from the output's layout (on the first
     call, made while compiling, and whenever the strides change)."""
 
-    def __init__(self, dtype: DType, axes: list[tuple[int, Any, Any]]):
+    def __init__(self, dtype: DType, axes: list[tuple[int, Any, Any]], out_dtype: DType | None = None):
         self.dtype = dtype
+        self.store = out_dtype if out_dtype not in (None, dtype) else None  # a conversion folded in
         self.axes = axes  # (axis, idx [n_out, taps] int32, w [n_out, taps] float32 or None)
         self.sources: dict[str, str] = {}
 
     def _configure(self, out: Any, x: Any) -> None:
         order = tuple(memory_order(tuple(out.shape), out.stride()))
-        spec = ResizeSpec(self.dtype, tuple((a, idx.shape[1], w is not None) for a, idx, w in self.axes), order)
+        spec = ResizeSpec(self.dtype, tuple((a, idx.shape[1], w is not None) for a, idx, w in self.axes), order,
+                          self.store)
         name = "resize_" + source_hash(spec.key())
         source = resize_source(spec, name)
         self.sources[name] = source

@@ -77,3 +77,25 @@ def test_decoder_upsampling_reads_matmul_rows_and_writes_the_concat(gpu_target):
     assert len(resizes) == 3 and all(plan.storage[s.ins.uid] == "slice" for s in resizes)
     assert next(s for s in plan.steps if s.kind == "concat").data["aliased"] == {0, 1, 2}
     assert_close(p.run(x), run_ort(model, x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+def test_an_fp16_programs_float32_output_is_the_resize_kernels_store(mode, gpu_target):
+    """A segmenter's upsampled logits as an fp16 program's float32 output: the conversion is the
+    resize kernel's store (no float16 result buffer, no convert step), the same bits as the
+    conversion after it (kept apart here by an exact doubling between them: y + y in float16)."""
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode=mode)
+    inits = {"s": np.array([1, 1, 4, 4], np.float32)}
+    x = {"x": np.random.default_rng(2).standard_normal((2, 3, 5, 7)).astype(np.float32)}
+    fused = fusegraph.parse_onnx(make_model([node], x, ["y"], initializers=inits, opset=13))
+    fused.compile(gpu_target, fusegraph.CompileOptions(fp16=True))
+    kinds = [s.kind for s in fused.executable.plan.steps]
+    assert "convert" not in kinds and kinds.count("resize") == 1, kinds
+    doubled = [node, helper.make_node("Add", ["y", "y"], ["z"])]
+    apart = fusegraph.parse_onnx(make_model(doubled, x, ["z"], initializers=inits, opset=13))
+    apart.compile(gpu_target, fusegraph.CompileOptions(fp16=True))
+    assert [s.kind for s in apart.executable.plan.steps].count("resize") == 1
+    got, want = fused.run(x)[0], apart.run(x)[0] * np.float32(0.5)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
+    assert_close([got], run_ort(make_model([node], x, ["y"], initializers=inits, opset=13), x), rtol=2e-3, atol=2e-3)
