@@ -428,18 +428,20 @@ class BiasGemm(EpilogueGemm):
     """A gemm_bias or conv_gemm step: the matmul with its bias add (and ReLU) as the epilogue. The
     library candidate is one cuBLASLt call with the bias (ReLU) epilogue; the template candidates
     render the add's own expression. Autotuned as every epilogue GEMM is, so a program can leave
-    cuBLAS out altogether (its workspace: 33 MiB on the H200; autotune.py)."""
+    cuBLAS out altogether (its workspace: 33 MiB on the H200; workspace.py)."""
 
     def __init__(self, ctx, step):
         self.ctx, self.conv = ctx, step.kind == "conv_gemm"
         user, mm = step.ins, step.members[-1]  # members: [add, [reshape,] matmul], or [convolution]
-        read = step.members[1] if len(step.members) > 1 else mm
-        self.body = user.op.expr if user is not mm else Var(0)
-        self.acc = tuple(k for k, x in enumerate(user.inputs) if x is read) if user is not mm else (0,)
-        self.roles = tuple("acc" if k in self.acc else "col" for k in range(len(self.acc) + len(step.inputs) - 2))
+        if user is mm:  # a bare 1x1 convolution: the matmul is the value
+            self.body, self.acc, self.roles, self.var_types = Var(0), (0,), ("acc",), [mm.shape.dtype]
+        else:  # the add (and ReLU) over the matmul, read directly or through its row split
+            self.body, read = user.op.expr, step.members[1]
+            self.acc = tuple(k for k, x in enumerate(user.inputs) if x is read)
+            self.roles = tuple("acc" if k in self.acc else "col" for k in range(len(user.inputs)))
+            self.var_types = [x.shape.dtype for x in user.inputs]
         self.split = len(step.members) == 3
         self.in_type, self.mm_shape = mm.inputs[0].shape.dtype, mm.shape.lens
-        self.var_types = [mm.shape.dtype if r == "acc" else step.inputs[2].shape.dtype for r in self.roles]
         self.out_type = user.shape.dtype
         self.relu = step.data.get("relu", False)
         self.tuning: dict[str, dict] = {}

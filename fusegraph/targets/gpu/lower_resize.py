@@ -1,8 +1,9 @@
 """Resize on the gpu target: the reference's per-axis taps (nearest: index maps; linear, cubic:
 weighted taps summed in its order), as one Triton kernel (triton_resize.py) that reads its input
 through the movement chain before it (the resize pattern, patterns.py) and writes into its buffer,
-a concat's slice included, converted to its reader's float type where the pattern took that; step by step in torch (`_Taps`) for integer types, extrapolated
-(tf_crop_and_resize) outputs and wide antialiased windows."""
+a concat's slice included, converted to its reader's float type where the pattern took that
+conversion; step by step in torch (`_Taps`) for integer types, extrapolated (tf_crop_and_resize)
+outputs and wide antialiased windows."""
 
 from __future__ import annotations
 

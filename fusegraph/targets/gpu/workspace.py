@@ -4,8 +4,8 @@ cuBLAS, under torch, holds a workspace per stream for the life of the process, a
 first call: 32 MiB on Hopper (33 MiB measured on the H200, cuBLASLt's included), about 8 MiB on
 older GPUs (torch's CublasHandlePool.cpp; CUBLAS_WORKSPACE_CONFIG sizes it). Timing cuBLAS
 against the templates allocates it too, even when the templates win every problem. For a small
-program that is most of its memory: MobileNetV2 at batch 1 in fp16 held 10.8 MiB without cuBLAS
-and peaked at 42.8 MiB with it, eager torch at 40.3.
+program that is most of its memory: MobileNetV2 at batch 1 in fp16 peaked at 10.8 MiB (compile
+and one run) without cuBLAS and at 42.8 MiB with it timed, eager torch at 40.3.
 
 So the default gemm mode ("auto") leaves cuBLAS out of the candidates (tuner mode "triton") where
 the workspace would be larger than all the program's own device memory (weights and activations),
