@@ -1,5 +1,7 @@
 """fusegraph's gpu target against itself with each GEMM mode (`GpuTarget(gemm=...)`: "auto" times
-cuBLAS against the Triton templates, "triton" leaves cuBLAS out unless no template builds), on
+cuBLAS against the Triton templates, except in programs smaller than cuBLAS's workspace
+(targets/gpu/workspace.py, whose figures this script measured before that rule existed); "triton"
+leaves cuBLAS out unless no template builds; "library" takes cuBLAS), on
 issue 23's corpus rows: latency (CUDA events, alternating), the allocator's peak while compiling and
 running once (gpu_vs_torch.memory_base; cuBLAS's workspace is 33 MiB on the H200) and the error
 against the fp32 torch module. What a rule for leaving cuBLAS out is decided on.
