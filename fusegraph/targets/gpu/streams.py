@@ -54,18 +54,21 @@ class DeviceFuture:
     """A run queued on a CUDA stream. `result()` waits for it (the host blocks on its event only)
     and gives its outputs: device tensors, or numpy arrays when the run was given numpy arrays."""
 
-    def __init__(self, event: Any, outputs: list[Any], shapes: list[Any], host: bool, exe: Any):
-        self.event, self._outputs, self._shapes, self._host, self._exe = event, outputs, shapes, host, exe
+    def __init__(self, event: Any, outputs: list[Any], shapes: list[Any], host: bool, checks: list[Any]):
+        self.event, self._outputs, self._shapes, self._host = event, outputs, shapes, host
+        self._checks = checks  # the executables of this run and of the runs it was queued after
 
     def done(self) -> bool:
         return bool(self.event.query())
 
     def result(self, timeout: float | None = None) -> list[Any]:
         """The outputs, once the run is done (`timeout` is accepted for concurrent.futures' form; a
-        CUDA event is waited for without one). The run's error (an index out of range) is raised
-        here, unless a later call on the executable raised it first."""
+        CUDA event is waited for without one). The run's error (an index out of range), or that of
+        a run it was queued after (`after=`: a pipeline's earlier stage), is raised here, unless a
+        later call on that executable raised it first."""
         self.event.synchronize()
-        self._exe._raise_late(wait=False)  # this run's flags (and earlier ones') are read by now
+        for exe in self._checks:  # their runs ended before this one: their flags are read by now
+            exe._raise_late(wait=False)
         if not self._host:
             t = torch()
             for o in self._outputs:  # made on the run's stream, read on the caller's: not freed under it
@@ -93,11 +96,14 @@ def run_async(exe: Any, inputs: Mapping[str, Any], stream: Any, after: Iterable[
     if exe.device.type != "cuda":  # Triton's interpreter: nothing to queue on; the run is done when returned
         return _done(exe, inputs, after, deadline, host)
     stream = stream if stream is not None else own_stream(exe)
+    checks: list[Any] = []  # the earlier stages' executables first: their error is the first one
     for f in after:
         if isinstance(f, DeviceFuture):
             stream.wait_event(f.event)
+            checks += [e for e in f._checks if e not in checks]
         else:
             f.result()
+    checks += [exe] if exe not in checks else []
     for v in inputs.values():  # the caching allocator must not hand their memory out before the copy-in
         if isinstance(v, t.Tensor) and v.is_cuda:
             v.record_stream(stream)
@@ -105,7 +111,7 @@ def run_async(exe: Any, inputs: Mapping[str, Any], stream: Any, after: Iterable[
         outputs = exe.run_device(inputs, stream=stream, copy_outputs=True)
     event = t.cuda.Event()
     event.record(stream)
-    return DeviceFuture(event, outputs, exe.output_shapes, host, exe)
+    return DeviceFuture(event, outputs, exe.output_shapes, host, checks)
 
 
 def own_stream(exe: Any) -> Any:

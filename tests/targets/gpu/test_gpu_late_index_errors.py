@@ -121,3 +121,27 @@ def test_run_device_reads_nothing_back_and_waits_for_nothing(gpu_target, monkeyp
         exe.run_device(bad)
     with pytest.raises(ExecutionError, match=LATE):
         exe.check()
+
+
+@pytest.mark.gpu
+def test_a_bad_earlier_stage_is_raised_by_the_last_stages_result(gpu_target):
+    # a pipeline's request fails by its own stage's error, not the next request's (the first
+    # stage's future is never waited for: the second is queued after its event on the device)
+    import onnx
+
+    from tests.util import make_model
+
+    t = _torch()
+    p, good, bad, want = _program("Gather", gpu_target)
+    n = onnx.helper.make_node
+    y = np.zeros(want.shape, np.float32)
+    second = fusegraph.parse_onnx(make_model([n("Neg", ["y"], ["z"])], {"y": y}, ["z"]))
+    second.compile(gpu_target)
+    s = t.cuda.Stream()
+    first = p.run_async(bad, stream=s)
+    last = second.run_async({"y": first.device_outputs[0]}, stream=s, after=[first])
+    with pytest.raises(ExecutionError, match=LATE):
+        last.result()
+    first = p.run_async(good, stream=s)
+    last = second.run_async({"y": first.device_outputs[0]}, stream=s, after=[first])
+    np.testing.assert_array_equal(last.result()[0].cpu().numpy(), -want)
