@@ -12,7 +12,7 @@ GEMM patterns take:
 
 Legality: the add's only reader is the reshape; the reshape keeps N as its last dim (it splits or
 merges rows only), so each element meets the same bias element either way; the other operand is a
-constant that varies along the last axis alone (merge_sibling_dots._bias). The values are the same
+constant that varies along the last axis alone (merge_sibling_dots.bias_of). The values are the same
 bits: the same additions of the same operands. Runs before merge_sibling_dots (with the dead-code
 pass between: the moved-from add still reads the dot until it is removed), whose tails take the
 moved form too.
@@ -25,7 +25,7 @@ from ...ir.module import Module
 from ...ir.shape import Shape
 from ...ops.movement import Reshape
 from ...passes.constants import materialize
-from .merge_sibling_dots import _bias, _single_reader
+from .merge_sibling_dots import bias_of, single_reader
 
 
 def bias_after_reshape(module: Module) -> bool:
@@ -35,10 +35,10 @@ def bias_after_reshape(module: Module) -> bool:
             continue
         add = r.inputs[0]
         dot = next((x for x in add.inputs if x.op.name == "dot"), None) if add.op.name == "add" else None
-        if dot is None or _single_reader(add) is not r or not isinstance(dot.shape, Shape) or dot.shape.ndim != 2:
+        if dot is None or single_reader(add) is not r or not isinstance(dot.shape, Shape) or dot.shape.ndim != 2:
             continue
         n = dot.shape.lens[-1]
-        bias = _bias(add, dot, n) if r.shape.lens[-1] == n else None
+        bias = bias_of(add, dot, n) if r.shape.lens[-1] == n else None
         if bias is None:
             continue
         value, first = bias

@@ -19,7 +19,7 @@ from .device import torch
 from .lowering import lowering
 
 
-@lowering("attention", mode="value", note="scaled_dot_product_attention")
+@lowering("attention", mode="value", note="scaled_dot_product_attention", cublas=True)  # (its math fallback)
 def attention(ctx, step):
     from .view_chain import apply
 

@@ -23,7 +23,7 @@ def _scalar(step, k: int, default):
     return lambda args: args[k].reshape(-1)[0].item() if args[k].numel() else default
 
 
-@lowering("non_max_suppression", mode="value", sizes_output=True,
+@lowering("non_max_suppression", mode="value", sizes_output=True, cublas=True,
           note="Triton kernels (on CUDA one graph per input shape) or torch ops; the output count read back")
 def nms(ctx, step):
     from .nms_graph import GraphCache

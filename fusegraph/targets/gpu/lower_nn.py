@@ -18,7 +18,7 @@ from .patterns import FLOATS
 
 
 # -- matmul -----------------------------------------------------------------------------------------
-@lowering("dot", mode="into", note="cuBLAS")
+@lowering("dot", mode="into", note="cuBLAS", cublas=True)
 def dot(ctx, step):
     t = torch()
 
@@ -36,7 +36,7 @@ def gemm_bias(ctx, step):
     return epilogue_runner(ctx, step, BiasGemm)
 
 
-@lowering("quant_dot", mode="into", note="int8 x int8 weights: torch._int_mm; else exact in float64")
+@lowering("quant_dot", mode="into", note="int8 x int8 weights: torch._int_mm; else exact in float64", cublas=True)
 def quant_dot(ctx, step):
     from .patterns_quant import quant_product
 
@@ -56,7 +56,7 @@ def quant_dot(ctx, step):
     return run
 
 
-@lowering("einsum", mode="into")
+@lowering("einsum", mode="into", cublas=True)
 def einsum(ctx, step):
     t = torch()
     eq = step.ins.op.equation
@@ -104,7 +104,16 @@ def _pad_args(pb, pe):
     return out
 
 
-@lowering("convolution", mode="into",
+def tiles_the_input(step) -> bool:
+    """Whether the convolution `step` runs as a permuted copy and one cuBLAS matmul (_patch_matmul)."""
+    nsp = step.inputs[0].shape.ndim - 2
+    if nsp not in (1, 2, 3):
+        return False
+    pb, pe, strides, dils = window_attrs(step.ins.op, nsp)
+    return _tiles_the_input(step.ins.op, step.inputs[0].shape, step.inputs[1].shape, pb, pe, strides, dils)
+
+
+@lowering("convolution", mode="into", cublas=tiles_the_input,
           note="cuDNN writing the arena buffer, channels-last; windows that tile the input: a permuted copy and a matmul")
 def convolution(ctx, step):
     op = step.ins.op
@@ -113,7 +122,7 @@ def convolution(ctx, step):
     symmetric = tuple(pb) == tuple(pe)
     pads = _pad_args(pb, pe)
     padding = list(pb) if symmetric else [0] * nsp  # asymmetric pads are applied before, by F.pad
-    if _tiles_the_input(op, step.inputs[0].shape, step.inputs[1].shape, pb, pe, strides, dils):
+    if tiles_the_input(step):
         return _patch_matmul
     into = CudnnInto(strides, padding, dils, op.group)
 
@@ -321,9 +330,8 @@ class EpilogueGemm:
     tensors; later calls run the chosen one."""
 
     def __init__(self, ctx, step):
-        self.ctx, self.conv = ctx, step.kind == "conv_gemm_epilogue"
-        d = step.data
-        self.body, self.acc, self.roles, self.split = d["body"], d["acc"], d["roles"], d["split"]
+        self.ctx, self.conv = ctx, step.kind.startswith("conv_gemm")
+        self.body, self.acc, self.roles, self.split = self.epilogue(step)
         mm = step.members[-1]  # the matmul (members: reader [, reshape], matmul)
         self.in_type, self.mm_shape = mm.inputs[0].shape.dtype, mm.shape.lens
         user = step.ins
@@ -332,6 +340,12 @@ class EpilogueGemm:
         self.tuning: dict[str, dict] = {}
         self.run = None
         self.chosen = None  # the chosen candidate's launcher
+
+    def epilogue(self, step) -> tuple:
+        """(body, acc, roles, split): the epilogue's scalar body over the reader's inputs, which of
+        them are the matmul, each one's role, whether the matmul's rows are split."""
+        d = step.data
+        return d["body"], d["acc"], d["roles"], d["split"]
 
     @property
     def sources(self) -> dict[str, str]:
@@ -431,22 +445,17 @@ class BiasGemm(EpilogueGemm):
     cuBLAS out altogether (its workspace: 33 MiB on the H200; workspace.py)."""
 
     def __init__(self, ctx, step):
-        self.ctx, self.conv = ctx, step.kind == "conv_gemm"
+        super().__init__(ctx, step)
+        self.relu = step.data.get("relu", False)
+
+    def epilogue(self, step) -> tuple:
         user, mm = step.ins, step.members[-1]  # members: [add, [reshape,] matmul], or [convolution]
         if user is mm:  # a bare 1x1 convolution: the matmul is the value
-            self.body, self.acc, self.roles, self.var_types = Var(0), (0,), ("acc",), [mm.shape.dtype]
-        else:  # the add (and ReLU) over the matmul, read directly or through its row split
-            self.body, read = user.op.expr, step.members[1]
-            self.acc = tuple(k for k, x in enumerate(user.inputs) if x is read)
-            self.roles = tuple("acc" if k in self.acc else "col" for k in range(len(user.inputs)))
-            self.var_types = [x.shape.dtype for x in user.inputs]
-        self.split = len(step.members) == 3
-        self.in_type, self.mm_shape = mm.inputs[0].shape.dtype, mm.shape.lens
-        self.out_type = user.shape.dtype
-        self.relu = step.data.get("relu", False)
-        self.tuning: dict[str, dict] = {}
-        self.run = None
-        self.chosen = None
+            return Var(0), (0,), ("acc",), False
+        read = step.members[1]  # the add reads the matmul directly or through its row split
+        acc = tuple(k for k, x in enumerate(user.inputs) if x is read)
+        return user.op.expr, acc, tuple("acc" if k in acc else "col" for k in range(len(user.inputs))), \
+            len(step.members) == 3
 
     def rows(self, out, a, w, ops):
         # the bias as its [M] / [1.., M] source: broadcast over the output (a stride-0 view)

@@ -163,14 +163,14 @@ class QuantEpilogueGemm(EpilogueGemm):
         return run
 
 
-@lowering("quant_gemm_epilogue", "quant_conv_epilogue", mode="into",
+@lowering("quant_gemm_epilogue", "quant_conv_epilogue", mode="into", cublas=True,
           note="int8 / fp8 GEMM (cuBLASLt _int_mm / _scaled_mm or the Triton template's int8 / fp8 dot) "
                "with the dequantizing epilogue: autotuned")
 def quant_gemm_epilogue(ctx, step):
     return epilogue_runner(ctx, step, QuantEpilogueGemm)
 
 
-@lowering("quant_convolution", mode="into", note="int8 / fp8 GEMM over channels-last patches (cuBLASLt)")
+@lowering("quant_convolution", mode="into", cublas=True, note="int8 / fp8 GEMM over channels-last patches (cuBLASLt)")
 def quant_convolution(ctx, step):
     op, out_sp = step.ins.op, tuple(step.ins.shape.lens[2:])
     kernel = tuple(step.inputs[1].shape.lens[2:])
@@ -212,7 +212,7 @@ def packed_dot(ctx, step):
     return run
 
 
-@lowering("float8_dot", mode="into", note="cuBLASLt fp8 GEMM (torch._scaled_mm), else float32")
+@lowering("float8_dot", mode="into", cublas=True, note="cuBLASLt fp8 GEMM (torch._scaled_mm), else float32")
 def float8_dot(ctx, step):
     if quant_product(step.ins):
         return packed_dot(ctx, step)  # the same packing and call, by the operands' type

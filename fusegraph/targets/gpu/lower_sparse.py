@@ -113,13 +113,13 @@ def _register(ctx, step, dense, sparse):
     return runner
 
 
-@lowering("sparse_dot", mode="value", note="2:4 cuSPARSELt or cuBLAS, timed at compile")
+@lowering("sparse_dot", mode="value", cublas=True, note="2:4 cuSPARSELt or cuBLAS, timed at compile")
 def sparse_dot(ctx, step):
     t, kernel, lens = torch(), SparseWeight(), step.ins.shape.lens
     return _register(ctx, step, lambda a, w: t.matmul(a, w), lambda a, w: kernel(a, w).view(lens))
 
 
-@lowering("sparse_gemm_bias", mode="value", note="2:4 cuSPARSELt or cuBLASLt, with the bias epilogue, timed at compile")
+@lowering("sparse_gemm_bias", mode="value", cublas=True, note="2:4 cuSPARSELt or cuBLASLt, with the bias epilogue, timed at compile")
 def sparse_gemm_bias(ctx, step):
     t, kernel, lens = torch(), SparseWeight(), step.ins.shape.lens
     n = lens[-1]
@@ -148,7 +148,7 @@ class SparseEpilogue:
         self.epilogue(out, *[y if r == "acc" else next(it) for r in self.roles])
 
 
-@lowering("sparse_gemm_epilogue", mode="into",
+@lowering("sparse_gemm_epilogue", mode="into", cublas=True,
           note="2:4 cuSPARSELt then the epilogue's Triton kernel, or the dense epilogue GEMM: timed at compile")
 def sparse_gemm_epilogue(ctx, step):
     return _register(ctx, step, EpilogueGemm(ctx, step), SparseEpilogue(step))
@@ -163,7 +163,7 @@ def sparse_to_dense(ctx, step):
     return run
 
 
-@lowering("sparse_matmul", mode="into", note="its weight made dense once on the device, then cuBLAS")
+@lowering("sparse_matmul", mode="into", cublas=True, note="its weight made dense once on the device, then cuBLAS")
 def sparse_matmul(ctx, step):
     t, op = torch(), step.ins.op
     dense: list[Any] = []  # W [k, n], built at the first call (the warm-up run)

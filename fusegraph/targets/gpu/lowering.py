@@ -38,12 +38,19 @@ class Lowering:
     # a "value" step whose output extent it decides from the data (nms): the dynamic mode runs it
     # on the device and takes the tensor's size as the value's shape
     sizes_output: bool = False
+    # whether its step may call cuBLAS whatever the gemm mode (or a test of the step): a program
+    # holding one pays cuBLAS's workspace anyway (workspace.py)
+    cublas: bool | Callable[[Step], bool] = False
+
+    def may_call_cublas(self, step: Step) -> bool:
+        return self.cublas(step) if callable(self.cublas) else self.cublas
 
 
 LOWERINGS: dict[str, Lowering] = {}
 
 
-def lowering(*names: str, mode: str, note: str = "", sizes_output: bool = False):
+def lowering(*names: str, mode: str, note: str = "", sizes_output: bool = False,
+             cublas: bool | Callable[[Step], bool] = False):
     """Register a builder for ops `names`. Builders of "into"/"value" ops take (ctx, step) and return
     a function (run at every execution) of the input tensors (and `out` for "into"); "view" builders
     take (ctx, step) and return a function of the one input tensor."""
@@ -54,7 +61,7 @@ def lowering(*names: str, mode: str, note: str = "", sizes_output: bool = False)
         for n in names:
             if n in LOWERINGS:
                 raise CompileError(f"two gpu lowerings for {n!r}")
-            LOWERINGS[n] = Lowering(mode, fn, note, sizes_output)
+            LOWERINGS[n] = Lowering(mode, fn, note, sizes_output, cublas)
         return fn
 
     return register

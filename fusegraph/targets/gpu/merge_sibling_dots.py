@@ -55,11 +55,11 @@ class _Tail:
         return self.lead, self.bias is not None  # (add is commutative: the bias's side is the first's)
 
 
-def _single_reader(x: Instruction) -> Instruction | None:
+def single_reader(x: Instruction) -> Instruction | None:
     return x.users[0] if len(x.users) == 1 and not is_output(x) else None
 
 
-def _bias(add: Instruction, x: Instruction, n: int) -> tuple[np.ndarray, bool] | None:
+def bias_of(add: Instruction, x: Instruction, n: int) -> tuple[np.ndarray, bool] | None:
     """The [n] constant `add` adds to `x` along the last axis, and whether it is the first operand."""
     if add.op.name != "add" or len(add.inputs) != 2 or add.inputs[0] is add.inputs[1]:
         return None
@@ -78,16 +78,16 @@ def _tail(dot: Instruction, a: Instruction) -> _Tail | None:
         return None
     n = w.shape[1]
     t = _Tail([dot], w)
-    r = _single_reader(t.end)
+    r = single_reader(t.end)
     if r is not None and r.op.name == "reshape" and r.shape.lens[-1] == n:
         t.lead = tuple(r.shape.lens[:-1])
         t.chain.append(r)
-        r = _single_reader(t.end)
-    bias = _bias(r, t.end, n) if r is not None else None
+        r = single_reader(t.end)
+    bias = bias_of(r, t.end, n) if r is not None else None
     if bias is not None:
         t.bias, t.bias_first = bias
         t.chain.append(r)
-        r = _single_reader(t.end)
+        r = single_reader(t.end)
     if r is not None and r.op.kind is OpKind.POINTWISE:
         return None  # its GEMM's epilogue (gemm_epilogue)
     return t

@@ -9,8 +9,9 @@ and one run) without cuBLAS and at 42.8 MiB with it timed, eager torch at 40.3.
 
 So the default gemm mode ("auto") leaves cuBLAS out of the candidates (tuner mode "triton") where
 the workspace would be larger than all the program's own device memory (weights and activations),
-unless the program calls cuBLAS anyway (`CUBLAS_KINDS`: its workspace is paid either way). On
-the H200, fp16, the templates alone cost there (`benchmarks/gpu_gemm_modes.py`): MobileNetV2 b1
+unless the program calls cuBLAS anyway (lowerings registered with `cublas=`: the attention's math
+fallback, plain and integer matmuls, sparse and quantized GEMMs, einsum, NMS, patch-embedding
+convolutions; its workspace is paid either way). On the H200, fp16, the templates alone cost there (`benchmarks/gpu_gemm_modes.py`): MobileNetV2 b1
 0.3 % (0.2034 against 0.2027 ms), LR-ASPP b1 0.1 %, DeepLabV3 b1 1.8 %, EfficientNet-B0 b1 3.2 %,
 ShuffleNetV2 b1 4 %; peak memory 10.8 / 13.1 / 32.5 / 13.8 / 6.4 MiB against 42.8 / 44.5 / 61.7
 / 46.2 / 39.3 with cuBLAS timed. Larger programs keep timing cuBLAS: RegNetY-400MF at batch 32
@@ -24,13 +25,6 @@ import os
 from typing import Any
 
 MIB = 2**20
-# step kinds whose lowerings may call cuBLAS whatever the GEMM mode (the attention's math fallback,
-# integer and float8 products, sparse and quantized GEMMs, einsum, NMS's overlap products)
-CUBLAS_KINDS = frozenset({
-    "dot", "einsum", "quant_dot", "float8_dot", "quant_convolution", "quant_gemm_epilogue",
-    "quant_conv_epilogue", "sparse_matmul", "sparse_dot", "sparse_gemm_bias", "sparse_gemm_epilogue",
-    "attention", "nms",
-})
 
 
 def cublas_workspace_bytes(device: Any) -> int:
@@ -52,19 +46,8 @@ def cublas_workspace_bytes(device: Any) -> int:
 def leaves_cublas_out(steps: list[Any], own_bytes: int, device: Any) -> bool:
     """Whether a program of these plan steps, holding `own_bytes` of weights and activations, runs
     its GEMMs on the templates alone (see the module docstring)."""
-    if any(s.kind in CUBLAS_KINDS or (s.kind == "convolution" and _patch_matmul(s)) for s in steps):
+    from .lowering import find_lowering
+
+    if any(find_lowering(s).may_call_cublas(s) for s in steps):
         return False
     return own_bytes < cublas_workspace_bytes(device)
-
-
-def _patch_matmul(step: Any) -> bool:
-    """A convolution lowered as a patch copy and a cuBLAS matmul (lower_nn.convolution)."""
-    from ...ops.conv import window_attrs
-    from .lower_nn import _tiles_the_input
-
-    op = step.ins.op
-    nsp = step.inputs[0].shape.ndim - 2
-    if nsp not in (1, 2, 3):
-        return False
-    pb, pe, strides, dils = window_attrs(op, nsp)
-    return _tiles_the_input(op, step.inputs[0].shape, step.inputs[1].shape, pb, pe, strides, dils)
