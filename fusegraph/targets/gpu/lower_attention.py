@@ -40,9 +40,23 @@ def attention(ctx, step):
         if dead is not None:  # rows with every key masked: uniform weights, as in the model
             if not zero:
                 zero.append(q.new_zeros(()))
-            q = t.where(dead, zero[0], q)
+            q = zero_rows(q, dead, zero[0])
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale, enable_gqa=gqa)
     return run
+
+
+def zero_rows(q, dead, zero):
+    """where(dead, 0, q) laid out as q is. cuDNN's attention writes its output in its query's dim
+    order, so a query in [B, L, H, D] memory (a view of the q projection) gives an output whose
+    transpose back to [B, L, H*D] is free; a plain `where` wrote [B, H, L, D] (its broadcast mask's
+    order won), and the model's transpose + contiguous after the attention became a copy a layer
+    (DistilBERT b32 on the H200: the where 12 us, the copy 9 us a layer, against 15 us of attention)."""
+    t = torch()
+    dead = dead.reshape((1,) * (q.dim() - dead.dim()) + tuple(dead.shape))
+    order = sorted(range(q.dim()), key=lambda d: -q.stride(d))
+    out = t.empty([q.shape[d] for d in order], dtype=q.dtype, device=q.device)
+    t.where(dead.permute(order), zero, q.permute(order), out=out)
+    return out.permute([order.index(d) for d in range(q.dim())])
 
 
 def shared_mask(ctx, step):
@@ -55,11 +69,33 @@ def shared_mask(ctx, step):
     data = step.data
     key = (tuple(i.uid for i in step.inputs[3:]), step.ins.shape.dtype, data["has_mask"], repr(data.get("where")))
     holder = ctx.shared.setdefault(("attention_mask", key), {"owner": step.ins.uid})
+    if all(i.is_literal for i in step.inputs[3:]):
+        return constant_mask(holder, data)
     if holder["owner"] != step.ins.uid:
         return lambda dtype, masks: holder["value"]
 
     def compute(dtype, masks):
         holder["value"] = sdpa_mask(dtype, data, *masks)
+        return holder["value"]
+    return compute
+
+
+def constant_mask(holder: dict, data: dict):
+    """sdpa_mask of masks that are the model's constants (Swin's relative position bias and shifted-
+    window mask), made at the first run (the warm-up's, before any graph capture) and kept: no
+    per-run amax, comparison and conversion of a [windows, heads, 49, 49] mask (Swin-T b32 on the
+    H200: 300 us a call). Whether any query row has every key masked is then known, and read once:
+    when none has, q is not zeroed (a where over q a layer). Under a graph capture (no first run
+    before it) the flags stay on the device."""
+    t = torch()
+
+    def compute(dtype, masks):
+        if "value" not in holder:
+            bias, dead = sdpa_mask(dtype, data, *masks)
+            capturing = dead is not None and dead.is_cuda and t.cuda.is_current_stream_capturing()
+            if dead is not None and not capturing and not bool(dead.any()):
+                dead = None
+            holder["value"] = bias, dead
         return holder["value"]
     return compute
 

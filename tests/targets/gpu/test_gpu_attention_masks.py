@@ -175,3 +175,50 @@ def test_layers_reading_one_mask_compute_it_once_a_run(gpu_target, monkeypatch):
         feeds = {**x, "am": am}
         assert_close(p.run(feeds), run_ort(model, feeds), rtol=1e-4, atol=1e-4)
     assert attentions and len(attentions) == 2 * len(masks)
+
+
+def test_zeroed_query_rows_keep_the_querys_memory_order():
+    """zero_rows is where(dead, 0, q) in q's own dim order: with q a [B, L, H, D] projection's view,
+    its result transposed back to [B, L, H, D] is contiguous, so the attention's output (cuDNN follows
+    its query's order) reaches the next projection without a copy."""
+    torch = pytest.importorskip("torch")
+    from fusegraph.targets.gpu.lower_attention import zero_rows
+
+    packed = torch.randn(B, S, 3 * H * D)
+    q = packed[..., :H * D].reshape(B, S, H, D).transpose(1, 2)
+    for dead in (torch.tensor([True, False]).reshape(B, 1, 1, 1), torch.rand(B, 1, S, 1) > 0.5,
+                 torch.rand(S, 1) > 0.5):  # per batch row, per query row, a mask of fewer dims
+        got = zero_rows(q, dead, torch.zeros(()))
+        assert torch.equal(got, torch.where(dead, 0.0, q))
+        assert got.transpose(1, 2).is_contiguous()
+
+
+def _constant_mask_model(dead_row: bool):
+    """scores + a constant [1, H, S, S] mask (Swin's relative position bias), every key of one
+    query row at finfo(float32).min when `dead_row`."""
+    mask = randn(1, H, S, S)
+    if dead_row:
+        mask[0, 1, 3] = F32_MIN
+    return _attention([helper.make_node("Add", ["s", "m"], ["sm"])], {}, {"m": mask}, "sm")
+
+
+@pytest.mark.parametrize("dead_row", [False, True])
+@pytest.mark.parametrize("fp16", [False, True])
+def test_a_constant_mask_is_made_once_and_q_zeroed_only_for_its_dead_rows(gpu_target, monkeypatch, dead_row, fp16):
+    from fusegraph.targets.gpu import lower_attention
+
+    made, zeroed = [], []
+    sdpa_mask, zero_rows = lower_attention.sdpa_mask, lower_attention.zero_rows
+    monkeypatch.setattr(lower_attention, "sdpa_mask", lambda *a: made.append(1) or sdpa_mask(*a))
+    monkeypatch.setattr(lower_attention, "zero_rows", lambda *a: zeroed.append(1) or zero_rows(*a))
+    model, x = _constant_mask_model(dead_row)
+    p = fusegraph.parse_onnx(model)
+    p.compile(gpu_target, fusegraph.CompileOptions(fp16=fp16))
+    assert [s.kind for s in p.executable.plan.steps].count("attention") == 1
+    want = run_ort(model, x)
+    tol = 2e-2 if fp16 else 1e-4
+    for _ in range(3):
+        assert_close(p.run(x), want, rtol=tol, atol=tol)
+    assert len(made) == 1  # not once a run
+    # float16 zeroes the rows whose keys are all at the lowest (float32 keeps them apart: no zeroing)
+    assert bool(zeroed) == (dead_row and fp16)
