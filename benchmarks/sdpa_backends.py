@@ -3,7 +3,8 @@
 
     python benchmarks/sdpa_backends.py [--batch 1] [--heads 8] [--kv-heads 4] [--seq 128] [--dim 64]
 
-For each form (no mask, an additive [B, 1, 1, S] padding mask, an additive [B, 1, L, S] causal mask;
+For each form (no mask, an additive [B, 1, 1, S] padding mask, an additive [B, 1, L, S] causal mask,
+an additive [1, H, L, S] bias (Swin's relative position bias: --masks bias, --seq 49 --dim 32);
 q, k, v dense [B, H, L, D] or strided views of one [B, L, 3, H, D] projection; grouped-query k/v
 with enable_gqa) and each fused backend alone (flash, memory-efficient, cuDNN): whether it runs, its
 time (CUDA events, gpu_vs_torch.time_alternating's rounds, median), the output's strides (is it [B, L, H, D] in
@@ -28,7 +29,15 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from benchmarks.gpu_vs_torch import time_alternating  # noqa: E402
 
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-            "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+            "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH,
+            "bmm": None}  # no SDPA: two batched products around a half-precision softmax (Inductor's form)
+
+
+def composed(q, k, v, mask, gqa):
+    if gqa:
+        raise RuntimeError("bmm: no grouped-query form")
+    s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    return (s if mask is None else s + mask).softmax(-1) @ v
 
 
 def operands(b: int, h: int, hkv: int, s: int, d: int, layout: str, dev: str):
@@ -44,9 +53,11 @@ def operands(b: int, h: int, hkv: int, s: int, d: int, layout: str, dev: str):
             v.reshape(b, s, hkv, d).transpose(1, 2))
 
 
-def mask_of(kind: str, b: int, s: int, dev: str):
+def mask_of(kind: str, b: int, h: int, s: int, dev: str):
     if kind == "none":
         return None
+    if kind == "bias":
+        return torch.randn(1, h, s, s, device=dev, dtype=torch.float16)
     if kind == "padding":
         m = torch.zeros(b, 1, 1, s, device=dev, dtype=torch.float16)
         m[..., s - s // 8:] = -65504.0  # the last eighth of every sequence padded
@@ -67,18 +78,20 @@ def main() -> None:
     ap.add_argument("--kv-heads", type=int, default=4)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--dim", type=int, default=64)
+    ap.add_argument("--masks", default="none,padding,causal", help="of none, padding, causal, bias")
+    ap.add_argument("--no-gqa", action="store_true", help="only the forms with as many k/v heads as q's")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
     dev = "cuda"
     rows = []
-    for gqa in (False, True):
+    for gqa in (False,) if args.no_gqa else (False, True):
         hkv = args.kv_heads if gqa else args.heads
         for layout in ("dense", "packed"):
             q, k, v = operands(args.batch, args.heads, hkv, args.seq, args.dim, layout, dev)
-            for mask_kind in ("none", "padding", "causal"):
-                mask = mask_of(mask_kind, args.batch, args.seq, dev)
+            for mask_kind in args.masks.split(","):
+                mask = mask_of(mask_kind, args.batch, args.heads, args.seq, dev)
 
                 def call(q=q, k=k, v=v, mask=mask, gqa=gqa):
                     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
@@ -87,9 +100,15 @@ def main() -> None:
                 for name, backend in BACKENDS.items():
                     row = {"gqa": gqa, "layout": layout, "mask": mask_kind, "backend": name}
                     try:
-                        with sdpa_kernel(backend):
-                            out = call()
-                            row["us"] = round(timed(call), 2)
+                        if backend is None:
+                            def bmm(q=q, k=k, v=v, mask=mask, gqa=gqa):
+                                return composed(q, k, v, mask, gqa)
+                            out = bmm()
+                            row["us"] = round(timed(bmm), 2)
+                        else:
+                            with sdpa_kernel(backend):
+                                out = call()
+                                row["us"] = round(timed(call), 2)
                         row["out_strides"] = list(out.stride())
                         row["out_is_blhd"] = out.transpose(1, 2).is_contiguous()
                         row["max_diff_vs_math"] = float((out.float() - ref).abs().max())

@@ -23,8 +23,6 @@ from .lowering import lowering
 def attention(ctx, step):
     from .view_chain import apply
 
-    t = torch()
-    F = t.nn.functional
     data = step.data
     scale = data["scale"]
     chains = data["chains"]  # q, K^T, v from the pattern's inputs: strided views where they can be
@@ -32,6 +30,12 @@ def attention(ctx, step):
 
     mask = shared_mask(ctx, step)
     zero: list = []  # where's 0 as a device tensor, made once (a Python 0 is a fill kernel every run)
+    if ctx.tuner is None:
+        from .autotune import Tuner
+
+        ctx.tuner = Tuner.for_device(ctx.device)
+    tuned = TunedAttention(ctx.tuner, scale, gqa)
+    ctx.kernels.append(tuned)
 
     def run(q, kt, v, *masks):
         q, kt, v = (apply(x, c) for x, c in zip((q, kt, v), chains))
@@ -41,8 +45,66 @@ def attention(ctx, step):
             if not zero:
                 zero.append(q.new_zeros(()))
             q = zero_rows(q, dead, zero[0])
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale, enable_gqa=gqa)
+        return tuned(q, k, v, bias)
     return run
+
+
+class TunedAttention:
+    """The attention kernel of one step, chosen by the tuner at its first call (while compiling, before
+    graph capture) on the step's own tensors: scaled_dot_product_attention as torch dispatches it
+    (the first candidate: the choice where nothing is timed, Triton's interpreter), each of its fused
+    backends forced, and triton_attention's short-sequence kernel. torch picks a backend by what the
+    inputs allow, not by speed: on Swin's 49-token windows its choice (cuDNN) is the slowest."""
+
+    BACKENDS = ("cudnn", "flash", "efficient")
+
+    def __init__(self, tuner, scale, gqa):
+        self.tuner, self.scale, self.gqa = tuner, scale, gqa
+        self.sources: dict[str, str] = {}  # (ctx.kernels' interface: no generated source)
+        self.tuning: dict[str, dict] = {}
+        self.run = None
+
+    def __call__(self, q, k, v, bias):
+        if self.run is None:
+            self._choose(q, k, v, bias)
+        return self.run(q, k, v, bias)
+
+    def _choose(self, q, k, v, bias) -> None:
+        from .autotune import Candidate
+
+        def order(x):
+            return tuple(sorted(range(x.dim()), key=lambda d: -x.stride(d)))
+        form = None if bias is None else (tuple(bias.shape), tuple(s == 0 for s in bias.stride()), bias.dtype)
+        key = (f"attention q{tuple(q.shape)}{order(q)} k{tuple(k.shape)}{order(k)} v{order(v)} {q.dtype} "
+               f"bias{form} scale={self.scale} gqa={self.gqa}")
+        candidates = [Candidate("sdpa", lambda: self._sdpa(None))]
+        if q.is_cuda:
+            candidates += [Candidate(f"sdpa-{b}", lambda b=b: self._sdpa(b)) for b in self.BACKENDS]
+            candidates.append(Candidate("small", lambda: self._small))
+        name, self.run = self.tuner.choose(key, candidates, (q, k, v, bias))
+        self.tuning[key] = {"name": name}
+
+    def _sdpa(self, backend: str | None):
+        t = torch()
+        F = t.nn.functional
+        scale, gqa = self.scale, self.gqa
+        if backend is None:
+            return lambda q, k, v, bias: F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale,
+                                                                        enable_gqa=gqa)
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        chosen = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+                  "efficient": SDPBackend.EFFICIENT_ATTENTION}[backend]
+
+        def run(q, k, v, bias):
+            with sdpa_kernel([chosen]):
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale, enable_gqa=gqa)
+        return run
+
+    def _small(self, q, k, v, bias):
+        from .triton_attention import small_attention
+
+        return small_attention(q, k, v, bias, self.scale)
 
 
 def zero_rows(q, dead, zero):

@@ -1,0 +1,99 @@
+"""triton_attention.small_attention, the attention step's short-sequence candidate (issue 23: Swin's
+49-token windows), against torch's math attention: strided q, k, v views of one projection, masks
+read through their broadcast strides, grouped-query heads, rows in several blocks, head dims that
+are not powers of two; then in a compiled model against ONNX Runtime. On a CUDA machine the device
+runs it; elsewhere Triton's interpreter (the gpu_target fixture's)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import fusegraph
+from tests.util import assert_close, make_model, run_ort
+
+
+@pytest.fixture
+def device(gpu_target):
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _packed(b, n, h, hkv, d, device):
+    import torch
+
+    x = torch.randn(b, n, (h + 2 * hkv) * d, device=device).half()
+    q, k, v = x.split([h * d, hkv * d, hkv * d], -1)
+    return (q.reshape(b, n, h, d).transpose(1, 2), k.reshape(b, n, hkv, d).transpose(1, 2),
+            v.reshape(b, n, hkv, d).transpose(1, 2))
+
+
+@pytest.mark.parametrize("b, n, h, hkv, d, bias", [
+    (4, 49, 3, 3, 32, "heads"),      # Swin: a relative position bias [1, H, L, S]
+    (2, 49, 2, 2, 32, "full"),       # Swin's shifted windows: a mask for every window and head
+    (2, 100, 2, 2, 24, "padding"),   # two row blocks, a head dim of 24, a key padding mask [B, 1, 1, S]
+    (2, 20, 4, 1, 16, None),         # grouped-query heads, no mask
+])
+def test_small_attention_matches_math_attention(device, b, n, h, hkv, d, bias):
+    import torch
+    import torch.nn.functional as F
+
+    from fusegraph.targets.gpu.triton_attention import small_attention
+
+    torch.manual_seed(0)
+    q, k, v = _packed(b, n, h, hkv, d, device)
+    shape = {"heads": (1, h, n, n), "full": (b, h, n, n), "padding": (b, 1, 1, n), None: None}[bias]
+    mask = None if shape is None else torch.randn(shape, device=device).half()
+    if bias == "padding":
+        mask[:, ..., n - 7:] = -65504.0
+    got = small_attention(q, k, v, mask, None)
+    kk, vv = (x.repeat_interleave(h // hkv, 1) for x in (k, v))
+    want = F.scaled_dot_product_attention(q.float(), kk.float(), vv.float(),
+                                          attn_mask=None if mask is None else mask.float())
+    assert got.dtype == torch.float16 and got.shape == q.shape
+    torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
+    assert got.transpose(1, 2).is_contiguous()  # q's [B, L, H, D] memory order
+
+
+def test_small_attention_refuses_what_it_does_not_take(device):
+    import torch
+
+    from fusegraph.targets.gpu.triton_attention import small_attention
+
+    q, k, v = _packed(1, 200, 2, 2, 16, device)  # 200 keys: more than one key block
+    with pytest.raises(RuntimeError):
+        small_attention(q, k, v, None, None)
+    with pytest.raises(RuntimeError):  # float32: the library keeps it exact
+        small_attention(*(x.float() for x in _packed(1, 8, 2, 2, 16, device)), None, None)
+    assert torch.float16 == q.dtype
+
+
+def test_a_model_whose_attention_runs_the_small_kernel_matches_onnxruntime(gpu_target, monkeypatch):
+    """The step forced onto the small kernel (the tuner picks it only where it is the fastest on the
+    device): q, k, v from the pattern's view chains, a constant relative bias, fp16."""
+    from fusegraph.targets.gpu import lower_attention
+
+    chosen = []
+
+    def choose(self, q, k, v, bias):
+        chosen.append(1)
+        self.run = self._small
+    monkeypatch.setattr(lower_attention.TunedAttention, "_choose", choose)
+    rng = np.random.default_rng(5)
+    b, h, n, d = 3, 2, 49, 16
+    x = {"q": rng.standard_normal((b, h, n, d)).astype(np.float32),
+         "k": rng.standard_normal((b, h, n, d)).astype(np.float32),
+         "v": rng.standard_normal((b, h, n, d)).astype(np.float32)}
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Mul", ["s", "c"], ["ss"]),
+             helper.make_node("Add", ["ss", "m"], ["sm"]), helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    inits = {"c": np.array(d ** -0.5, np.float32), "m": rng.standard_normal((1, h, n, n)).astype(np.float32)}
+    model = make_model(nodes, x, ["y"], initializers=inits)
+    p = fusegraph.parse_onnx(model)
+    p.compile(gpu_target, fusegraph.CompileOptions(fp16=True))
+    assert [s.kind for s in p.executable.plan.steps].count("attention") == 1
+    assert_close(p.run(x), run_ort(model, x), rtol=2e-2, atol=2e-2)
+    assert chosen
