@@ -90,6 +90,17 @@ class Program:
                 new.modules[name]._attach(copied, None)
         return new
 
+    def discard_module(self, module: Module) -> None:
+        """Forget `module` (and the bodies inside it): drop it and its instructions' uses of outer
+        values, so that those are not kept alive by a body nothing runs."""
+        for ins in module.instructions:
+            for sub in ins.module_args:
+                self.discard_module(sub)
+            for i in ins.inputs:
+                if ins in i.users:
+                    i.users.remove(ins)
+        self.modules.pop(module.name, None)
+
     def remove_unused_modules(self) -> None:
         used = {m.name for m in self.modules_in_order()}
         for name in list(self.modules):

@@ -12,6 +12,7 @@ from .eliminate_pad import eliminate_pad
 from .fold_symbolic_shapes import fold_symbolic_shapes
 from .fuse_pointwise import fuse_pointwise
 from .fuse_reduce import fuse_reduce
+from .inline_constant_if import inline_constant_if
 from .manager import Fixpoint, PassManager, run_pipeline
 from .memory_coloring import memory_coloring
 from .propagate_constant import propagate_constant
@@ -21,7 +22,7 @@ from .simplify_reshapes import simplify_reshapes
 
 
 def simplify_pipeline() -> list:
-    return [Fixpoint((eliminate_identity, propagate_constant, fold_symbolic_shapes, simplify_reshapes, simplify_algebra,
+    return [Fixpoint((eliminate_identity, propagate_constant, inline_constant_if, fold_symbolic_shapes, simplify_reshapes, simplify_algebra,
                       eliminate_pad, eliminate_common_subexpression, eliminate_dead_code))]
 
 
@@ -36,6 +37,6 @@ def generic_pipeline(fuse: bool = True, before_fusion: tuple = ()) -> list:
 
 __all__ = [
     "Fixpoint", "PassManager", "eliminate_common_subexpression", "eliminate_dead_code", "eliminate_identity", "eliminate_pad",
-    "fold_symbolic_shapes", "fuse_pointwise", "fuse_reduce", "generic_pipeline", "memory_coloring", "propagate_constant", "run_pipeline", "schedule_for_memory",
+    "fold_symbolic_shapes", "fuse_pointwise", "fuse_reduce", "generic_pipeline", "inline_constant_if", "memory_coloring", "propagate_constant", "run_pipeline", "schedule_for_memory",
     "simplify_algebra", "simplify_pipeline", "simplify_reshapes",
 ]

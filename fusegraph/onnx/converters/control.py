@@ -30,13 +30,7 @@ def module_name(node, what: str) -> str:
 
 def discard_module(program: Program, module: Module) -> None:
     """Forget a parsed body (and the bodies inside it): drop it and its uses of outer values."""
-    for ins in module.instructions:
-        for sub in ins.module_args:
-            discard_module(program, sub)
-        for i in ins.inputs:
-            if ins in i.users:
-                i.users.remove(ins)
-    program.modules.pop(module.name, None)
+    program.discard_module(module)
 
 
 def _standard(s: ValueShape) -> ValueShape:
