@@ -103,6 +103,7 @@ def load_tables() -> None:
             lower_nms,
             lower_nn,
             lower_quant,
+            lower_recurrent,
             lower_resize,
             lower_tensor,
         )
