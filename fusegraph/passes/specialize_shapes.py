@@ -6,12 +6,14 @@ at that shape. Values that were only known at run time become constants (`shape_
 tensor), constant folding carries them on, and the run-time-shaped movement ops whose shape inputs
 became constants turn back into their static forms: what remains is a static program for a target's
 normal pipeline (fusions, kernels, memory plan). Dims that depend on data (nonzero, unique) stay
-dynamic. The input program is not changed: its instructions are copied, its literals shared.
+dynamic. An `if` whose condition became constant (it read a shape, or an input given by value) is
+replaced by the branch it takes (inline_constant_if). The input program is not changed: its instructions are copied, its literals shared.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,14 +27,18 @@ from ..ir.shape import Shape
 from ..ops.movement import normalize_axes, resolve_reshape_dims, slice_bounds
 from .constants import small_constant
 from .eliminate_dead_code import eliminate_dead_code
+from .inline_constant_if import inline_constant_if
 from .propagate_constant import GROWTH_LIMIT_BYTES, propagate_constant
 
 QUANTIZED_FORMS = frozenset({"dequantize_linear"})  # what specialize leaves unfolded
 
 
-def specialize(program: Program, lens: Mapping[str, Sequence[int]]) -> Program:
+def specialize(program: Program, lens: Mapping[str, Sequence[int]],
+               values: Mapping[str, Any] | None = None) -> Program:
     """A static copy of `program` for inputs of these `lens` (by parameter name; each must fit the
-    parameter's dims: the caller validated the run's inputs)."""
+    parameter's dims: the caller validated the run's inputs). `values`: inputs whose value is known
+    too (passes/specialize_values.py): they stay parameters, read by nothing; a literal of the value
+    takes their place, and an `if` that it decides is replaced by the branch taken."""
     out = Program(empty=True)
     out.metadata = dict(program.metadata)
     copies: dict[int, Instruction] = {}
@@ -44,9 +50,12 @@ def specialize(program: Program, lens: Mapping[str, Sequence[int]]) -> Program:
         shapes[name] = Shape.of(p.shape.dtype, lens[name])
     _copy_module(program.main, out, None, copies, shapes)
     main = out.main
+    for name, value in (values or {}).items():
+        param = main.get_parameter(name)
+        main.replace(param, main.add_literal(np.asarray(value, dtype=param.shape.dtype.np).reshape(param.shape.lens)))
     # each round makes constants the next can use; quantized weights stay quantized (their
     # dequantize unfolded), as the target's integer lowerings read them: its pipeline folds the rest
-    while _resolve(main) | propagate_constant(main, keep=QUANTIZED_FORMS):
+    while _resolve(main) | propagate_constant(main, keep=QUANTIZED_FORMS) | inline_constant_if(main):
         pass
     eliminate_dead_code(main)
     return out

@@ -183,6 +183,7 @@ class Executable:
 class Target:
     name: str = ""
     specializes: bool = False  # compiles dynamic input dims per concrete shape (targets/specialize.py)
+    specializes_values: bool = False  # and small integer inputs that decide an `if`, per value (likewise)
 
     def passes(self, options: CompileOptions) -> list[Callable]:
         """The target's pass pipeline."""
@@ -225,9 +226,10 @@ class Target:
         return contextlib.nullcontext
 
     def _specializes(self, program: Program, options: CompileOptions) -> bool:
-        from .specialize import has_dynamic_inputs
+        from .specialize import has_dynamic_inputs, value_inputs
 
-        return self.specializes and options.optimize and options.dynamic_cache_size > 0 and has_dynamic_inputs(program)
+        return self.specializes and options.optimize and options.dynamic_cache_size > 0 and (
+            has_dynamic_inputs(program) or bool(value_inputs(self, program)))
 
     def compile(self, program: Program, options: CompileOptions | None = None, manager: Any = None) -> Executable:
         """Run the target's pipeline on `program` in place, then lower it. `manager` (a PassManager)

@@ -42,6 +42,7 @@ from . import ops_quant  # noqa: F401  (registers the quantized product ops a co
 class GpuTarget(Target):
     name = "gpu"
     specializes = True  # dynamic input dims: one static compile per input shape (targets/specialize.py)
+    specializes_values = True  # an integer input deciding an `if` (a sample rate): one static compile per value
 
     def __init__(self, device: str | None = None, graph_mode: bool = True, host_fallback: bool = True,
                  gemm: str | None = None):
