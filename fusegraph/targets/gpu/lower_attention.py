@@ -29,7 +29,6 @@ def attention(ctx, step):
     gqa = data.get("gqa", False)  # k and v with fewer heads than q, each read by a group of q's heads
 
     mask = shared_mask(ctx, step)
-    zero: list = []  # where's 0 as a device tensor, made once (a Python 0 is a fill kernel every run)
     if ctx.tuner is None:
         from .autotune import Tuner
 
@@ -41,11 +40,7 @@ def attention(ctx, step):
         q, kt, v = (apply(x, c) for x, c in zip((q, kt, v), chains))
         q, k, v = (sdpa_operand(x) for x in (q, kt.transpose(-1, -2), v))
         bias, dead = mask(q.dtype, masks)
-        if dead is not None:  # rows with every key masked: uniform weights, as in the model
-            if not zero:
-                zero.append(q.new_zeros(()))
-            q = zero_rows(q, dead, zero[0])
-        return tuned(q, k, v, bias)
+        return tuned(q, k, v, bias, dead)
     return run
 
 
@@ -63,48 +58,60 @@ class TunedAttention:
         self.sources: dict[str, str] = {}  # (ctx.kernels' interface: no generated source)
         self.tuning: dict[str, dict] = {}
         self.run = None
+        self.zero: list = []  # where's 0 as a device tensor, made once (a Python 0 is a fill kernel every run)
 
-    def __call__(self, q, k, v, bias):
+    def __call__(self, q, k, v, bias, dead):
+        """Attention of q, k, v under the additive `bias`; `dead` (or None) marks the query rows whose
+        every key is masked, which get uniform weights, as in the model (read as zero queries)."""
         if self.run is None:
-            self._choose(q, k, v, bias)
-        return self.run(q, k, v, bias)
+            self._choose(q, k, v, bias, dead)
+        return self.run(q, k, v, bias, dead)
 
-    def _choose(self, q, k, v, bias) -> None:
+    def _choose(self, q, k, v, bias, dead) -> None:
         from .autotune import Candidate
 
         def order(x):
             return tuple(sorted(range(x.dim()), key=lambda d: -x.stride(d)))
         form = None if bias is None else (tuple(bias.shape), tuple(s == 0 for s in bias.stride()), bias.dtype)
         key = (f"attention q{tuple(q.shape)}{order(q)} k{tuple(k.shape)}{order(k)} v{order(v)} {q.dtype} "
-               f"bias{form} scale={self.scale} gqa={self.gqa}")
+               f"bias{form} dead{None if dead is None else tuple(dead.shape)} scale={self.scale} gqa={self.gqa}")
         candidates = [Candidate("sdpa", lambda: self._sdpa(None))]
         if q.is_cuda:
             candidates += [Candidate(f"sdpa-{b}", lambda b=b: self._sdpa(b)) for b in self.BACKENDS]
             candidates.append(Candidate("small", lambda: self._small))
-        name, self.run = self.tuner.choose(key, candidates, (q, k, v, bias))
+        name, self.run = self.tuner.choose(key, candidates, (q, k, v, bias, dead))
         self.tuning[key] = {"name": name}
 
     def _sdpa(self, backend: str | None):
+        import contextlib
+
         t = torch()
         F = t.nn.functional
         scale, gqa = self.scale, self.gqa
         if backend is None:
-            return lambda q, k, v, bias: F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale,
-                                                                        enable_gqa=gqa)
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+            within = contextlib.nullcontext
+        else:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        chosen = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
-                  "efficient": SDPBackend.EFFICIENT_ATTENTION}[backend]
+            chosen = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+                      "efficient": SDPBackend.EFFICIENT_ATTENTION}[backend]
 
-        def run(q, k, v, bias):
-            with sdpa_kernel([chosen]):
+            def within():
+                return sdpa_kernel([chosen])
+
+        def run(q, k, v, bias, dead):
+            if dead is not None:
+                if not self.zero:
+                    self.zero.append(q.new_zeros(()))
+                q = zero_rows(q, dead, self.zero[0])
+            with within():
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale, enable_gqa=gqa)
         return run
 
-    def _small(self, q, k, v, bias):
+    def _small(self, q, k, v, bias, dead):
         from .triton_attention import small_attention
 
-        return small_attention(q, k, v, bias, self.scale)
+        return small_attention(q, k, v, bias, self.scale, dead)
 
 
 def zero_rows(q, dead, zero):

@@ -176,7 +176,10 @@ def test_layers_reading_one_mask_compute_it_once_a_run(gpu_target, monkeypatch):
     for am in (x["am"], np.ones_like(x["am"]), 1 - x["am"]):
         feeds = {**x, "am": am}
         assert_close(p.run(feeds), run_ort(model, feeds), rtol=1e-4, atol=1e-4)
-    assert attentions and len(attentions) == 2 * len(masks)
+    if p.executable.graph is not None:  # CUDA: the runs replay the graph, no Python step runs
+        assert not masks and not attentions
+    else:
+        assert attentions and len(attentions) == 2 * len(masks)
 
 
 def test_zeroed_query_rows_keep_the_querys_memory_order():

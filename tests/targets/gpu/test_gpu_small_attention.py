@@ -77,7 +77,7 @@ def test_a_model_whose_attention_runs_the_small_kernel_matches_onnxruntime(gpu_t
 
     chosen = []
 
-    def choose(self, q, k, v, bias):
+    def choose(self, q, k, v, bias, dead):
         chosen.append(1)
         self.run = self._small
     monkeypatch.setattr(lower_attention.TunedAttention, "_choose", choose)
@@ -97,3 +97,38 @@ def test_a_model_whose_attention_runs_the_small_kernel_matches_onnxruntime(gpu_t
     assert [s.kind for s in p.executable.plan.steps].count("attention") == 1
     assert_close(p.run(x), run_ort(model, x), rtol=2e-2, atol=2e-2)
     assert chosen
+
+
+def test_small_attention_reads_dead_rows_as_zero_queries(device):
+    """Rows marked dead (every key masked) weigh all keys alike: the mean of v, as the zeroed query
+    gives SDPA (lower_attention.zero_rows); per batch row and per query row."""
+    import torch
+
+    from fusegraph.targets.gpu.triton_attention import small_attention
+
+    torch.manual_seed(1)
+    q, k, v = _packed(2, 30, 2, 2, 16, device)
+    for dead in (torch.tensor([True, False], device=device).reshape(2, 1, 1, 1),
+                 torch.rand(2, 1, 30, 1, device=device) > 0.5):
+        got = small_attention(q, k, v, None, None, dead)
+        want = small_attention(torch.where(dead, 0.0, q.float()).half(), k, v, None, None)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        rows = dead.expand(2, 2, 30, 1)[..., 0]
+        mean = v.float().mean(-2, keepdim=True).expand_as(q)
+        torch.testing.assert_close(got.float()[rows], mean[rows], rtol=2e-2, atol=2e-2)
+
+
+def test_padded_rows_on_the_small_kernel_match_onnxruntime(gpu_target, monkeypatch):
+    """transformers' eager padding mask with a batch row all padding (its queries' keys all masked),
+    fp16, the step forced onto the small kernel: its rows get the model's uniform weights."""
+    from fusegraph.targets.gpu import lower_attention
+    from tests.targets.gpu.test_gpu_attention_masks import _hf_eager_model
+
+    def choose(self, q, k, v, bias, dead):
+        assert dead is not None  # float16 and a runtime mask: the rows are found each run
+        self.run = self._small
+    monkeypatch.setattr(lower_attention.TunedAttention, "_choose", choose)
+    model, x = _hf_eager_model()
+    p = fusegraph.parse_onnx(model)
+    p.compile(gpu_target, fusegraph.CompileOptions(fp16=True))
+    assert_close(p.run(x), run_ort(model, x), rtol=2e-2, atol=2e-2)
