@@ -10,7 +10,7 @@ from . import torch_expr
 from .device import torch, torch_dtype
 from .launch import PointwiseLauncher, ReduceLauncher
 from .lowering import lowering
-from .triton_expr import expr_types, triton_types_ok
+from .triton_expr import expr_types, literal_exponents, triton_types_ok
 from .triton_reduce import Unsupported, analyze_body
 
 POINTWISE = sorted(n for n, c in registered_ops().items() if issubclass(c, PointwiseOp) and n != "identity")
@@ -19,7 +19,7 @@ POINTWISE = sorted(n for n, c in registered_ops().items() if issubclass(c, Point
 @lowering(*POINTWISE, mode="into", note="generated Triton kernel")
 def pointwise(ctx, step):
     ins = step.ins
-    expr = ins.op.expr
+    expr = literal_exponents(ins.op.expr, step.inputs)
     in_types = [x.shape.dtype for x in step.inputs]
     out_type = ins.shape.dtype
     if triton_types_ok([*in_types, out_type, *expr_types(expr, in_types)]):

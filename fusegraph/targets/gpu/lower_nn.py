@@ -15,6 +15,7 @@ from ...ops.scalar import Var
 from .device import torch
 from .lowering import lowering
 from .patterns import FLOATS
+from .triton_expr import literal_exponents
 
 
 # -- matmul -----------------------------------------------------------------------------------------
@@ -335,6 +336,7 @@ class EpilogueGemm:
         mm = step.members[-1]  # the matmul (members: reader [, reshape], matmul)
         self.in_type, self.mm_shape = mm.inputs[0].shape.dtype, mm.shape.lens
         user = step.ins
+        self.body = literal_exponents(self.body, user.inputs)
         self.var_types = [mm.shape.dtype if r == "acc" else x.shape.dtype for r, x in zip(self.roles, user.inputs)]
         self.out_type = user.shape.dtype
         self.tuning: dict[str, dict] = {}

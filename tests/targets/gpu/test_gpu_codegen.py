@@ -45,6 +45,33 @@ def test_half_conversion_rounds_then_computes_in_float32():
     assert lines == ["t0 = (x0).to(tl.float16).to(tl.float32)"] and dt == F16
 
 
+def test_small_literal_powers_are_products_and_others_stay_powf():
+    assert render("pow(x0, 3.0)", [F32])[0] == ["t0 = (x0) * (x0) * (x0)"]
+    assert render("pow(x0, 2)", [F16])[0] == ["t0 = (x0) * (x0)"]
+    assert render("pow(x0, 4.0)", [F32])[0] == ["t0 = libdevice.pow((x0), (4.0))"]
+    assert "libdevice.pow" in render("pow(x0, x1)", [F32, F32])[0][0]  # a run-time exponent
+    assert "float64" in render("pow(x0, 3)", [I64])[0][0]  # integers keep their exact path
+
+
+def test_a_literal_exponent_input_is_written_into_the_body():
+    """GPT-2's tanh GELU reaches the fused body as pow(x0, x3) with x3 a one-element literal input."""
+    import numpy as np
+
+    from fusegraph.ir.module import Module
+    from fusegraph.ir.shape import Shape
+    from fusegraph.targets.gpu.triton_expr import literal_exponents
+
+    m = Module("m")
+    x = m.add_parameter("x", Shape.of(F32, (4,)))
+    three, half = (m.add_literal(np.array([v], np.float32)) for v in (3.0, 0.5))
+    n = m.add_literal(np.array(3, np.int64))
+    body = parse_expr("add(pow(x0, x1), pow(x0, x2))")
+    assert str(literal_exponents(body, [x, three, half])) == "add(pow(x0, 3.0), pow(x0, x2))"
+    assert str(literal_exponents(parse_expr("pow(x0, x1)"), [x, x])) == "pow(x0, x1)"  # data: kept
+    ints = m.add_parameter("i", Shape.of(I64, (4,)))
+    assert str(literal_exponents(parse_expr("pow(x0, x1)"), [ints, n])) == "pow(x0, x1)"  # integer pow kept
+
+
 def test_python_mod_from_the_c_remainder():
     lines, _, _ = render("mod(x0, x1)", [I64, I64])
     assert "tl.where" in lines[0] and "% (x1)" in lines[0]
