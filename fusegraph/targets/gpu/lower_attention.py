@@ -1,16 +1,19 @@
-"""Attention (patterns_attention.py) as one torch.nn.functional.scaled_dot_product_attention call.
+"""Attention (patterns_attention.py) as one kernel: torch's scaled_dot_product_attention (as torch
+dispatches it, or one of its fused backends forced) or triton_attention's short-sequence kernel,
+whichever the tuner times fastest on the step's own tensors (`TunedAttention`).
 
-SDPA takes one additive mask of the query's type (or a boolean one). The pattern's mask and
-Where-fill become that mask: converted with values beyond the type's range clamped to it (a float32
-finfo.min mask is -inf in float16; the fill takes the same clamp), added in float32 when both apply.
+The kernels take one additive mask of the query's type. The pattern's mask and Where-fill become
+that mask: converted with values beyond the type's range clamped to it (a float32 finfo.min mask is
+-inf in float16; the fill takes the same clamp), added in float32 when both apply. A mask that is
+the model's constant is converted once (`constant_mask`).
 
 A query row whose every key is masked gets uniform weights in the model: the float32 scores plus
 finfo(float32).min all round to finfo.min, and a Where sets them all to its fill. SDPA adds the
 float16 lowest (-65504) in float32 without absorbing the scores (softmax of the scores instead), and
 a boolean mask gives zeros. So such rows are found (keys masked by the Where, or float16 mask
-values at the lowest) and their query is zeroed: equal scores, uniform weights, the mean of v.
-The zeroing is one `where`, whose result keeps q's layout (that of k and v, slices of one
-projection); masked_fill's copy made q contiguous first, a second kernel per layer.
+values at the lowest) and their query is read as zeros: equal scores, uniform weights, the mean of
+v. Before SDPA that is one `where` in q's own memory order (`zero_rows`); the Triton kernel zeroes
+them in registers.
 """
 
 from __future__ import annotations
