@@ -76,6 +76,8 @@ class IndexChecks:
                 raise ExecutionError(f"{op}: input {what!r} indexes an axis of length 0")
             if self.eager:
                 check_range(op, idx.cpu().numpy(), n, what)
+            if not per_axis and idx.numel():
+                return wrapped(idx, ext, cell)
             inside = t.clamp(idx, low, high)
             cell.logical_or_((inside != idx).any())
             return t.remainder(inside, ext)  # [-n, n) -> [0, n)
@@ -147,3 +149,35 @@ class IndexChecks:
         if bad is not None:
             raise ExecutionError(f"{bad}: an input index was outside its axis in an earlier run_device or "
                                  "run_async call; that run's outputs are not valid")
+
+
+_wrap_kernel = None
+
+
+def wrapped(idx: Any, n: int, cell: Any) -> Any:
+    """`idx` (int64) clamped into [-n, n) and counted from the start, [0, n); `cell` set when some
+    index was outside: what the wrapper's clamp, comparison, any, or and remainder do in five
+    kernels, in one Triton kernel (an embedding lookup was seven kernels with its gather and copy;
+    GPT-2 has two such lookups a run)."""
+    global _wrap_kernel
+    t = torch()
+    if _wrap_kernel is None:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def wrap_indices(idx_ptr, out_ptr, cell_ptr, numel, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            live = offs < numel
+            i = tl.load(idx_ptr + offs, mask=live, other=0)
+            inside = tl.minimum(tl.maximum(i, -n), n - 1)
+            tl.store(out_ptr + offs, tl.where(inside < 0, inside + n, inside), mask=live)
+            bad = live & ((i < -n) | (i >= n))
+            tl.store(cell_ptr + offs * 0, tl.full([BLOCK], 1, tl.uint8), mask=bad)
+
+        _wrap_kernel = wrap_indices
+    idx = idx.contiguous()
+    out = t.empty_like(idx)
+    block = 1024
+    _wrap_kernel[((idx.numel() + block - 1) // block,)](idx, out, cell.view(t.uint8), idx.numel(), n, BLOCK=block)
+    return out

@@ -145,3 +145,26 @@ def test_a_bad_earlier_stage_is_raised_by_the_last_stages_result(gpu_target):
     first = p.run_async(good, stream=s)
     last = second.run_async({"y": first.device_outputs[0]}, stream=s, after=[first])
     np.testing.assert_array_equal(last.result()[0].cpu().numpy(), -want)
+
+
+@pytest.mark.parametrize("values, flagged", [
+    ([0, 3, -1, -4, 2], False),      # in range, negatives counted from the end
+    ([0, 4, 1], True),               # one past the end
+    ([-5, 1], True),                 # one before the start
+    ([[1, 2], [3, 9]], True),        # a 2-D index tensor, the last entry out
+])
+def test_the_fused_wrap_kernel_matches_clamp_and_remainder(gpu_target, values, flagged):
+    """index_checks.wrapped (one Triton kernel) gives what the clamp / remainder ops gave, and sets
+    its cell exactly when an index is outside [-n, n)."""
+    t = _torch()
+    from fusegraph.targets.gpu.index_checks import wrapped
+
+    dev = "cuda" if t.cuda.is_available() else "cpu"
+    n = 4
+    for dtype in (t.int64, t.int32):
+        idx = t.tensor(values, dtype=dtype, device=dev)
+        cell = t.zeros(3, dtype=t.bool, device=dev)[1:2]
+        got = wrapped(idx.to(t.int64), n, cell)
+        want = t.remainder(t.clamp(idx.to(t.int64), -n, n - 1), n)
+        assert t.equal(got, want) and got.dtype == t.int64
+        assert bool(cell.item()) == flagged
