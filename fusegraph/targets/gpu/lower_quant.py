@@ -23,7 +23,7 @@ from typing import Any
 
 from ...ops.conv import window_attrs
 from .device import torch
-from .lower_nn import EpilogueGemm, epilogue_runner, nhwc
+from .gemm_runner import EpilogueGemm, epilogue_runner, nhwc
 from .lowering import lowering
 from .patterns_quant import quant_product
 

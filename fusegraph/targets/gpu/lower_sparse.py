@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from .device import torch
-from .lower_nn import EpilogueGemm
+from .gemm_runner import EpilogueGemm
 from .lowering import lowering
 
 SPARSE = "cusparselt"  # the sparse candidate's name (the dense one is autotune.LIBRARY)

@@ -12,7 +12,7 @@
   reshape]; or a 1x1 convolution as above) whose only reader is a pointwise instruction of the same
   lens that neither of the above takes (SiLU, GELU, residual adds...) absorbs that reader: one
   autotuned step, a Triton GEMM template with the reader's body as its epilogue or the library
-  matmul followed by the pointwise kernel (lower_nn.py, autotune.py);
+  matmul followed by the pointwise kernel (gemm_runner.py, autotune.py);
 * sparse_dot / sparse_gemm_bias / sparse_gemm_epilogue: the same, for a dot whose weight is a 2:4
   constant (sparse_patterns.py; cuSPARSELt or the dense kernel, timed: lower_sparse.py).
 * resize: a Resize reads its input through the movement chain before it (a matmul's [B, H*W, C] rows

@@ -1,4 +1,4 @@
-"""gemm_bias and conv_gemm steps are autotuned (lower_nn.BiasGemm): the library candidate is one
+"""gemm_bias and conv_gemm steps are autotuned (gemm_runner.BiasGemm): the library candidate is one
 cuBLASLt call with the bias (ReLU) epilogue, the template candidates the Triton GEMM with the add's
 own expression. Both, forced by the gemm mode, against ONNX Runtime: 1x1 convolutions with and
 without a bias, with a ReLU, into a concat's slice, and matmuls with a bias whose rows split."""

@@ -1,0 +1,205 @@
+"""The runners of the autotuned matmul steps (lower_nn.py's gemm_epilogue, gemm_bias and conv_gemm;
+lower_quant.py's and lower_sparse.py's subclasses): at the first call, the tuner times cuBLAS (with
+the epilogue's pointwise kernel after it, or cuBLASLt's own bias epilogue) against the Triton GEMM
+template configs on the step's own tensors; later calls run the chosen one."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ...ops.scalar import Var
+from .device import torch
+from .triton_expr import literal_exponents
+
+
+def nhwc(v):
+    """An N, C, H, W tensor laid out channels-last as N, H, W, C: a view."""
+    return v.permute(0, 2, 3, 1)
+
+
+def weight_matrix(w):
+    """A 1x1 convolution's weights [M, C, 1, 1] as the matmul's right operand [C, M]: a view."""
+    return w.reshape(w.shape[0], -1).t()
+
+
+
+def epilogue_runner(ctx, step, cls):
+    """The autotuned runner `cls` (an EpilogueGemm) of `step`, its sources kept with the program."""
+    if ctx.tuner is None:
+        from .autotune import Tuner
+
+        ctx.tuner = Tuner.for_device(ctx.device)
+    runner = cls(ctx, step)
+    ctx.kernels.append(runner)
+    return runner
+
+
+class EpilogueGemm:
+    """C = epilogue(A @ B) for one gemm_epilogue / conv_gemm_epilogue step. The first call (made
+    while compiling, before graph capture) asks the tuner for the fastest candidate on these very
+    tensors; later calls run the chosen one."""
+
+    def __init__(self, ctx, step):
+        self.ctx, self.conv = ctx, step.kind.startswith("conv_gemm")
+        self.body, self.acc, self.roles, self.split = self.epilogue(step)
+        mm = step.members[-1]  # the matmul (members: reader [, reshape], matmul)
+        self.in_type, self.mm_shape = mm.inputs[0].shape.dtype, mm.shape.lens
+        user = step.ins
+        self.body = literal_exponents(self.body, user.inputs)
+        self.var_types = [mm.shape.dtype if r == "acc" else x.shape.dtype for r, x in zip(self.roles, user.inputs)]
+        self.out_type = user.shape.dtype
+        self.tuning: dict[str, dict] = {}
+        self.run = None
+        self.chosen = None  # the chosen candidate's launcher
+
+    def epilogue(self, step) -> tuple:
+        """(body, acc, roles, split): the epilogue's scalar body over the reader's inputs, which of
+        them are the matmul, each one's role, whether the matmul's rows are split."""
+        d = step.data
+        return d["body"], d["acc"], d["roles"], d["split"]
+
+    @property
+    def sources(self) -> dict[str, str]:
+        # read when the executable is built, after the warm-up ran the chosen kernel (a launcher
+        # generates its source at its first call; a choice taken from the cache was never timed)
+        return dict(self.chosen.sources) if self.chosen is not None else {}
+
+    @property
+    def gemm_kernels(self) -> list[Any]:
+        """The chosen template's compiled kernel (none when the library won): the one a saved file
+        keeps of the candidates that share its source (binaries.export_binaries)."""
+        kernel = getattr(self.chosen, "kernel", None)
+        return [kernel] if kernel is not None else []
+
+    def rows(self, out, a, w, ops):
+        """The template's row form: a [*rows, K], b [K, N], out and operands [*rows, N] (views)."""
+        if self.conv:
+            return nhwc(out), nhwc(a), weight_matrix(w), [nhwc(x) for x in ops]
+        if self.split:  # dot [M, N] read as [d0, .., N]: A's rows split the same way
+            a = a.reshape(*out.shape[:-1], a.shape[-1])
+        return out, a, w, list(ops)
+
+    def __call__(self, out, a, w, *ops):
+        if self.run is None:
+            self._choose(out, a, w, ops)
+        self.run(out, a, w, *ops)
+
+    def _choose(self, out, a, w, ops) -> None:
+        from .autotune import LIBRARY, Candidate
+
+        ro, ra, rb, rops = self.rows(out, a, w, ops)
+        m, (k, n) = math.prod(ro.shape[:-1]), rb.shape
+        layout = (ra.stride()[-1] == 1, rb.stride()[-1] == 1, ro.stride()[-1] == 1, ro.dim() > 2)
+        key = (f"{'conv' if self.conv else 'dot'} {m}x{n}x{k} {self.in_type.value}->{self.out_type.value} "
+               f"{self.body} {','.join(self.roles)} {layout}")
+        launchers = {}
+        candidates = [Candidate(LIBRARY, lambda: self._library(launchers))]
+        for cfg in self.ctx.tuner.configs(m, n, k, ro.element_size()):
+            candidates.append(Candidate(cfg.name(), lambda cfg=cfg: self._triton(cfg, launchers)))
+        name, self.run = self.ctx.tuner.choose(key, candidates, (out, a, w, *ops))
+        self.chosen = launchers[name]
+        self.tuning[key] = {"name": name}
+
+    def _triton(self, cfg, launchers):
+        from .triton_gemm import GemmLauncher
+
+        launcher = GemmLauncher(self.body, self.var_types, self.acc, self.in_type, self.out_type, cfg)
+        launchers[cfg.name()] = launcher
+
+        def run(out, a, w, *ops):
+            ro, ra, rb, rops = self.rows(out, a, w, ops)
+            launcher(ro, ra, rb, *rops)
+
+        def compile(out, a, w, *ops):
+            ro, ra, rb, rops = self.rows(out, a, w, ops)
+            launcher.compile(ro, ra, rb, *rops)
+        run.compile = compile  # autotune.precompile: every config's kernel compiled at once
+        return run
+
+    def _library(self, launchers):
+        """cuBLAS, then the epilogue's pointwise kernel: in place over the output where the matmul's
+        result has the output's type and layout, else over a scratch matrix. (In place, the
+        epilogue reads each element before it writes it; the output shares no memory with the
+        step's other inputs, which are live at this step too. A scratch matrix is as large as the
+        output: 74 MiB at EfficientNet-B0's batch 32, kept for the executable's life.)"""
+        from .autotune import LIBRARY
+        from .device import torch_dtype
+        from .launch import PointwiseLauncher
+
+        t = torch()
+        pw = PointwiseLauncher(self.body, self.var_types, self.out_type)
+        launchers[LIBRARY] = pw
+        lens = (self.mm_shape[0], *self.mm_shape[2:], self.mm_shape[1]) if self.conv else tuple(self.mm_shape)
+        dtype = torch_dtype(self.var_types[self.acc[0]])
+
+        def run(out, a, w, *ops):
+            if self.conv:  # the matmul over channels-last rows: [N, H, W, C]
+                ro, ra, rb, _ = self.rows(out, a, w, ())
+                direct = out.dtype == dtype and ro.is_contiguous()
+                s = ro if direct else self.ctx.scratch(lens, dtype)
+                t.mm(ra.reshape(-1, ra.shape[-1]), rb, out=s.view(-1, s.shape[-1]))
+                y = out if direct else s.permute(0, 3, 1, 2)
+            else:
+                direct = out.dtype == dtype and out.is_contiguous()
+                s = out.view(lens) if direct else self.ctx.scratch(lens, dtype)
+                t.matmul(a, w, out=s)
+                y = s.reshape(out.shape)
+            it = iter(ops)
+            pw(out, *[y if r == "acc" else next(it) for r in self.roles])
+        return run
+
+
+class BiasGemm(EpilogueGemm):
+    """A gemm_bias or conv_gemm step: the matmul with its bias add (and ReLU) as the epilogue. The
+    library candidate is one cuBLASLt call with the bias (ReLU) epilogue; the template candidates
+    render the add's own expression. Autotuned as every epilogue GEMM is, so a program can leave
+    cuBLAS out altogether (its workspace: 33 MiB on the H200; workspace.py)."""
+
+    def __init__(self, ctx, step):
+        super().__init__(ctx, step)
+        self.relu = step.data.get("relu", False)
+
+    def epilogue(self, step) -> tuple:
+        user, mm = step.ins, step.members[-1]  # members: [add, [reshape,] matmul], or [convolution]
+        if user is mm:  # a bare 1x1 convolution: the matmul is the value
+            return Var(0), (0,), ("acc",), False
+        read = step.members[1]  # the add reads the matmul directly or through its row split
+        acc = tuple(k for k, x in enumerate(user.inputs) if x is read)
+        return user.op.expr, acc, tuple("acc" if k in acc else "col" for k in range(len(user.inputs))), \
+            len(step.members) == 3
+
+    def rows(self, out, a, w, ops):
+        # the bias as its [M] / [1.., M] source: broadcast over the output (a stride-0 view)
+        shape = (1, -1, 1, 1) if self.conv else (-1,)
+        return super().rows(out, a, w, [b.reshape(shape).expand(out.shape) for b in ops])
+
+    def _library(self, launchers):
+        from .autotune import LIBRARY
+
+        t = torch()
+        launchers[LIBRARY] = LibraryCall()
+        m = self.mm_shape[1] if self.conv else self.mm_shape[-1]
+
+        def run(out, a, w, bias=None):
+            if self.conv:
+                a, wm, dst = nhwc(a).reshape(-1, a.shape[1]), weight_matrix(w), nhwc(out)  # [N*H*W, C]: views
+            else:
+                wm, dst = w, out
+            # rows for an output that is not dense (a concat's slice) go through the scratch buffer
+            flat = dst.view(-1, m) if dst.is_contiguous() else self.ctx.scratch((a.shape[0], m), out.dtype)
+            if bias is None:
+                t.mm(a, wm, out=flat)
+            elif self.relu:
+                t._addmm_activation(bias.reshape(m), a, wm, use_gelu=False, out=flat)
+            else:
+                t.addmm(bias.reshape(m), a, wm, out=flat)
+            if flat.data_ptr() != dst.data_ptr():
+                dst.copy_(flat.view(dst.shape))
+        return run
+
+
+class LibraryCall:
+    """The chosen candidate when the library won: no generated source, no compiled kernel."""
+
+    sources: dict[str, str] = {}
