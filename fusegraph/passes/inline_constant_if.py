@@ -44,7 +44,7 @@ def _inline(module: Module, ins: Instruction, branch: Module) -> None:
     results = list(ret.inputs)
     branch.remove(ret)
     at = module.index(ins)
-    for moved in [i for i in branch.instructions]:
+    for moved in list(branch.instructions):
         branch.instructions.remove(moved)
         moved.module = module
         module.instructions.insert(at, moved)

@@ -15,7 +15,6 @@ from ...errors import FusegraphError, ParseError, ShapeError, ValueDependentErro
 from ...ir.dtypes import DType
 from ...ir.module import Instruction, Module
 from ...ir.op import make_op
-from ...ir.program import Program
 from ...ir.shape import Shape, TupleShape, ValueShape, join_shapes, shape_covers
 from ..registry import converter
 
@@ -26,11 +25,6 @@ _MAX_ROUNDS = 16
 def module_name(node, what: str) -> str:
     """A submodule name from the node's name that the IR text form can carry."""
     return re.sub(r"[^\w.]", "_", f"{node.name}_{what}")
-
-
-def discard_module(program: Program, module: Module) -> None:
-    """Forget a parsed body (and the bodies inside it): drop it and its uses of outer values."""
-    program.discard_module(module)
 
 
 def _standard(s: ValueShape) -> ValueShape:
@@ -51,7 +45,7 @@ def parse_loop_body(ctx, graph, name: str, params: Sequence[ValueShape], first_c
         carried = shapes[first_carried:first_carried + n_carried]
         if all(shape_covers(s, o) for s, o in zip(carried, outs, strict=True)):
             return body
-        discard_module(ctx.program, body)
+        ctx.program.discard_module(body)
         for k, (s, o) in enumerate(zip(carried, outs, strict=True)):
             if not shape_covers(s, o):
                 shapes[first_carried + k] = join_shapes(s, o, widen=True)
@@ -71,7 +65,7 @@ def _branch(ctx, node, graph, what: str) -> tuple[Module | None, FusegraphError 
     except (ShapeError, ParseError) as e:
         for name in set(ctx.program.modules) - before:
             if name in ctx.program.modules:
-                discard_module(ctx.program, ctx.program.modules[name])
+                ctx.program.discard_module(ctx.program.modules[name])
         ctx.node = node
         return None, e
 

@@ -18,6 +18,8 @@ them in registers.
 
 from __future__ import annotations
 
+import contextlib
+
 from .device import torch
 from .lowering import lowering
 
@@ -86,8 +88,6 @@ class TunedAttention:
         self.tuning[key] = {"name": name}
 
     def _sdpa(self, backend: str | None):
-        import contextlib
-
         t = torch()
         F = t.nn.functional
         scale, gqa = self.scale, self.gqa
