@@ -59,12 +59,14 @@ class GpuTarget(Target):
         from .bias_after_reshape import bias_after_reshape
         from .gather_views import gather_views
         from .merge_sibling_dots import merge_sibling_dots
+        from .pointwise_after_transpose import pointwise_after_transpose
         from .rewrite_quantized import rewrite_quantized
         from .sink_concat import sink_concat
 
         # (Target.compile puts quantize_fp16 first when options.fp16)
         return [rewrite_quantized, gather_views, *generic_pipeline(before_fusion=(
-            bias_after_reshape, eliminate_dead_code, merge_sibling_dots, sink_concat, eliminate_dead_code))]
+            bias_after_reshape, eliminate_dead_code, merge_sibling_dots, sink_concat, pointwise_after_transpose,
+            eliminate_dead_code))]
 
     def lower(self, program: Program, options: CompileOptions) -> Executable:
         return self._lower(program, options, {})

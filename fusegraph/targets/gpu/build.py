@@ -17,7 +17,7 @@ from ...ir.shape import Shape
 from ...passes.memory_coloring import ALIGNMENT
 from .device import has_torch_dtype, host_tensor, to_device, torch, torch_dtype
 from .index_checks import IndexChecks
-from .layout import channels_last_order, dense_strides
+from .layout import dense_strides
 from .lowering import Slot, find_lowering, storage_mode
 from .plan import ARENA, LITERAL, OUTPUT, PARAM, SLICE, VIEW, Plan, make_plan
 
@@ -115,8 +115,7 @@ def _view(plan: Plan, storage: Any, offset: int, ins: Instruction, dtype: DType 
     given (a staged input's), else of its own type."""
     shape = ins.shape
     dtype = dtype or shape.dtype
-    order = channels_last_order(shape.ndim) if ins.uid in plan.channels_last and shape.ndim in (4, 5) \
-        else tuple(range(shape.ndim))
+    order = plan.layouts.get(ins.uid, tuple(range(shape.ndim)))
     strides = dense_strides(shape.lens, order)
     flat = storage[offset:offset + max(shape.elements * dtype.itemsize, 0)].view(torch_dtype(dtype))
     return flat.as_strided(shape.lens, strides)

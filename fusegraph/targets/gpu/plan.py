@@ -20,6 +20,7 @@ from ...ir.module import Instruction, Module
 from ...ir.op import OpKind
 from ...ir.shape import Shape, TupleShape
 from ...passes.memory_coloring import ALIGNMENT, Buffer, color
+from .layout import channels_last_order
 from .patterns import match_groups
 
 ARENA, TRANSIENT, VIEW, PARAM, LITERAL, OUTPUT = "arena", "transient", "view", "param", "literal", "output"
@@ -49,7 +50,7 @@ class Plan:
     output_offsets: dict[int, int]          # output-region owner uid -> byte offset
     output_bytes: int
     last_use: dict[int, int]                # owner uid -> index of the last step reading it
-    channels_last: set[int]                 # arena owners laid out channels-last
+    layouts: dict[int, tuple[int, ...]]     # arena owners laid out in another dim order (slowest first)
     slices: dict[int, tuple[int, int, int]] = dataclasses.field(default_factory=dict)  # uid -> (concat, axis, start)
     staged: dict[int, DType] = dataclasses.field(default_factory=dict)  # param uid -> its buffer's type
 
@@ -130,7 +131,7 @@ def make_plan(module: Module, mode_of: Callable[[Step], str], stage_inputs: bool
             out_offsets[uid] = out_bytes
             out_bytes += _align(by_uid[uid].shape.bytes)
     return Plan(steps, storage, owner, {b.uid: b.offset for b in buffers}, arena, out_offsets, out_bytes,
-                last_use, _channels_last(steps, storage, owner), slices, staged)
+                last_use, _layouts(steps, storage, owner, slices), slices, staged)
 
 
 STAGED_INPUT = "staged_input"  # the step kind of a conversion done by the input's copy-in
@@ -264,18 +265,32 @@ def is_dynamic(shape) -> bool:
     return any(s.is_dynamic for s in _shapes(shape))
 
 
-def _channels_last(steps: list[Step], storage: dict[int, str], owner: dict[int, int]) -> set[int]:
-    """Arena values of rank 4/5 next to convolutions: read by one as its data input, or computed by
-    a pointwise step from one. Convolutions then run without layout conversions."""
-    wanted: set[int] = set()
+def _layouts(steps: list[Step], storage: dict[int, str], owner: dict[int, int],
+             slices: dict[int, tuple[int, int, int]]) -> dict[int, tuple[int, ...]]:
+    """Dim orders (slowest first) of the arena values of rank 4/5 next to convolutions, so that
+    convolutions run without layout conversions: the value a convolution reads as its data input
+    and the one it writes are channels-last as the convolution sees them, and a pointwise step
+    computed from a convolution's output keeps its order. A convolution that reads a transpose of
+    its owner (ConvNeXt's LayerNorm2d: permute, layer norm over the last dim, permute back) asks the
+    owner for the order that makes the transposed view channels-last, often the standard one:
+    the channels-last order applied to the owner's own dims made the layer norm write across
+    memory (a 137 us kernel at batch 32 on the H200) and the convolution copy its input."""
+    wanted: dict[int, tuple[int, ...]] = {}
+
+    def want(x: Instruction) -> None:
+        if _rank(x) in (4, 5):
+            order = _owner_order(x, owner, slices, channels_last_order(_rank(x)))
+            if order is not None:
+                wanted.setdefault(owner[x.uid], order)
+
     for step in steps:
         if step.kind in CONV_KINDS or step.kind.startswith("conv_gemm"):
             x = step.inputs[0]
             if _rank(x) in (4, 5):
-                wanted.add(owner[x.uid])
-                wanted.add(owner[step.ins.uid])
+                want(x)
+                want(step.ins)
                 if len(step.inputs) > 1 and storage.get(owner[step.inputs[1].uid]) == LITERAL:
-                    wanted.add(owner[step.inputs[1].uid])  # the weights, packed channels-last once
+                    want(step.inputs[1])  # the weights, packed channels-last once
     changed = True
     while changed:  # pointwise steps keep the layout of the convolution output they read
         changed = False
@@ -283,11 +298,34 @@ def _channels_last(steps: list[Step], storage: dict[int, str], owner: dict[int, 
             o = owner[step.ins.uid]
             if o in wanted or step.ins.op.kind is not OpKind.POINTWISE or _rank(step.ins) not in (4, 5):
                 continue
-            if any(owner.get(x.uid) in wanted and isinstance(x.shape, Shape) and x.shape.lens == step.ins.shape.lens
-                   for x in step.inputs):
-                wanted.add(o)
-                changed = True
-    return {u for u in wanted if storage.get(u) in (ARENA, PARAM, LITERAL)}  # outputs stay standard
+            for x in step.inputs:
+                order = wanted.get(owner.get(x.uid, -1))
+                if (order is not None and isinstance(x.shape, Shape) and x.shape.lens == step.ins.shape.lens
+                        and _owner_order(x, owner, slices, order) == order):  # x has its owner's dims
+                    wanted[o] = order
+                    changed = True
+                    break
+    return {u: order for u, order in wanted.items()
+            if storage.get(u) in (ARENA, PARAM, LITERAL) and order != tuple(range(len(order)))}  # outputs stay standard
+
+
+def _owner_order(x: Instruction, owner: dict[int, int], slices: dict[int, tuple[int, int, int]],
+                 order: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The dim order of `x`'s owner that lays `x` out in `order`, back along x's view chain: a
+    transpose permutes the order, views that keep every dim (slices, broadcasts of the same rank,
+    identities) keep it, a value written into its concat's slice has the concat's dims. None through
+    a view that merges, splits or adds dims."""
+    while owner.get(x.uid, x.uid) != x.uid and x.uid not in slices:
+        src = x.inputs[0] if x.inputs else None
+        if src is None or _rank(src) != len(order):
+            return None
+        if x.op.name == "transpose":
+            order = tuple(x.op.perm[d] for d in order)
+        elif x.op.name in ("reshape", "squeeze", "unsqueeze", "flatten", "get_tuple_elem") and (
+                src.shape.lens != x.shape.lens):
+            return None
+        x = src
+    return order
 
 
 def _rank(ins: Instruction) -> int:

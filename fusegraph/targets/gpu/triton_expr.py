@@ -16,6 +16,7 @@ import numpy as np
 from ...errors import CompileError
 from ...ir.dtypes import DType
 from ...ops.scalar import Call, Const, Expr, Var, converts_to, fold, nonfinite_name
+from ...passes.constants import small_constant
 from .device import TRITON_TYPES
 
 LIB = "libdevice"  # from triton.language.extra import libdevice
@@ -136,8 +137,8 @@ def small_power(e: Call) -> int:
 
 def literal_exponents(body: Expr, inputs: Sequence[Any]) -> Expr:
     """`body` (over `inputs`, instructions) with each pow's exponent that is a one-element literal
-    input written in as a constant (an exporter's `x ** 3` reaches the fused body as an input),
-    so `small_power` sees it."""
+    input, or the broadcast of one, written in as a constant (an exporter's `x ** 3` reaches the
+    fused body as an input: in GPT-2's GELU a broadcast of the literal 3), so `small_power` sees it."""
     types = [x.shape.dtype for x in inputs]
 
     def leaf(e: Expr) -> Expr:
@@ -145,9 +146,9 @@ def literal_exponents(body: Expr, inputs: Sequence[Any]) -> Expr:
 
     def node(e: Call, args: list[Expr]) -> Expr:
         if e.fn == "pow" and isinstance(args[1], Var) and _is_float(result_type(e, types)):
-            x = inputs[args[1].index]
-            if x.is_literal and x.shape.elements == 1:
-                v = np.asarray(x.literal).reshape(-1)[0].item()
+            c = small_constant(inputs[args[1].index])
+            if c is not None and c.size == 1:
+                v = c.reshape(-1)[0].item()
                 if not isinstance(v, bool) and v in (2, 3):
                     args = [args[0], Const(v)]
         return Call(e.fn, tuple(args))

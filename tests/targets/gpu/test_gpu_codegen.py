@@ -54,10 +54,12 @@ def test_small_literal_powers_are_products_and_others_stay_powf():
 
 
 def test_a_literal_exponent_input_is_written_into_the_body():
-    """GPT-2's tanh GELU reaches the fused body as pow(x0, x3) with x3 a one-element literal input."""
+    """GPT-2's tanh GELU reaches the fused body as pow(x0, x3) with x3 the broadcast of a
+    one-element literal input."""
     import numpy as np
 
     from fusegraph.ir.module import Module
+    from fusegraph.ir.op import make_op
     from fusegraph.ir.shape import Shape
     from fusegraph.targets.gpu.triton_expr import literal_exponents
 
@@ -67,6 +69,8 @@ def test_a_literal_exponent_input_is_written_into_the_body():
     n = m.add_literal(np.array(3, np.int64))
     body = parse_expr("add(pow(x0, x1), pow(x0, x2))")
     assert str(literal_exponents(body, [x, three, half])) == "add(pow(x0, 3.0), pow(x0, x2))"
+    wide = m.add(make_op("broadcast", out_lens=(4,)), three)  # as the frontend broadcasts it
+    assert str(literal_exponents(parse_expr("pow(x0, x1)"), [x, wide])) == "pow(x0, 3.0)"
     assert str(literal_exponents(parse_expr("pow(x0, x1)"), [x, x])) == "pow(x0, x1)"  # data: kept
     ints = m.add_parameter("i", Shape.of(I64, (4,)))
     assert str(literal_exponents(parse_expr("pow(x0, x1)"), [ints, n])) == "pow(x0, x1)"  # integer pow kept

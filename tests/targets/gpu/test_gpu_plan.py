@@ -15,7 +15,7 @@ from fusegraph.passes import generic_pipeline, run_pipeline
 from fusegraph.targets.gpu.lowering import LOWERINGS, find_lowering, storage_mode
 from fusegraph.targets.gpu.patterns import match_groups
 from fusegraph.targets.gpu.plan import ARENA, OUTPUT, PARAM, VIEW, make_plan
-from tests.util import make_model
+from tests.util import assert_close, make_model, run_ort
 
 BERT_DIMS = {"input_ids": [2, 16], "attention_mask": [2, 16], "token_type_ids": [2, 16]}
 
@@ -78,14 +78,52 @@ def test_convolution_neighbours_are_channels_last():
     p = optimized(get_model("resnet50"), input=[1, 3, 64, 64])
     plan = make_plan(p.main, storage_mode)
     convs = [s for s in plan.steps if s.kind == "convolution"]
+    last = (0, 2, 3, 1)
     for s in convs:
         data = plan.owner[s.inputs[0].uid]
         if plan.storage[data] in (ARENA, PARAM):  # transients (pooling outputs) keep torch's layout
-            assert data in plan.channels_last
-        assert s.inputs[1].uid in plan.channels_last  # weights packed channels-last
+            assert plan.layouts[data] == last
+        assert plan.layouts[s.inputs[1].uid] == last  # weights packed channels-last
         if plan.storage[s.ins.uid] == ARENA:  # its output too: cuDNN writes it in place (CudnnInto)
-            assert s.ins.uid in plan.channels_last
-    assert not any(plan.storage[u] == OUTPUT for u in plan.channels_last)
+            assert plan.layouts[s.ins.uid] == last
+    assert not any(plan.storage[u] == OUTPUT for u in plan.layouts)
+
+
+def _layer_norm_2d():
+    """ConvNeXt's LayerNorm2d between two convolutions: permute to NHWC, layer norm over the last
+    dim, permute back."""
+    c = 8
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Transpose", ["a"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("LayerNormalization", ["t", "g", "b"], ["n"], axis=-1, epsilon=1e-6),
+             helper.make_node("Transpose", ["n"], ["u"], perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["u", "w2"], ["y"], strides=[2, 2], kernel_shape=[2, 2])]
+    rng = np.random.default_rng(5)
+    inits = {"w1": rng.standard_normal((c, 3, 3, 3)).astype(np.float32) * 0.3,
+             "g": rng.standard_normal(c).astype(np.float32), "b": rng.standard_normal(c).astype(np.float32),
+             "w2": rng.standard_normal((16, c, 2, 2)).astype(np.float32) * 0.3}
+    x = {"x": rng.standard_normal((2, 3, 8, 8)).astype(np.float32)}
+    return make_model(nodes, x, ["y"], initializers=inits, opset=17), x
+
+
+def test_a_convolution_reading_a_transpose_asks_its_owner_for_the_transposed_order():
+    """The layer norm's NHWC output is what the second convolution reads channels-last through the
+    permute back: it stays in the standard order (channels-last on its own dims made the layer
+    norm write across memory and the convolution copy its input)."""
+    p = optimized(_layer_norm_2d()[0])
+    plan = make_plan(p.main, storage_mode)
+    first, second = [s for s in plan.steps if s.kind == "convolution"]
+    norm = plan.owner[second.inputs[0].uid]
+    assert second.inputs[0].op.name == "transpose" and norm != second.inputs[0].uid
+    assert norm not in plan.layouts and plan.storage[norm] == ARENA
+    assert plan.layouts[first.ins.uid] == (0, 2, 3, 1)
+
+
+def test_layer_norm_2d_between_convolutions_is_right(gpu_target):
+    model, x = _layer_norm_2d()
+    p = fusegraph.parse_onnx(model)
+    p.compile(gpu_target)
+    assert_close(p.run(x), run_ort(model, x), rtol=1e-4, atol=1e-4)
 
 
 def test_missing_lowering_is_a_compile_error_naming_the_op():
