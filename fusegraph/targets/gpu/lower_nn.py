@@ -189,10 +189,39 @@ def _patch_matmul(out, x, w):
     else:  # channels-last weights: reduce over (kh, kw, c), reading runs of channels
         a, wm = patches.permute(0, 2, 4, 3, 5, 1), w.permute(0, 2, 3, 1).reshape(m, -1)
     rows = nhwc(out)  # [N, OH, OW, M]: the matmul's rows where the output is channels-last
+    if rows.is_contiguous() and _window_row_matmuls(rows, x, w):
+        return
     if rows.is_contiguous():
         torch().mm(a.reshape(n * oh * ow, -1), wm.t(), out=rows.view(-1, m))  # the one copy: the patches as rows
     else:
         out.copy_((a.reshape(n * oh * ow, -1) @ wm.t()).view(n, oh, ow, m).permute(0, 3, 1, 2))
+
+
+def _window_row_matmuls(rows, x, w) -> bool:
+    """The windows' kernel rows as kh batched matmuls straight over a channels-last input, summed in
+    the output rows: no copy. A window's kernel row is kw * C contiguous input elements, and with
+    the input's height a whole number of windows the rows (n, oh) step uniformly, so each kernel row
+    is a strided batch [N * OH, OW, kw * C] (ConvNeXt's 2x2 / 2 downsampling at 96..384 channels,
+    which the permuted copy ran at a fifth of the H200's bandwidth). Taken where the runs are long
+    (kw * C >= 64) and the kernel rows few (kh <= 4); a patch embedding of 3 channels keeps the copy."""
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    oh, ow = rows.shape[1], rows.shape[2]
+    k = kw * c
+    xl = x.permute(0, 2, 3, 1)  # [N, H, W, C]
+    if k < 64 or kh > 4 or h != oh * kh or not xl.is_contiguous() or n * oh == 0:
+        return False
+    t = torch()
+    wl = w.permute(0, 2, 3, 1)  # [M, kh, kw, C]: a kernel row's [M, kw * C] is a view where w is channels-last
+    out = rows.view(n * oh, ow, m)
+    for i in range(kh):
+        a = xl.as_strided((n * oh, ow, k), (kh * wd * c, kw * c, 1), xl.storage_offset() + i * wd * c)
+        b = wl[:, i].reshape(m, k).t().expand(n * oh, k, m)
+        if i == 0:
+            t.bmm(a, b, out=out)
+        else:
+            out.baddbmm_(a, b)
+    return True
 
 
 @lowering("deconvolution", mode="value", note="cuDNN transposed convolution")

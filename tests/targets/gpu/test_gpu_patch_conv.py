@@ -65,12 +65,14 @@ def test_patch_matmul_takes_either_layout(x_last, w_last, out_last):
     torch = pytest.importorskip("torch")
     from fusegraph.targets.gpu.lower_nn import _patch_matmul
 
-    x, w = torch.randn(2, 3, 13, 10, dtype=torch.float64), torch.randn(5, 3, 4, 3, dtype=torch.float64)
     fmt = torch.channels_last
-    x = x.contiguous(memory_format=fmt) if x_last else x
-    w = w.contiguous(memory_format=fmt) if w_last else w
-    out = torch.full((2, 5, 3, 3), float("nan"), dtype=torch.float64)
-    out = out.contiguous(memory_format=fmt) if out_last else out
-    _patch_matmul(out, x, w)
-    want = torch.nn.functional.conv2d(x, w, stride=(4, 3))
-    assert out.is_contiguous(memory_format=fmt) == out_last and torch.allclose(out, want)
+    # 3 channels: the permuted copy; 32 channels, whole windows: the kernel rows' matmuls (no copy)
+    for x_shape, w_shape, stride in [((2, 3, 13, 10), (5, 3, 4, 3), (4, 3)), ((2, 32, 8, 7), (5, 32, 2, 2), (2, 2))]:
+        x, w = torch.randn(*x_shape, dtype=torch.float64), torch.randn(*w_shape, dtype=torch.float64)
+        x = x.contiguous(memory_format=fmt) if x_last else x
+        w = w.contiguous(memory_format=fmt) if w_last else w
+        want = torch.nn.functional.conv2d(x, w, stride=stride)
+        out = torch.full(want.shape, float("nan"), dtype=torch.float64)
+        out = out.contiguous(memory_format=fmt) if out_last else out
+        _patch_matmul(out, x, w)
+        assert out.is_contiguous(memory_format=fmt) == out_last and torch.allclose(out, want)
