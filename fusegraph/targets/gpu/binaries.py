@@ -149,11 +149,13 @@ def build_launchers(signatures: list[tuple[str, ...]]) -> None:
     kernel's first launch."""
     if not signatures:
         return
-    try:  # private Triton API (Triton >= 3.4), used exactly as its CUDA launcher uses it
+    try:  # private Triton API (Triton 3.4 to 3.7), used exactly as its CUDA launcher uses it
         from triton.backends.nvidia import driver as nvidia
         from triton.runtime.build import compile_module_from_src
         from triton.runtime.cache import triton_key
     except ImportError:
+        return
+    if not callable(getattr(nvidia, "make_launcher", None)):  # Triton 3.8 builds its launchers otherwise
         return
     from concurrent.futures import ThreadPoolExecutor
 

@@ -147,6 +147,9 @@ def test_launchers_are_built_from_tritons_own_template(monkeypatch):
     signatures = [("*fp16", "*fp16", "i32", "constexpr"), ("*fp32", "i64")]
     monkeypatch.setattr(binaries, "_driver_started", lambda: False)
     binaries.build_launchers(signatures)
+    if not hasattr(nvidia, "make_launcher"):  # Triton 3.8: no such template; nothing is prebuilt
+        assert built == []
+        return
     launchers = [("__triton_launcher", nvidia.make_launcher({}, dict(enumerate(s)), None)) for s in signatures]
     utils = ("cuda_utils", (Path(nvidia.dirname) / "driver.c").read_text())
     assert sorted(built) == sorted([*launchers, utils])

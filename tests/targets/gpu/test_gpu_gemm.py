@@ -133,7 +133,7 @@ def test_triton_reads_a_channel_slice_and_writes_into_a_concat(target_of):
     (step,) = [s for s in plan.steps if s.kind == "conv_gemm_epilogue"]
     assert plan.slices[step.ins.uid][1:] == (1, 16)  # written into the concat's channels 16..40
     src = step.inputs[0]  # channels 8..16 of the same channels-last buffer, read in place
-    assert src.op.name == "slice" and plan.owner[src.uid] == plan.owner[step.ins.uid] in plan.channels_last
+    assert src.op.name == "slice" and plan.owner[src.uid] == plan.owner[step.ins.uid] in plan.layouts
 
 
 # -- autotuning ---------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ def test_an_input_only_converted_is_staged():
     (conversion,) = [s for s in plan.steps if x in s.inputs]
     assert conversion.kind == STAGED_INPUT and plan.storage[conversion.ins.uid] == VIEW
     assert plan.owner[conversion.ins.uid] == x.uid
-    assert x.uid in plan.channels_last  # the convolution reads the buffer itself
+    assert plan.layouts[x.uid] == (0, 2, 3, 1)  # the convolution reads the buffer itself
 
 
 def test_staging_is_asked_for_and_needs_every_reader_converting():
