@@ -169,14 +169,20 @@ class CudnnInto:
         return any(all(v.is_contiguous(memory_format=f) for v in (out, x, w)) for f in (last, t.contiguous_format))
 
 
+PATCH_MAX_CHANNELS = 16  # tiling convolutions of fewer input channels run as a permuted copy and a matmul
+
+
 def _tiles_the_input(op, x_shape, w_shape, pb, pe, strides, dils) -> bool:
     """Whether the 2-D convolution's windows tile its input (stride == kernel, unpadded, undilated,
-    ungrouped, float): a patch embedding, an im2col that is one permuted copy and then one matmul.
-    cuDNN's channels-last kernels ran ViT-B/16's (3 input channels, 16x16 / 16) at 2 % of the H200's
-    fp16 rate (405 us at batch 32, issue 23); the matmul is cuBLAS's."""
+    ungrouped, float) and it has few input channels: a patch embedding of an image, an im2col that is
+    one permuted copy and then one matmul. cuDNN's channels-last kernels ran ViT-B/16's (3 input
+    channels, 16x16 / 16) at 2 % of the H200's fp16 rate (405 us at batch 32, issue 23); the matmul is
+    cuBLAS's. With many channels cuDNN is the faster: ConvNeXt's 2x2 / 2 downsampling (96 to 384
+    channels) took it 12-23 us each at batch 32, the copy and matmul 30-40."""
     k = tuple(w_shape.lens[2:])
     return (len(k) == 2 and op.group == 1 and tuple(strides) == k and math.prod(k) > 1 and not any(pb)
-            and not any(pe) and all(d == 1 for d in dils) and x_shape.dtype.is_float)
+            and not any(pe) and all(d == 1 for d in dils) and x_shape.dtype.is_float
+            and x_shape.lens[1] < PATCH_MAX_CHANNELS)
 
 
 def _patch_matmul(out, x, w):
@@ -189,39 +195,10 @@ def _patch_matmul(out, x, w):
     else:  # channels-last weights: reduce over (kh, kw, c), reading runs of channels
         a, wm = patches.permute(0, 2, 4, 3, 5, 1), w.permute(0, 2, 3, 1).reshape(m, -1)
     rows = nhwc(out)  # [N, OH, OW, M]: the matmul's rows where the output is channels-last
-    if rows.is_contiguous() and _window_row_matmuls(rows, x, w):
-        return
     if rows.is_contiguous():
         torch().mm(a.reshape(n * oh * ow, -1), wm.t(), out=rows.view(-1, m))  # the one copy: the patches as rows
     else:
         out.copy_((a.reshape(n * oh * ow, -1) @ wm.t()).view(n, oh, ow, m).permute(0, 3, 1, 2))
-
-
-def _window_row_matmuls(rows, x, w) -> bool:
-    """The windows' kernel rows as kh batched matmuls straight over a channels-last input, summed in
-    the output rows: no copy. A window's kernel row is kw * C contiguous input elements, and with
-    the input's height a whole number of windows the rows (n, oh) step uniformly, so each kernel row
-    is a strided batch [N * OH, OW, kw * C] (ConvNeXt's 2x2 / 2 downsampling at 96..384 channels,
-    which the permuted copy ran at a fifth of the H200's bandwidth). Taken where the runs are long
-    (kw * C >= 64) and the kernel rows few (kh <= 4); a patch embedding of 3 channels keeps the copy."""
-    n, c, h, wd = x.shape
-    m, _, kh, kw = w.shape
-    oh, ow = rows.shape[1], rows.shape[2]
-    k = kw * c
-    xl = x.permute(0, 2, 3, 1)  # [N, H, W, C]
-    if k < 64 or kh > 4 or h != oh * kh or not xl.is_contiguous() or n * oh == 0:
-        return False
-    t = torch()
-    wl = w.permute(0, 2, 3, 1)  # [M, kh, kw, C]: a kernel row's [M, kw * C] is a view where w is channels-last
-    out = rows.view(n * oh, ow, m)
-    for i in range(kh):
-        a = xl.as_strided((n * oh, ow, k), (kh * wd * c, kw * c, 1), xl.storage_offset() + i * wd * c)
-        b = wl[:, i].reshape(m, k).t().expand(n * oh, k, m)
-        if i == 0:
-            t.bmm(a, b, out=out)
-        else:
-            out.baddbmm_(a, b)
-    return True
 
 
 @lowering("deconvolution", mode="value", note="cuDNN transposed convolution")

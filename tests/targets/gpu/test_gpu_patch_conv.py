@@ -1,7 +1,7 @@
-"""Convolutions whose windows tile the input (patch embeddings: ViT's 16x16 / 16, ConvNeXt's 4x4 / 4)
-run as one permuted copy and a matmul (lower_nn.py) on the gpu target: against ONNX Runtime, from
-a contiguous input and from a channels-last one, with rows and columns past the last window, in
-fp32 and fp16; and the rule's legality on the window attributes."""
+"""Convolutions of few input channels whose windows tile the input (patch embeddings: ViT's 16x16 /
+16, ConvNeXt's 4x4 / 4) run as one permuted copy and a matmul (lower_nn.py) on the gpu target:
+against ONNX Runtime, from a contiguous input and from a channels-last one, with rows and columns
+past the last window, in fp32 and fp16; and the rule's legality on the window attributes."""
 
 from __future__ import annotations
 
@@ -55,6 +55,8 @@ def test_which_convolutions_tile_their_input(kernel, attrs, tiles):
     x, w = Shape.of(DType.float16, (1, 4, 16, 16)), Shape.of(DType.float16, (8, 4 // op.group, *kernel))
     assert _tiles_the_input(op, x, w, *window_attrs(op, 2)) == tiles
     assert not _tiles_the_input(op, Shape.of(DType.int8, (1, 4, 16, 16)), w, *window_attrs(op, 2))
+    many = Shape.of(DType.float16, (1, 96, 16, 16))  # ConvNeXt's downsampling: cuDNN's
+    assert not _tiles_the_input(op, many, Shape.of(DType.float16, (8, 96 // op.group, *kernel)), *window_attrs(op, 2))
 
 
 @pytest.mark.parametrize("out_last", [True, False])
@@ -65,14 +67,12 @@ def test_patch_matmul_takes_either_layout(x_last, w_last, out_last):
     torch = pytest.importorskip("torch")
     from fusegraph.targets.gpu.lower_nn import _patch_matmul
 
+    x, w = torch.randn(2, 3, 13, 10, dtype=torch.float64), torch.randn(5, 3, 4, 3, dtype=torch.float64)
     fmt = torch.channels_last
-    # 3 channels: the permuted copy; 32 channels, whole windows: the kernel rows' matmuls (no copy)
-    for x_shape, w_shape, stride in [((2, 3, 13, 10), (5, 3, 4, 3), (4, 3)), ((2, 32, 8, 7), (5, 32, 2, 2), (2, 2))]:
-        x, w = torch.randn(*x_shape, dtype=torch.float64), torch.randn(*w_shape, dtype=torch.float64)
-        x = x.contiguous(memory_format=fmt) if x_last else x
-        w = w.contiguous(memory_format=fmt) if w_last else w
-        want = torch.nn.functional.conv2d(x, w, stride=stride)
-        out = torch.full(want.shape, float("nan"), dtype=torch.float64)
-        out = out.contiguous(memory_format=fmt) if out_last else out
-        _patch_matmul(out, x, w)
-        assert out.is_contiguous(memory_format=fmt) == out_last and torch.allclose(out, want)
+    x = x.contiguous(memory_format=fmt) if x_last else x
+    w = w.contiguous(memory_format=fmt) if w_last else w
+    out = torch.full((2, 5, 3, 3), float("nan"), dtype=torch.float64)
+    out = out.contiguous(memory_format=fmt) if out_last else out
+    _patch_matmul(out, x, w)
+    want = torch.nn.functional.conv2d(x, w, stride=(4, 3))
+    assert out.is_contiguous(memory_format=fmt) == out_last and torch.allclose(out, want)
