@@ -45,9 +45,7 @@ def _inline(module: Module, ins: Instruction, branch: Module) -> None:
     branch.remove(ret)
     at = module.index(ins)
     for moved in list(branch.instructions):
-        branch.instructions.remove(moved)
-        moved.module = module
-        module.instructions.insert(at, moved)
+        module.adopt(moved, at)
         at += 1
         for sub in moved.module_args:
             sub.parent = module

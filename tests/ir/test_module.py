@@ -73,3 +73,43 @@ def test_duplicate_parameter_refused():
     p.main.add_parameter("x", Shape.of(DType.float32, [1]))
     with pytest.raises(IRError, match="twice"):
         p.main.add_parameter("x", Shape.of(DType.float32, [1]))
+
+
+def test_the_prologue_count_follows_every_edit():
+    """New literals go after the leading params and literals; the module keeps that position as a
+    count between edits (a rescan per literal was quadratic). Against a rescan after each edit of a
+    random sequence: literals added, instructions inserted inside and after the prologue, removed,
+    moved, and a new list assigned."""
+    from fusegraph.ir.builtin import Literal, Param
+
+    def scanned(m):
+        k = 0
+        while k < len(m.instructions) and isinstance(m.instructions[k].op, (Param, Literal)):
+            k += 1
+        return k
+
+    rng = np.random.default_rng(0)
+    p, (x, y, a, r) = small_program()
+    m = p.main
+    for _ in range(300):
+        body = [i for i in m.instructions if not i.is_param and i.op.name != "@return"]
+        move = rng.integers(6)
+        if move == 0:
+            m.add_literal(np.ones((2, 3), np.float32))
+        elif move == 1:  # a computing instruction placed anywhere: inside the prologue or after it
+            m.insert(m.instructions[rng.integers(len(m.instructions))], make_op("neg"), x)
+        elif move == 2:
+            dead = [i for i in body if not i.users]
+            if dead:
+                m.remove(dead[rng.integers(len(dead))])
+        elif move == 3:
+            literals = [i for i in m.instructions if i.is_literal and not i.users]
+            if literals:
+                m.move_before(literals[rng.integers(len(literals))], m.instructions[rng.integers(len(m.instructions))])
+        elif move == 4:
+            lit = [i for i in m.instructions if i.is_literal]
+            if lit:
+                m.insert(lit[0], make_op("relu"), x)  # a computing instruction inside the prologue
+        else:
+            m.instructions = list(m.instructions)
+        assert m._prologue_end() == scanned(m)
