@@ -71,6 +71,9 @@ def _compute_shape(op: Op, inputs: Sequence[Instruction], module_args: Sequence[
         raise ShapeError(f"{op}: cannot compute the output shape from ({shapes}): {e}") from e
 
 
+INDEX_WINDOW = 64  # Module.index looks this far before the last position found, then onwards
+
+
 def _in_prologue(ins: Instruction) -> bool:
     return isinstance(ins.op, (Param, Literal))
 
@@ -93,6 +96,7 @@ class Module:
     def instructions(self, value: list[Instruction]) -> None:
         self._instructions = value
         self._prologue: int | None = None  # leading params and literals, counted when next asked
+        self._last_index = 0  # where `index` found the last instruction it was asked for
 
     # -- building ---------------------------------------------------------------------------------
     def _attach(self, ins: Instruction, index: int | None) -> Instruction:
@@ -208,6 +212,8 @@ class Module:
             self._prologue = end - 1 if k < end else None
 
     def move_before(self, ins: Instruction, before: Instruction) -> None:
+        if ins is before:
+            return
         self._unplace(ins)
         self._place(ins, self.index(before))
 
@@ -220,10 +226,21 @@ class Module:
 
     # -- queries ----------------------------------------------------------------------------------
     def index(self, ins: Instruction) -> int:
+        """`ins`'s position, looked for first near the last one found: passes edit a module in
+        order (inserting before the instruction they are at, removing dead ones backwards), so the
+        next position asked for is most often a few places away (list.index compares by identity:
+        Instruction has no __eq__)."""
+        items = self._instructions
+        start = max(0, self._last_index - INDEX_WINDOW)
         try:
-            return self._instructions.index(ins)  # by identity: Instruction has no __eq__
+            k = items.index(ins, start)
         except ValueError:
-            raise IRError(f"{ins} is not in module {self.name}") from None
+            try:
+                k = items.index(ins, 0, start)
+            except ValueError:
+                raise IRError(f"{ins} is not in module {self.name}") from None
+        self._last_index = k
+        return k
 
     def __iter__(self) -> Iterator[Instruction]:
         return iter(list(self.instructions))

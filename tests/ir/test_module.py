@@ -77,9 +77,9 @@ def test_duplicate_parameter_refused():
 
 def test_the_prologue_count_follows_every_edit():
     """New literals go after the leading params and literals; the module keeps that position as a
-    count between edits (a rescan per literal was quadratic). Against a rescan after each edit of a
-    random sequence: literals added, instructions inserted inside and after the prologue, removed,
-    moved, and a new list assigned."""
+    count between edits (a rescan per literal was quadratic), and looks positions up near the last
+    one found. Against a rescan after each edit of a random sequence: literals added, instructions
+    inserted inside and after the prologue, removed, moved, and a new list assigned."""
     from fusegraph.ir.builtin import Literal, Param
 
     def scanned(m):
@@ -113,3 +113,9 @@ def test_the_prologue_count_follows_every_edit():
         else:
             m.instructions = list(m.instructions)
         assert m._prologue_end() == scanned(m)
+        for k in rng.integers(len(m.instructions), size=3):  # positions, near and far from the last one
+            assert m.index(m.instructions[k]) == k
+    removed = m.add_literal(np.ones(1, np.float32))
+    m.remove(removed)
+    with pytest.raises(IRError, match="not in module"):
+        m.index(removed)
