@@ -79,8 +79,8 @@ def main() -> int:
     print(f"{'model':<18} {'parse s':>8} {'fp16 s':>7} {'pipeline s':>11} {'plan s':>7}  slowest passes")
     for r in rows:
         slow = ", ".join(f"{k[:30]} {v * 1e3:.0f}ms" for k, v in list(r["passes_s"].items())[:3])
-        print(f"{r['model']:<18} {r['parse_s']:8.3f} {r.get('fp16_s', 0):7.3f} {r['pipeline_s']:11.3f} "
-              f"{r.get('plan_s', 0):7.3f}  {slow}")
+        fp16, plan = (f"{r[k]:7.3f}" if k in r else f"{'-':>7}" for k in ("fp16_s", "plan_s"))
+        print(f"{r['model']:<18} {r['parse_s']:8.3f} {fp16} {r['pipeline_s']:11.3f} {plan}  {slow}")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parent).stdout.strip()
     print("wrote", write_results("compile_time" + ("-gpu-fp16" if a.gpu_fp16 else "") + a.tag,
