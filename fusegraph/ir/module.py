@@ -112,7 +112,7 @@ class Module:
         self._instructions.insert(index, ins)
         end = self._prologue
         if end is not None and index <= end:
-            self._prologue = end + 1 if _in_prologue(ins) else (index if index < end else end)
+            self._prologue = end + 1 if _in_prologue(ins) else index
 
     def add(self, op: Op, *inputs: Instruction, module_args: Sequence[Module] = ()) -> Instruction:
         """Append an instruction before the return (if any) and infer its shape."""

@@ -20,6 +20,7 @@ from ...ir.module import Instruction, Module
 from ...ir.op import OpKind
 from ...ir.shape import Shape, TupleShape
 from ...passes.memory_coloring import ALIGNMENT, Buffer, color
+from ...passes.simplify_reshapes import RESHAPE_LIKE
 from .layout import channels_last_order
 from .patterns import match_groups
 
@@ -321,8 +322,7 @@ def _owner_order(x: Instruction, owner: dict[int, int], slices: dict[int, tuple[
             return None
         if x.op.name == "transpose":
             order = tuple(x.op.perm[d] for d in order)
-        elif x.op.name in ("reshape", "squeeze", "unsqueeze", "flatten", "get_tuple_elem") and (
-                src.shape.lens != x.shape.lens):
+        elif x.op.name in RESHAPE_LIKE and src.shape.lens != x.shape.lens:
             return None
         x = src
     return order
