@@ -176,9 +176,13 @@ class Tuner:
         base = exhaustive_configs(item_bytes) if self.exhaustive else DEFAULT_CONFIGS
         return fit_configs(base, m, n, k)
 
-    def choose(self, key: str, candidates: list[Candidate], args: tuple = ()) -> tuple[str, Callable[..., None]]:
+    def choose(self, key: str, candidates: list[Candidate], args: tuple = ()) -> tuple[str | None, Callable[..., None]]:
         """(name, run) of the chosen candidate, timed (when it is) on `args`. The library candidate,
-        when present, comes first."""
+        when present, comes first. Inside kernels.compile_all() nothing is chosen: the kernels of the
+        candidates a choice would time are submitted for compiling, and the answer is (None, a run
+        for this one call)."""
+        if kernels.compiling_all():
+            return None, self._prefetch(key, candidates, args)
         if self.mode == LIBRARY:
             candidates = [c for c in candidates if c.name == LIBRARY]
         elif self.mode == "triton":
@@ -189,11 +193,38 @@ class Tuner:
                 candidates = [c for c in candidates if c.name == LIBRARY]
         return self._choose(key, candidates, args)
 
+    def _known(self, key: str) -> dict | None:
+        """The choice recorded with the program or cached on disk for `key`, if any."""
+        return self.recorded.get(key) or (self.cache.load().get(key) if self.measure is not None else None)
+
+    def _prefetch(self, key: str, candidates: list[Candidate], args: tuple) -> Callable[..., None]:
+        """compile_all's pass over a tuned step: the compiles of the candidates `choose` would build
+        submitted (only the known choice's, when there is one), and the first of them to run now."""
+        if self.mode == LIBRARY:
+            candidates = [c for c in candidates if c.name == LIBRARY]
+        elif self.mode == "triton":
+            candidates = [c for c in candidates if c.name != LIBRARY] or candidates
+        known = self._known(key)
+        considered = [c for c in candidates if known is not None and c.name == known.get("name")] or candidates
+        runs = []
+        for c in considered:
+            try:
+                run = c.make()
+                hook = getattr(run, "compile", None)
+                if hook is not None:
+                    hook(*args)
+            except candidate_errors():
+                continue
+            runs.append(run)
+        if not runs:
+            raise CompileError(f"target 'gpu': every candidate of {key} failed")
+        return runs[0]
+
     def _choose(self, key: str, candidates: list[Candidate], args: tuple) -> tuple[str, Callable[..., None]]:
         if not candidates:
             raise CompileError(f"target 'gpu': no candidate for {key}")
         names = {c.name: c for c in candidates}
-        known = self.recorded.get(key) or (self.cache.load().get(key) if self.measure is not None else None)
+        known = self._known(key)
         if known is not None and known.get("name") in names:
             try:
                 return known["name"], names[known["name"]].make()

@@ -31,6 +31,7 @@ from ...ir.dtypes import DType
 from ...ir.program import Program
 from ...ir.run_limits import running
 from ..base import CompileOptions, Executable
+from . import kernels
 from .device import StreamScope, to_host, torch, torch_dtype
 from .index_checks import IndexChecks
 from .lowering import Slot
@@ -133,6 +134,9 @@ class GpuExecutable(DeviceDoor, Executable):
             side = t.cuda.Stream(self.device)
             side.wait_stream(t.cuda.current_stream(self.device))
             with t.cuda.stream(side):  # one run: kernels compiled, cuDNN algorithms chosen, workspaces made
+                with kernels.compile_all() as compiling:  # first every step's kernels, all at once
+                    if compiling:
+                        self._run_steps()
                 self._run_steps()
             t.cuda.current_stream(self.device).wait_stream(side)
             if self.graph_mode:

@@ -81,11 +81,11 @@ class EpilogueGemm:
         return out, a, w, list(ops)
 
     def __call__(self, out, a, w, *ops):
-        if self.run is None:
-            self._choose(out, a, w, ops)
-        self.run(out, a, w, *ops)
+        (self.run or self._choose(out, a, w, ops))(out, a, w, *ops)
 
-    def _choose(self, out, a, w, ops) -> None:
+    def _choose(self, out, a, w, ops):
+        """The chosen candidate's run, kept for later calls (in autotune's compile_all pass: a run for
+        this call, nothing kept)."""
         from .autotune import LIBRARY, Candidate
 
         ro, ra, rb, rops = self.rows(out, a, w, ops)
@@ -97,9 +97,11 @@ class EpilogueGemm:
         candidates = [Candidate(LIBRARY, lambda: self._library(launchers))]
         for cfg in self.ctx.tuner.configs(m, n, k, ro.element_size()):
             candidates.append(Candidate(cfg.name(), lambda cfg=cfg: self._triton(cfg, launchers)))
-        name, self.run = self.ctx.tuner.choose(key, candidates, (out, a, w, *ops))
-        self.chosen = launchers[name]
-        self.tuning[key] = {"name": name}
+        name, run = self.ctx.tuner.choose(key, candidates, (out, a, w, *ops))
+        if name is not None:
+            self.run, self.chosen = run, launchers[name]
+            self.tuning[key] = {"name": name}
+        return run
 
     def _triton(self, cfg, launchers):
         from .triton_gemm import GemmLauncher

@@ -3,16 +3,24 @@
 `triton.jit` reads a kernel's source from its file, so each generated module is written once to a
 cache folder (named by the hash of its text) and imported from there. Kernels are cached per source
 for the process; Triton keeps its own on-disk cache of the compiled binaries.
+
+`compile_all()` is a scope in which launches compile and do not run: each launch submits its
+kernel's compile to a pool of threads (Triton releases the GIL in LLVM and ptxas), and leaving the
+scope waits for them all. A static program's warm-up runs its steps once in that scope before its
+real first run, so the kernels of all steps compile at once instead of one by one as the first run
+reaches them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import importlib.util
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +29,8 @@ from .device import triton
 CACHE_ROOT = Path.home() / ".cache" / "fusegraph"  # generated sources and autotuning choices
 _lock = threading.Lock()
 _modules: dict[str, Any] = {}
-_kernels: dict[tuple[str, str], Any] = {}  # (source, name) -> JIT function: no hashing of the text per launch
+_kernels: dict[tuple[str, str], Any] = {}  # (source, name) -> Kernel: no hashing of the text per launch
+_compiling: contextvars.ContextVar[Any] = contextvars.ContextVar("fusegraph_compile_all", default=None)
 # Called on every generated module once it is imported (tests use it to give Triton's CPU
 # interpreter numpy forms of the libdevice functions it lacks).
 MODULE_HOOKS: list[Callable[[Any], None]] = []
@@ -43,8 +52,71 @@ def loaded_module(source: str) -> Any:
         return _modules.get(source_hash(source))
 
 
-def load_kernel(source: str, name: str) -> Any:
-    """The JIT function `name` defined by the module `source` (imported once per process)."""
+class Kernel:
+    """A generated JIT function: `kernel[grid](*args, **meta)` launches it, or inside `compile_all()`
+    only submits its compile. `fn` is Triton's JIT function."""
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
+        fn, launch = self.fn, self.fn[grid]
+
+        def run(*args: Any, **meta: Any) -> Any:
+            if _compiling.get() is None:
+                return launch(*args, **meta)
+            return fn.warmup(*args, grid=grid, **meta)  # compiled for these arguments, not launched
+        return run
+
+    def warmup(self, *args: Any, grid: Any, **meta: Any) -> Any:
+        return self.fn.warmup(*args, grid=grid, **meta)
+
+
+def compiling_all() -> bool:
+    """Whether launches only compile (inside `compile_all()`)."""
+    return _compiling.get() is not None
+
+
+@contextlib.contextmanager
+def compile_all() -> Iterator[bool]:
+    """A scope in which launches compile their kernels in threads without running them (its value:
+    whether this Triton can; when not, launches run as usual). On leaving, every compile has ended
+    and the host-side launchers of the new kernels are built, in threads too; a kernel that failed
+    to compile raises its error at its first real launch."""
+    try:
+        from triton.runtime._async_compile import AsyncCompileMode  # Triton >= 3.4; private
+    except ImportError:
+        yield False
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..asynchronous import cores
+
+    with ThreadPoolExecutor(cores()) as pool:
+        mode = AsyncCompileMode(pool, ignore_errors=True)
+        token = _compiling.set(mode)
+        try:
+            with mode:
+                yield True
+        finally:
+            _compiling.reset(token)
+    _build_launchers(mode.future_kernels.values())
+
+
+def _build_launchers(futures: Any) -> None:
+    """The host-side launchers of the kernels `compile_all` compiled, built at once (binaries.py)."""
+    from .binaries import build_launchers
+
+    signatures = set()
+    for future in futures:
+        signature = getattr(getattr(future.kernel, "src", None), "signature", None)
+        if isinstance(signature, dict):
+            signatures.add(tuple(signature.values()))
+    build_launchers(sorted(signatures))
+
+
+def load_kernel(source: str, name: str) -> Kernel:
+    """The kernel `name` defined by the module `source` (imported once per process)."""
     found = _kernels.get((source, name))
     if found is not None:
         return found
@@ -65,7 +137,7 @@ def load_kernel(source: str, name: str) -> Any:
             for hook in MODULE_HOOKS:
                 hook(module)
             _modules[digest] = module
-        found = _kernels[(source, name)] = getattr(module, name)
+        found = _kernels[(source, name)] = Kernel(getattr(module, name))
     return found
 
 

@@ -68,11 +68,11 @@ class TunedAttention:
     def __call__(self, q, k, v, bias, dead):
         """Attention of q, k, v under the additive `bias`; `dead` (or None) marks the query rows whose
         every key is masked, which get uniform weights, as in the model (read as zero queries)."""
-        if self.run is None:
-            self._choose(q, k, v, bias, dead)
-        return self.run(q, k, v, bias, dead)
+        return (self.run or self._choose(q, k, v, bias, dead))(q, k, v, bias, dead)
 
-    def _choose(self, q, k, v, bias, dead) -> None:
+    def _choose(self, q, k, v, bias, dead):
+        """The chosen kernel's run, kept for later calls (in autotune's compile_all pass: a run for
+        this call, nothing kept)."""
         from .autotune import Candidate
 
         def order(x):
@@ -84,8 +84,11 @@ class TunedAttention:
         if q.is_cuda:
             candidates += [Candidate(f"sdpa-{b}", lambda b=b: self._sdpa(b)) for b in self.BACKENDS]
             candidates.append(Candidate("small", lambda: self._small))
-        name, self.run = self.tuner.choose(key, candidates, (q, k, v, bias, dead))
-        self.tuning[key] = {"name": name}
+        name, run = self.tuner.choose(key, candidates, (q, k, v, bias, dead))
+        if name is not None:
+            self.run = run
+            self.tuning[key] = {"name": name}
+        return run
 
     def _sdpa(self, backend: str | None):
         t = torch()

@@ -86,11 +86,11 @@ class SparseChoice:
         return self.dense if self.chosen != SPARSE else getattr(self.sparse, "epilogue", None)
 
     def __call__(self, *args: Any) -> Any:
-        if self.run is None:
-            self._choose(args)
-        return self.run(*args)
+        return (self.run or self._choose(args))(*args)
 
-    def _choose(self, args: tuple) -> None:
+    def _choose(self, args: tuple) -> Any:
+        """The chosen candidate's run, kept for later calls (in autotune's compile_all pass: a run for
+        this call, nothing kept)."""
         from .autotune import LIBRARY, Candidate
 
         if self.ctx.tuner is None:
@@ -103,8 +103,11 @@ class SparseChoice:
         body = self.step.data.get("body", "")
         key = f"2:4 {self.step.kind} {m}x{n}x{k} {mm.shape.dtype.value} {body} {','.join(self.step.data.get('roles', ()))}"
         candidates = [Candidate(LIBRARY, lambda: self.dense), Candidate(SPARSE, lambda: self.sparse)]
-        self.chosen, self.run = self.ctx.tuner.choose(key, candidates, args)
-        self.tuning[key] = {"name": self.chosen}
+        name, run = self.ctx.tuner.choose(key, candidates, args)
+        if name is not None:
+            self.chosen, self.run = name, run
+            self.tuning[key] = {"name": name}
+        return run
 
 
 def _register(ctx, step, dense, sparse):

@@ -112,5 +112,7 @@ def kernel():
             tl.store(o_ptr + b * sob + h * soh + rows[:, None] * sol + dims[None, :], o.to(o_ptr.dtype.element_ty),
                      mask=rmask[:, None] & dmask[None, :])
 
-        _kernel = attention_small
+        from .kernels import Kernel
+
+        _kernel = Kernel(attention_small)
     return _kernel

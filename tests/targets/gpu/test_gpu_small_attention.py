@@ -80,6 +80,7 @@ def test_a_model_whose_attention_runs_the_small_kernel_matches_onnxruntime(gpu_t
     def choose(self, q, k, v, bias, dead):
         chosen.append(1)
         self.run = self._small
+        return self.run
     monkeypatch.setattr(lower_attention.TunedAttention, "_choose", choose)
     rng = np.random.default_rng(5)
     b, h, n, d = 3, 2, 49, 16
@@ -127,6 +128,7 @@ def test_padded_rows_on_the_small_kernel_match_onnxruntime(gpu_target, monkeypat
     def choose(self, q, k, v, bias, dead):
         assert dead is not None  # float16 and a runtime mask: the rows are found each run
         self.run = self._small
+        return self.run
     monkeypatch.setattr(lower_attention.TunedAttention, "_choose", choose)
     model, x = _hf_eager_model()
     p = fusegraph.parse_onnx(model)
