@@ -11,7 +11,9 @@ with fp16=True, contenders alternated with CUDA events) and followed by fusegrap
 
 `--prepare N` first compiles every row (export, fusegraph, the torch.compile modes) in N processes at
 once, recording those cold compile times (`cold_compile_s`, taken N at a time: CPU and GPU shared;
-`--prepare-only` stops there, `--cold FILE` attaches an earlier prepare's times),
+`--prepare-only` stops there, `--cold FILE` attaches an earlier prepare's times; `--fresh` gives each
+row's process empty caches of its own, fusegraph's, Triton's and inductor's: `--prepare 1 --fresh
+--prepare-only` is each row's compile on a new machine, one at a time),
 then times the rows one by one: their compiles (`compile_s`) find Triton's and inductor's caches
 warm; fusegraph's autotuning cache is the children's own, so each row's GEMM choices are timed again
 on a quiet GPU, never taken from timings made while other compiles ran.
@@ -208,10 +210,12 @@ def check_rows(rows: list[tuple[str, int]]) -> None:
             print(f"FAIL {name:26s} {type(e).__name__}: {str(e)[:150]}", flush=True)
 
 
-def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | None) -> dict[str, dict]:
+def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | None,
+            fresh: bool = False) -> dict[str, dict]:
     """Compile every row in `jobs` processes at once (see the module's docstring); their cold compile
     times (or the error a row's compile raised) by "name:batch", written to gpu_models_cold-<host>.json
-    as each row finishes."""
+    as each row finishes. `fresh`: each row's process with empty caches of its own (fusegraph's,
+    Triton's, inductor's), as a new machine has; else the rows share them."""
     from benchmarks._common import write_results
 
     home = tempfile.mkdtemp(prefix="gpu_models_prepare_")  # the children's fusegraph autotuning cache
@@ -219,13 +223,17 @@ def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | N
 
     def one(row: tuple[str, int]) -> dict:
         args = [sys.executable, __file__, "--rows", f"{row[0]}:{row[1]}", "--modes", modes, "--compile-only"]
-        done = subprocess.run(args, env=env, capture_output=True, text=True)
+        own = env
+        if fresh:
+            new = tempfile.mkdtemp(prefix="gpu_models_fresh_")
+            own = {**env, "HOME": new, "TRITON_CACHE_DIR": f"{new}/triton", "TORCHINDUCTOR_CACHE_DIR": f"{new}/inductor"}
+        done = subprocess.run(args, env=own, capture_output=True, text=True)
         try:
             return json.loads(done.stdout.strip().splitlines()[-1])
         except (IndexError, ValueError):
             return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1][:300]}
 
-    payload: dict = {"jobs": jobs, "rows": {}}
+    payload: dict = {"jobs": jobs, "fresh": fresh, "rows": {}}
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         futures = {pool.submit(one, row): row for row in rows}
@@ -252,6 +260,7 @@ def main() -> None:
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--prepare", type=int, default=0, help="compile the rows in this many processes first")
     ap.add_argument("--prepare-only", action="store_true", help="stop after --prepare")
+    ap.add_argument("--fresh", action="store_true", help="(for --prepare) each row with empty caches of its own")
     ap.add_argument("--cold", default=None, help="a gpu_models_cold JSON of an earlier --prepare: its times")
     ap.add_argument("--compile-only", action="store_true", help="(for --prepare) print each row's compile times")
     args = ap.parse_args()
@@ -280,7 +289,7 @@ def main() -> None:
     os.environ.setdefault("TRITON_CACHE_DIR", str(Path.home() / ".triton" / "cache"))  # shared with --prepare's
     cold = json.loads(Path(args.cold).read_text())["rows"] if args.cold else {}
     if args.prepare:
-        cold = prepare(rows, args.prepare, args.modes, args.out_dir)
+        cold = prepare(rows, args.prepare, args.modes, args.out_dir, args.fresh)
         if args.prepare_only:
             return
     payload = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": []}

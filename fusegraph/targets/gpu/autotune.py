@@ -183,7 +183,7 @@ class Tuner:
         for this one call)."""
         if kernels.compiling_all():
             return None, self._prefetch(key, candidates, args)
-        if self.mode == LIBRARY:
+        if self.mode == LIBRARY and any(c.name == LIBRARY for c in candidates):  # (attention has none)
             candidates = [c for c in candidates if c.name == LIBRARY]
         elif self.mode == "triton":
             triton = [c for c in candidates if c.name != LIBRARY]
@@ -193,6 +193,14 @@ class Tuner:
                 candidates = [c for c in candidates if c.name == LIBRARY]
         return self._choose(key, candidates, args)
 
+    def decided(self, key: str) -> str | None:
+        """The choice for `key` that takes no timing: the library in "library" mode, else a choice
+        recorded with the program or cached on disk; None when timing decides."""
+        if self.mode == LIBRARY:
+            return LIBRARY
+        known = self._known(key)
+        return known.get("name") if known is not None else None
+
     def _known(self, key: str) -> dict | None:
         """The choice recorded with the program or cached on disk for `key`, if any."""
         return self.recorded.get(key) or (self.cache.load().get(key) if self.measure is not None else None)
@@ -201,7 +209,7 @@ class Tuner:
         """compile_all's pass over a tuned step: the compiles of the candidates `choose` would build
         submitted (only the known choice's, when there is one), and the first of them to run now."""
         if self.mode == LIBRARY:
-            candidates = [c for c in candidates if c.name == LIBRARY]
+            candidates = [c for c in candidates if c.name == LIBRARY] or candidates
         elif self.mode == "triton":
             candidates = [c for c in candidates if c.name != LIBRARY] or candidates
         known = self._known(key)
@@ -281,6 +289,13 @@ def precompile(runs: list[Callable[..., None]], args: tuple) -> None:
     made its first compile (fp16, H200) 51.7 s, compiled together 15.7 s. A kernel that fails here
     fails again, and is dropped, when timed."""
     hooks = [h for h in (getattr(r, "compile", None) for r in runs) if h is not None]
+    if kernels.async_compiling():  # a compile scope is open (the warm-up's): its pool takes them
+        for hook in hooks:
+            try:
+                hook(*args)
+            except candidate_errors():
+                continue
+        return
     if len(hooks) < 2:
         return
     try:

@@ -137,7 +137,8 @@ class GpuExecutable(DeviceDoor, Executable):
                 with kernels.compile_all() as compiling:  # first every step's kernels, all at once
                     if compiling:
                         self._run_steps()
-                self._run_steps()
+                with kernels.compile_async():  # (a tuned GEMM's chosen kernel compiles meanwhile)
+                    self._run_steps()
             t.cuda.current_stream(self.device).wait_stream(side)
             if self.graph_mode:
                 graph = t.cuda.CUDAGraph()

@@ -84,29 +84,48 @@ class EpilogueGemm:
         (self.run or self._choose(out, a, w, ops))(out, a, w, *ops)
 
     def _choose(self, out, a, w, ops):
-        """The chosen candidate's run, kept for later calls (in autotune's compile_all pass: a run for
-        this call, nothing kept)."""
-        from .autotune import LIBRARY, Candidate
+        """The run for this call; the chosen candidate's is kept for later calls (none is kept in
+        autotune's compile_all pass). Templates are timed in their generic form (one kernel per config
+        for every K); the chosen config runs its K-constant kernel, compiled in the background of the
+        warm-up's run (kernels.compile_async), which goes on with the timed one meanwhile."""
+        from .autotune import LIBRARY, Candidate, candidate_errors
 
         ro, ra, rb, rops = self.rows(out, a, w, ops)
         m, (k, n) = math.prod(ro.shape[:-1]), rb.shape
         layout = (ra.stride()[-1] == 1, rb.stride()[-1] == 1, ro.stride()[-1] == 1, ro.dim() > 2)
         key = (f"{'conv' if self.conv else 'dot'} {m}x{n}x{k} {self.in_type.value}->{self.out_type.value} "
                f"{self.body} {','.join(self.roles)} {layout}")
-        launchers = {}
+        args = (out, a, w, *ops)
+        tuner, launchers = self.ctx.tuner, {}
+        configs = {cfg.name(): cfg for cfg in tuner.configs(m, n, k, ro.element_size())}
+        known = tuner.decided(key)
+        if known in configs:  # chosen before (recorded with the program, or cached): its kernel alone
+            try:
+                final = self._triton(configs[known], launchers)
+                final.compile(*args)
+                return self._keep(key, known, final, launchers)
+            except candidate_errors():
+                pass  # it no longer builds here: choose again
         candidates = [Candidate(LIBRARY, lambda: self._library(launchers))]
-        for cfg in self.ctx.tuner.configs(m, n, k, ro.element_size()):
-            candidates.append(Candidate(cfg.name(), lambda cfg=cfg: self._triton(cfg, launchers)))
-        name, run = self.ctx.tuner.choose(key, candidates, (out, a, w, *ops))
-        if name is not None:
-            self.run, self.chosen = run, launchers[name]
-            self.tuning[key] = {"name": name}
+        candidates += [Candidate(name, lambda cfg=cfg: self._triton(cfg, launchers, generic=True))
+                       for name, cfg in configs.items()]
+        name, run = tuner.choose(key, candidates, args)
+        if name is None or name == LIBRARY:  # compile_all's pass, or the library's run
+            return run if name is None else self._keep(key, name, run, launchers)
+        final = self._triton(configs[name], launchers)
+        final.compile(*args)  # in the background of the warm-up's run; the timed kernel runs this call
+        self._keep(key, name, final, launchers)
+        return run if name in tuner.timings.get(key, {}) else final
+
+    def _keep(self, key, name, run, launchers):
+        self.run, self.chosen = run, launchers[name]
+        self.tuning[key] = {"name": name}
         return run
 
-    def _triton(self, cfg, launchers):
+    def _triton(self, cfg, launchers, generic=False):
         from .triton_gemm import GemmLauncher
 
-        launcher = GemmLauncher(self.body, self.var_types, self.acc, self.in_type, self.out_type, cfg)
+        launcher = GemmLauncher(self.body, self.var_types, self.acc, self.in_type, self.out_type, cfg, generic)
         launchers[cfg.name()] = launcher
 
         def run(out, a, w, *ops):

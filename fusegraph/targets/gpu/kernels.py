@@ -8,7 +8,8 @@ for the process; Triton keeps its own on-disk cache of the compiled binaries.
 kernel's compile to a pool of threads (Triton releases the GIL in LLVM and ptxas), and leaving the
 scope waits for them all. A static program's warm-up runs its steps once in that scope before its
 real first run, so the kernels of all steps compile at once instead of one by one as the first run
-reaches them.
+reaches them; that first run is a `compile_async()` scope, in which the kernels only it asks for (a
+tuned GEMM's chosen config in its K-constant form) compile in the background while it goes on.
 """
 
 from __future__ import annotations
@@ -77,12 +78,23 @@ def compiling_all() -> bool:
     return _compiling.get() is not None
 
 
-@contextlib.contextmanager
-def compile_all() -> Iterator[bool]:
+def compile_all() -> contextlib.AbstractContextManager[bool]:
     """A scope in which launches compile their kernels in threads without running them (its value:
     whether this Triton can; when not, launches run as usual). On leaving, every compile has ended
     and the host-side launchers of the new kernels are built, in threads too; a kernel that failed
     to compile raises its error at its first real launch."""
+    return _async_compiles(launch=False)
+
+
+def compile_async() -> contextlib.AbstractContextManager[bool]:
+    """A scope in which kernels compile in threads and launches run: a launch of a kernel whose
+    compile is pending waits for it; a `warmup` (GemmLauncher.compile) only submits. Leaving it
+    waits for every compile, as `compile_all` does."""
+    return _async_compiles(launch=True)
+
+
+@contextlib.contextmanager
+def _async_compiles(launch: bool) -> Iterator[bool]:
     try:
         from triton.runtime._async_compile import AsyncCompileMode  # Triton >= 3.4; private
     except ImportError:
@@ -94,13 +106,22 @@ def compile_all() -> Iterator[bool]:
 
     with ThreadPoolExecutor(cores()) as pool:
         mode = AsyncCompileMode(pool, ignore_errors=True)
-        token = _compiling.set(mode)
+        token = _compiling.set(None if launch else mode)
         try:
             with mode:
                 yield True
         finally:
             _compiling.reset(token)
     _build_launchers(mode.future_kernels.values())
+
+
+def async_compiling() -> bool:
+    """Whether a scope of asynchronous compiles (compile_all, compile_async) is open here."""
+    try:
+        from triton.runtime._async_compile import active_mode
+    except ImportError:
+        return False
+    return active_mode.get() is not None
 
 
 def _build_launchers(futures: Any) -> None:

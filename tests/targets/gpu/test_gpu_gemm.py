@@ -107,8 +107,30 @@ def test_triton_conv_silu_epilogue(target_of, fp16):
     (choice,) = p.executable.tuning.values()
     assert choice["name"] != "library"
     assert any(name.startswith("mm_") for name in p.executable.sources)
+    (source,) = [s for n, s in p.executable.sources.items() if n.startswith("mm_")]
+    assert ", K: tl.constexpr," in source  # tuning timed the generic kernel (K an argument); this one runs
     if not fp16:
-        assert 'input_precision="ieee"' in next(s for n, s in p.executable.sources.items() if n.startswith("mm_"))
+        assert 'input_precision="ieee"' in source
+
+
+def test_the_generic_template_takes_k_as_an_argument(target_of):
+    """Tuning's form of the template: one kernel per config for every K, right at each K."""
+    import torch
+
+    from fusegraph.ir.dtypes import DType
+    from fusegraph.ops.scalar import Var, call
+    from fusegraph.targets.gpu.triton_gemm import GemmConfig, GemmLauncher
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    body = call("max", Var(0), 0.0)
+    launcher = GemmLauncher(body, [DType.float32], (0,), DType.float32, DType.float32, GemmConfig(16, 16, 16), generic=True)
+    for k in (32, 48, 40):
+        a, b = torch.randn(20, k, device=device), torch.randn(k, 24, device=device)
+        out = torch.empty(20, 24, device=device)
+        launcher(out, a, b)
+        np.testing.assert_allclose(out.cpu().numpy(), np.maximum(a.cpu().numpy() @ b.cpu().numpy(), 0), rtol=1e-4, atol=1e-4)
+    assert len(launcher.sources) == 2  # K a multiple of the block, and one with a masked tail
+    assert all(", K: tl.constexpr," not in source and ", K, " in source for source in launcher.sources.values())
 
 
 @pytest.mark.parametrize("fp16", [False, True])
