@@ -1,0 +1,122 @@
+"""Cold compiles on the gpu target, as a new machine meets them: each row parsed and compiled in a child
+process whose caches are empty (HOME, so fusegraph's sources and tuning choices; TRITON_CACHE_DIR;
+inductor's), the clock started after imports and CUDA's set-up and stopped when the compile (kernels,
+GEMM tuning, graph capture) is done.
+
+    python benchmarks/gpu_cold_compile.py [--rows resnet50:1:fp32,resnet50:32:fp16] [--gemm auto]
+                                          [--variant base=DIR] [--profile] [--out-dir DIR]
+
+A row is `model:batch:fp16|fp32` over fusegraph's built-in models. Per row: parse and compile seconds,
+how many Triton binaries the compile built (cubins in its Triton cache), and at batch 1 the largest
+difference from ONNX Runtime (CPU) relative to the output's largest magnitude. `--variant NAME=DIR`
+also compiles each row with the fusegraph package found under DIR (an older checkout: `git archive
+<commit> fusegraph | tar -x -C DIR`), in turn with this one. `--profile` keeps a cProfile of each
+compile (Python 3.12's profiles every thread) in --out-dir, and its overhead in the times.
+Writes benchmarks/results/gpu_cold_compile-<host>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None) -> dict:
+    import numpy as np
+    import torch
+
+    import fusegraph
+    from fusegraph import models
+    from fusegraph.targets.gpu import GpuTarget
+
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()  # CUDA set up before the clock starts
+    onnx_model = models.get_model(model)
+    profile = cProfile.Profile() if profile_to else None
+    t0 = time.perf_counter()
+    if profile:
+        profile.enable()
+    program = fusegraph.parse_onnx(onnx_model, map_input_dims=models.MODELS[model].default_shapes(batch=batch))
+    t1 = time.perf_counter()
+    program.compile(GpuTarget(gemm=gemm), fusegraph.CompileOptions(fp16=fp16))
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    if profile:
+        profile.disable()
+        text = io.StringIO()
+        stats = pstats.Stats(profile, stream=text)
+        stats.sort_stats("cumulative").print_stats(45)
+        stats.sort_stats("tottime").print_stats(25)
+        Path(profile_to).write_text(text.getvalue())
+    err = None
+    if batch == 1:
+        import onnxruntime as ort
+
+        feeds = models.sample_inputs(model, batch=1)
+        got = program.run(feeds)[0]
+        want = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        err = float(np.max(np.abs(got.astype(np.float64) - want)) / np.max(np.abs(want)))
+    cubins = sum(1 for _ in Path(os.environ["TRITON_CACHE_DIR"]).rglob("*.cubin"))
+    return {"parse_s": round(t1 - t0, 3), "compile_s": round(t2 - t1, 3), "cubins": cubins, "rel_err_vs_ort": err}
+
+
+def run_row(row: str, gemm: str, variant: str, package_dir: Path, out_dir: Path | None) -> dict:
+    model, batch, precision = row.split(":")
+    home = tempfile.mkdtemp(prefix="fg-cold-")
+    env = {**os.environ, "HOME": home, "TRITON_CACHE_DIR": f"{home}/triton", "TORCHINDUCTOR_CACHE_DIR": f"{home}/inductor",
+           "PYTHONPATH": os.pathsep.join([str(package_dir), str(ROOT)])}
+    profile = str(out_dir / f"{variant}_{row.replace(':', '_')}.txt") if out_dir else ""
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, __file__, "--child", model, batch, precision, gemm, profile],
+                          env=env, capture_output=True, text=True)
+    result = {"row": row, "variant": variant, "gemm": gemm, "process_s": round(time.perf_counter() - t0, 1)}
+    try:
+        result.update(json.loads(done.stdout.strip().splitlines()[-1]))
+    except (IndexError, ValueError):
+        result["error"] = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+    return result
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--child"]:
+        model, batch, precision, gemm, profile = sys.argv[2:7]
+        print(json.dumps(child(model, int(batch), precision == "fp16", gemm, profile or None)))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default="resnet50:1:fp32,resnet50:32:fp16")
+    ap.add_argument("--gemm", default="auto", help="GpuTarget(gemm=...): auto | triton | library")
+    ap.add_argument("--variant", action="append", default=[], help="NAME=DIR: also compile with the package under DIR")
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--out-dir", default=None)
+    args = ap.parse_args()
+    from benchmarks._common import write_results
+
+    out_dir = Path(args.out_dir) if args.out_dir else None
+    if out_dir:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    variants = [("this", ROOT)] + [(v.split("=", 1)[0], Path(v.split("=", 1)[1]).resolve()) for v in args.variant]
+    results = []
+    for row in args.rows.split(","):
+        for name, package_dir in variants:  # in turn, row by row
+            results.append(run_row(row, args.gemm, name, package_dir, out_dir if args.profile else None))
+            print(json.dumps(results[-1]), flush=True)
+    path = write_results("gpu_cold_compile", {"profiled": args.profile, "rows": results})
+    if out_dir:
+        (out_dir / path.name).write_text(path.read_text())
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()
