@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from ...ops.scalar import Var
+from . import kernels
 from .device import torch
 from .triton_expr import literal_exponents
 
@@ -86,8 +87,10 @@ class EpilogueGemm:
     def _choose(self, out, a, w, ops):
         """The run for this call; the chosen candidate's is kept for later calls (none is kept in
         autotune's compile_all pass). Templates are timed in their generic form (one kernel per config
-        for every K); the chosen config runs its K-constant kernel, compiled in the background of the
-        warm-up's run (kernels.compile_async), which goes on with the timed one meanwhile."""
+        for every K). In a static program's warm-up the chosen config then runs its K-constant kernel,
+        compiled in the background of the warm-up's run (kernels.compile_async), which goes on with the
+        timed one meanwhile; elsewhere (the dynamic mode's runs) the generic kernel stays, as a
+        recorded choice's does there."""
         from .autotune import LIBRARY, Candidate, candidate_errors
 
         ro, ra, rb, rops = self.rows(out, a, w, ops)
@@ -98,12 +101,13 @@ class EpilogueGemm:
         args = (out, a, w, *ops)
         tuner, launchers = self.ctx.tuner, {}
         configs = {cfg.name(): cfg for cfg in tuner.configs(m, n, k, ro.element_size())}
+        background = kernels.async_compiling()  # a static program's warm-up: K-constant kernels compile there
         known = tuner.decided(key)
         if known in configs:  # chosen before (recorded with the program, or cached): its kernel alone
             try:
-                final = self._triton(configs[known], launchers)
-                final.compile(*args)
-                return self._keep(key, known, final, launchers)
+                chosen = self._triton(configs[known], launchers, generic=not background)
+                chosen.compile(*args)
+                return self._keep(key, known, chosen, launchers)
             except candidate_errors():
                 pass  # it no longer builds here: choose again
         candidates = [Candidate(LIBRARY, lambda: self._library(launchers))]
@@ -112,6 +116,8 @@ class EpilogueGemm:
         name, run = tuner.choose(key, candidates, args)
         if name is None or name == LIBRARY:  # compile_all's pass, or the library's run
             return run if name is None else self._keep(key, name, run, launchers)
+        if not background:  # (a dynamic program's run, the interpreter) the timed kernel stays: no wait for another
+            return self._keep(key, name, run, launchers)
         final = self._triton(configs[name], launchers)
         final.compile(*args)  # in the background of the warm-up's run; the timed kernel runs this call
         self._keep(key, name, final, launchers)

@@ -107,8 +107,12 @@ def test_triton_conv_silu_epilogue(target_of, fp16):
     (choice,) = p.executable.tuning.values()
     assert choice["name"] != "library"
     assert any(name.startswith("mm_") for name in p.executable.sources)
+    import torch
+
     (source,) = [s for n, s in p.executable.sources.items() if n.startswith("mm_")]
-    assert ", K: tl.constexpr," in source  # tuning timed the generic kernel (K an argument); this one runs
+    # tuning timed the generic kernel (K an argument); a static program's warm-up on a GPU compiles the
+    # chosen config's K-constant kernel in the background and runs it; elsewhere the timed one stays
+    assert (", K: tl.constexpr," in source) == torch.cuda.is_available() != (", K, " in source)
     if not fp16:
         assert 'input_precision="ieee"' in source
 
