@@ -25,6 +25,7 @@ On a CPU device (Triton's interpreter) nothing meaningful can be timed: the choi
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -190,8 +191,8 @@ class Tuner:
         for this one call)."""
         if kernels.compiling_all():
             return None, self._prefetch(key, candidates, args)
-        if self.mode == LIBRARY and any(c.name == LIBRARY for c in candidates):  # (attention has none)
-            candidates = [c for c in candidates if c.name == LIBRARY]
+        if self.mode == LIBRARY:
+            candidates = self._allowed(candidates)
         elif self.mode == "triton":
             triton = [c for c in candidates if c.name != LIBRARY]
             try:  # the library only when no Triton config builds and runs (rows it cannot address)
@@ -199,6 +200,13 @@ class Tuner:
             except CompileError:
                 candidates = [c for c in candidates if c.name == LIBRARY]
         return self._choose(key, candidates, args)
+
+    def _allowed(self, candidates: list[Candidate]) -> list[Candidate]:
+        """The candidates this mode lets `choose` time first: the library alone in "library" mode, the
+        templates alone in "triton" mode (all of them where the mode's side has none: attention)."""
+        if self.mode == "auto":
+            return candidates
+        return [c for c in candidates if (c.name == LIBRARY) == (self.mode == LIBRARY)] or candidates
 
     def decided(self, key: str) -> str | None:
         """The choice for `key` that takes no timing: the library in "library" mode, else a choice
@@ -215,10 +223,7 @@ class Tuner:
     def _prefetch(self, key: str, candidates: list[Candidate], args: tuple) -> Callable[..., None]:
         """compile_all's pass over a tuned step: the compiles of the candidates `choose` would build
         submitted (only the known choice's, when there is one), and the first of them to run now."""
-        if self.mode == LIBRARY:
-            candidates = [c for c in candidates if c.name == LIBRARY] or candidates
-        elif self.mode == "triton":
-            candidates = [c for c in candidates if c.name != LIBRARY] or candidates
+        candidates = self._allowed(candidates)
         known = self._known(key)
         considered = [c for c in candidates if known is not None and c.name == known.get("name")] or candidates
         runs = []
@@ -296,23 +301,10 @@ def precompile(runs: list[Callable[..., None]], args: tuple) -> None:
     made its first compile (fp16, H200) 51.7 s, compiled together 15.7 s. A kernel that fails here
     fails again, and is dropped, when timed."""
     hooks = [h for h in (getattr(r, "compile", None) for r in runs) if h is not None]
-    if kernels.async_compiling():  # a compile scope is open (the warm-up's): its pool takes them
-        for hook in hooks:
-            try:
-                hook(*args)
-            except candidate_errors():
-                continue
+    open_scope = kernels.async_compiling()  # the warm-up's: its pool takes them
+    if len(hooks) < 2 and not open_scope:
         return
-    if len(hooks) < 2:
-        return
-    try:
-        from triton.runtime._async_compile import AsyncCompileMode  # Triton >= 3.4; private
-    except ImportError:
-        return  # older Triton: each kernel compiles at its first run
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(min(len(hooks), os.cpu_count() or 1)) as pool, \
-            AsyncCompileMode(pool, ignore_errors=True):
+    with contextlib.nullcontext() if open_scope else kernels.compile_async():
         for hook in hooks:
             try:
                 hook(*args)
