@@ -69,6 +69,14 @@ class GpuTarget(Target):
             eliminate_dead_code))]
 
     def lower(self, program: Program, options: CompileOptions) -> Executable:
+        from .device import resolve_device
+
+        if resolve_device(self.device).type == "cuda":  # while the program is lowered:
+            from .compile_pool import prestart
+            from .kernels import set_up_triton
+
+            set_up_triton()  # Triton's own set-up
+            prestart()  # and its compile workers (compile_pool.py)
         return self._lower(program, options, {})
 
     def memory_capacity(self) -> int:

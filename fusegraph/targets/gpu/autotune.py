@@ -19,6 +19,13 @@ compile at once, beside the program's other kernels. The GEMM templates are time
 b32 fp16 on the H200 built 60 Triton binaries on a fresh machine instead of 137, and compiled in
 12.3 s instead of 19.1); the chosen config runs its K-constant kernel.
 
+A float32 GEMM (`choose(library_first=True)`) is the library's in "auto" mode unless the library
+cannot run it: the templates multiply exact float32 on the FMA units (never TF32), as cuBLAS's SGEMM
+does, and compile slowly (about 8 s each on the H200 machine, against 1 s for a float16 tensor-core
+one); on that machine cuBLAS won all 18 of ResNet-50's problems at batch 1 and all 3 of BERT-base's
+linear layers, and the templates' compiles made ResNet-50's cold compile 18.8 s instead of 4. The
+"triton" mode and `exhaustive_tune` still time them.
+
 On a CPU device (Triton's interpreter) nothing meaningful can be timed: the choice is deterministic
 (the library path, or the first Triton config when the mode is "triton"), and nothing is cached.
 """
@@ -184,11 +191,22 @@ class Tuner:
         base = exhaustive_configs(item_bytes) if self.exhaustive else DEFAULT_CONFIGS
         return fit_configs(base, m, n, k)
 
-    def choose(self, key: str, candidates: list[Candidate], args: tuple = ()) -> tuple[str | None, Callable[..., None]]:
+    def choose(self, key: str, candidates: list[Candidate], args: tuple = (),
+               library_first: bool = False) -> tuple[str | None, Callable[..., None]]:
         """(name, run) of the chosen candidate, timed (when it is) on `args`. The library candidate,
         when present, comes first. Inside kernels.compile_all() nothing is chosen: the kernels of the
         candidates a choice would time are submitted for compiling, and the answer is (None, a run
-        for this one call)."""
+        for this one call). `library_first` (a float32 GEMM): in "auto" mode without exhaustive
+        tuning, the library alone unless it cannot run the problem (module docstring)."""
+        if self._library_only(library_first):
+            library = [c for c in candidates if c.name == LIBRARY]
+            try:
+                if library:
+                    return (None, self._prefetch(key, library, args)) if kernels.compiling_all() \
+                        else self._choose(key, library, args)
+            except CompileError:
+                pass
+            candidates = [c for c in candidates if c.name != LIBRARY]
         if kernels.compiling_all():
             return None, self._prefetch(key, candidates, args)
         if self.mode == LIBRARY:
@@ -200,6 +218,9 @@ class Tuner:
             except CompileError:
                 candidates = [c for c in candidates if c.name == LIBRARY]
         return self._choose(key, candidates, args)
+
+    def _library_only(self, library_first: bool) -> bool:
+        return library_first and self.mode == "auto" and not self.exhaustive
 
     def _allowed(self, candidates: list[Candidate]) -> list[Candidate]:
         """The candidates this mode lets `choose` time first: the library alone in "library" mode, the

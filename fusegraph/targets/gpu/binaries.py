@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -147,32 +148,63 @@ def build_launchers(signatures: list[tuple[str, ...]]) -> None:
     driver's utility extension (the set-up that builds it took 0.28 s of that load). Whatever fails
     to build here is built where Triton builds it without this: at the driver's set-up, at a
     kernel's first launch."""
-    if not signatures:
-        return
-    try:  # private Triton API (Triton 3.4 to 3.7), used exactly as its CUDA launcher uses it
-        from triton.backends.nvidia import driver as nvidia
-        from triton.runtime.build import compile_module_from_src
-        from triton.runtime.cache import triton_key
-    except ImportError:
-        return
-    if not callable(getattr(nvidia, "make_launcher", None)):  # Triton 3.8 builds its launchers otherwise
+    signatures = [s for s in signatures if s not in _built]
+    if not signatures or _launcher_template() is None:
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    def build(source: str, name: str) -> None:
-        compile_module_from_src(src=source, name=name, library_dirs=nvidia.library_dirs(),
-                                include_dirs=nvidia.include_dirs, libraries=nvidia.libraries)
+    from triton.runtime.cache import triton_key
 
-    sources = [(nvidia.make_launcher({}, dict(enumerate(sig)), None), "__triton_launcher") for sig in signatures]
+    jobs = [(build_launcher, sig) for sig in signatures]
     if not _driver_started():  # its utility extension is built the same way, once per machine
-        sources.append(((Path(nvidia.dirname) / "driver.c").read_text(), "cuda_utils"))
-    with ThreadPoolExecutor(min(len(sources) + 1, os.cpu_count() or 1)) as pool:
-        jobs = [pool.submit(triton_key)] + [pool.submit(build, *job) for job in sources]
-        for job in jobs:
+        nvidia = _launcher_template()
+        jobs.append((_build, (Path(nvidia.dirname) / "driver.c").read_text(), "cuda_utils"))
+    with ThreadPoolExecutor(min(len(jobs) + 1, os.cpu_count() or 1)) as pool:
+        futures = [pool.submit(triton_key)] + [pool.submit(*job) for job in jobs]
+        for future in futures:
             try:
-                job.result()
+                future.result()
             except Exception:  # noqa: BLE001 - any failure only defers the build to the first launch
                 continue
+
+
+_built: set[tuple[str, ...]] = set()  # the signatures whose launchers this process built
+_built_lock = threading.Lock()
+
+
+def build_launcher(signature: tuple[str, ...]) -> None:
+    """Build one signature's launcher now, in this thread (kernels.py: a compile thread, as soon as
+    its kernel is compiled), unless this process built it already."""
+    nvidia = _launcher_template()
+    with _built_lock:
+        if nvidia is None or signature in _built:
+            return
+        _built.add(signature)  # (another thread asking meanwhile leaves it to this one)
+    try:
+        _build(nvidia.make_launcher({}, dict(enumerate(signature)), None), "__triton_launcher")
+    except Exception:
+        with _built_lock:
+            _built.discard(signature)
+        raise
+
+
+def _launcher_template() -> Any:
+    """Triton's CUDA driver module, where it generates launchers from a template (Triton 3.4 to 3.7,
+    private API, used exactly as its CUDA launcher uses it); None elsewhere (3.8 builds them otherwise)."""
+    try:
+        from triton.backends.nvidia import driver as nvidia
+        from triton.runtime.build import compile_module_from_src  # noqa: F401
+    except ImportError:
+        return None
+    return nvidia if callable(getattr(nvidia, "make_launcher", None)) else None
+
+
+def _build(source: str, name: str) -> None:
+    from triton.runtime.build import compile_module_from_src
+
+    nvidia = _launcher_template()
+    compile_module_from_src(src=source, name=name, library_dirs=nvidia.library_dirs(),
+                            include_dirs=nvidia.include_dirs, libraries=nvidia.libraries)
 
 
 def _driver_started() -> bool:

@@ -76,6 +76,11 @@ def test_a_known_choice_or_a_forced_mode_compiles_only_what_it_will_run(compile_
             name, run = tuner.choose("k", candidates(log))
             run()
         assert name is None and log == [*compiled, f"run {ran}"]
+    log = []
+    with compile_all():  # a float32 GEMM: the library alone, no template compiled
+        name, run = Tuner(H200, measure=no_timing).choose("k", candidates(log), library_first=True)
+        run()
+    assert name is None and log == ["run library"]
 
 
 @pytest.mark.gpu

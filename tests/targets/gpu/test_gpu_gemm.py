@@ -137,6 +137,37 @@ def test_the_generic_template_takes_k_as_an_argument(target_of):
     assert all(", K: tl.constexpr," not in source and ", K, " in source for source in launcher.sources.values())
 
 
+@pytest.mark.gpu
+def test_a_problem_met_again_in_the_warm_up_runs_its_timed_kernel_while_its_own_compiles(target_of, monkeypatch):
+    """Two FFN blocks of one problem: the warm-up's run times the first and submits its K-constant
+    kernel; the second, met while that kernel may still compile, runs the timed generic kernel this
+    once instead of waiting for it. The captured program runs the K-constant kernel."""
+    from fusegraph.targets.gpu import kernels
+    from fusegraph.targets.gpu.triton_gemm import GemmLauncher
+
+    nodes, inits = [], {}
+    for i, (src, dst) in enumerate((("h", "y1"), ("y1", "y"))):
+        nodes += [helper.make_node("MatMul", [src, f"w{i}"], [f"m{i}"]), helper.make_node("Add", [f"m{i}", f"b{i}"], [f"mb{i}"]),
+                  helper.make_node("Gelu", [f"mb{i}"], [f"g{i}"]), helper.make_node("Add", [f"g{i}", src], [dst])]
+        inits |= {f"w{i}": randn(48, 48) * 0.2, f"b{i}": randn(48)}
+    x = {"h": randn(2, 9, 48)}
+    model = make_model(nodes, x, ["y"], initializers=inits, opset=20)
+    ran: list[bool] = []
+    call = GemmLauncher.__call__
+
+    def spy(self, *args):
+        if kernels.async_compiling() and not kernels.compiling_all():
+            ran.append(self.generic)
+        return call(self, *args)
+
+    monkeypatch.setattr(GemmLauncher, "__call__", spy)
+    p = compile_check(target_of("triton"), model, x, fp16=True)
+    assert len(p.executable.tuning) == 1  # one problem
+    assert ran and all(ran)  # the warm-up's run: the timed generic kernel at both steps (and in the timing)
+    (source,) = [s for n, s in p.executable.sources.items() if n.startswith("mm_")]
+    assert ", K: tl.constexpr," in source
+
+
 @pytest.mark.parametrize("fp16", [False, True])
 def test_triton_gelu_and_residual_epilogue(target_of, fp16):
     model, x = gelu_residual_model()
@@ -240,6 +271,34 @@ def test_recorded_choices_and_modes_decide_without_timing(cache_root):
     # untimed, the first candidate that builds and runs: the broken ones are dropped
     assert Tuner(H200, mode="triton", measure=None).choose("k", candidates([]))[0] == "64x64x32"
     assert not (cache_root / "autotune").exists()
+
+
+def test_a_float32_gemm_is_the_librarys_unless_it_cannot_run_it(cache_root):
+    """library_first (a float32 GEMM): in "auto" mode the library alone, untimed; the templates are
+    timed only where it fails, or when asked for (exhaustive tuning, "triton" mode)."""
+    from fusegraph.targets.gpu.autotune import Candidate, Tuner
+
+    times = {"library": 3.0, "64x64x32": 1.0, "128x128x32": 2.0}
+    log: list[str] = []
+
+    def measure(run):
+        run()
+        return times[log[-1]]
+
+    def no_timing(run):
+        raise AssertionError("not timed")
+
+    assert Tuner(H200, measure=no_timing).choose("k", candidates(log), library_first=True)[0] == "library"
+    assert Tuner(H200, measure=measure).choose("k", candidates(log), library_first=False)[0] == "64x64x32"
+    assert Tuner(H200, measure=measure, exhaustive=True).choose("k2", candidates(log), library_first=True)[0] == "64x64x32"
+    assert Tuner(H200, mode="triton", measure=measure).choose("k3", candidates(log), library_first=True)[0] == "64x64x32"
+
+    def failing_library():
+        raise RuntimeError("cuBLAS cannot take this layout")
+
+    without = [Candidate("library", failing_library), *candidates(log)[1:]]
+    tuner = Tuner(H200, measure=measure)
+    assert tuner.choose("k4", without, library_first=True)[0] == "64x64x32" and tuner.timed == 1
 
 
 def test_exhaustive_grid_is_wider_and_fits_the_problem():
