@@ -71,12 +71,10 @@ class GpuTarget(Target):
     def lower(self, program: Program, options: CompileOptions) -> Executable:
         from .device import resolve_device
 
-        if resolve_device(self.device).type == "cuda":  # while the program is lowered:
-            from .compile_pool import prestart
+        if resolve_device(self.device).type == "cuda":
             from .kernels import set_up_triton
 
-            set_up_triton()  # Triton's own set-up
-            prestart()  # and its compile workers (compile_pool.py)
+            set_up_triton()  # in the background, while the program is lowered
         return self._lower(program, options, {})
 
     def memory_capacity(self) -> int:

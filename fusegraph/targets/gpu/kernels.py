@@ -136,11 +136,10 @@ def _async_compiles(launch: bool) -> Iterator[bool]:
     from concurrent.futures import ThreadPoolExecutor
 
     from ..asynchronous import cores
-    from .compile_pool import executor
 
     _set_up_done()
-    with ThreadPoolExecutor(cores()) as pool, executor(pool) as compiles:
-        mode = AsyncCompileMode(_WithLauncher(compiles), ignore_errors=True)
+    with ThreadPoolExecutor(cores()) as pool:
+        mode = AsyncCompileMode(_WithLauncher(pool), ignore_errors=True)
         token = _compiling.set(None if launch else mode)
         try:
             with mode:

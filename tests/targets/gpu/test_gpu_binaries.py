@@ -143,6 +143,7 @@ def test_launchers_are_built_from_tritons_own_template(monkeypatch):
 
     built = []
     monkeypatch.setattr(build, "compile_module_from_src", lambda src, name, **kw: built.append((name, src)))
+    monkeypatch.setattr(binaries, "_built", set())  # the signatures this process built
     monkeypatch.setattr(nvidia, "library_dirs", lambda: [])
     signatures = [("*fp16", "*fp16", "i32", "constexpr"), ("*fp32", "i64")]
     monkeypatch.setattr(binaries, "_driver_started", lambda: False)
@@ -154,6 +155,10 @@ def test_launchers_are_built_from_tritons_own_template(monkeypatch):
     utils = ("cuda_utils", (Path(nvidia.dirname) / "driver.c").read_text())
     assert sorted(built) == sorted([*launchers, utils])
     built.clear()
+    binaries.build_launchers(signatures)
+    binaries.build_launcher(signatures[0])  # (a compile thread's, as its kernel is done)
+    assert built == []  # built once a process
+    monkeypatch.setattr(binaries, "_built", set())
     monkeypatch.setattr(binaries, "_driver_started", lambda: True)  # set up already: its extension is loaded
     binaries.build_launchers(signatures)
     assert sorted(name for name, _ in built) == ["__triton_launcher"] * 2
