@@ -23,8 +23,8 @@ A float32 GEMM (`choose(library_first=True)`) is the library's in "auto" mode un
 cannot run it: the templates multiply exact float32 on the FMA units (never TF32), as cuBLAS's SGEMM
 does, and compile slowly (about 8 s each on the H200 machine, against 1 s for a float16 tensor-core
 one); on that machine cuBLAS won all 18 of ResNet-50's problems at batch 1 and all 3 of BERT-base's
-linear layers, and the templates' compiles made ResNet-50's cold compile 18.8 s instead of 4. The
-"triton" mode and `exhaustive_tune` still time them.
+linear layers, while their compiles were most of ResNet-50 b1's 18.8 s cold compile (2.5-2.9 s
+without them). The "triton" mode and `exhaustive_tune` still time them.
 
 On a CPU device (Triton's interpreter) nothing meaningful can be timed: the choice is deterministic
 (the library path, or the first Triton config when the mode is "triton"), and nothing is cached.

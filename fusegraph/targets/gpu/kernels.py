@@ -9,7 +9,8 @@ kernel's compile to a pool of threads (Triton releases the GIL in LLVM and ptxas
 scope waits for them all. A static program's warm-up runs its steps once in that scope before its
 real first run, so the kernels of all steps compile at once instead of one by one as the first run
 reaches them; that first run is a `compile_async()` scope, in which the kernels only it asks for (a
-tuned GEMM's chosen config in its K-constant form) compile in the background while it goes on.
+tuned GEMM's chosen config in its K-constant form) compile in the background while it goes on. In
+both, a compile thread builds its kernel's host-side launcher as soon as the kernel is done.
 """
 
 from __future__ import annotations
