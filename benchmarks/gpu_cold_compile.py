@@ -4,7 +4,7 @@ inductor's), the clock started after imports and CUDA's set-up and stopped when 
 GEMM tuning, graph capture) is done.
 
     python benchmarks/gpu_cold_compile.py [--rows resnet50:1:fp32,resnet50:32:fp16] [--gemm auto]
-                                          [--variant base=DIR] [--profile] [--out-dir DIR]
+                                          [--variant base=DIR] [--repeat N] [--profile] [--out-dir DIR]
 
 A row is `model:batch:fp16|fp32` over fusegraph's built-in models. Per row: parse and compile seconds,
 how many Triton binaries the compile built (cubins in its Triton cache), and at batch 1 the largest
@@ -12,6 +12,7 @@ difference from ONNX Runtime (CPU) relative to the output's largest magnitude. `
 also compiles each row with the fusegraph package found under DIR (an older checkout: `git archive
 <commit> fusegraph | tar -x -C DIR`), in turn with this one. `--profile` keeps a cProfile of each
 compile (Python 3.12's profiles every thread) in --out-dir, and its overhead in the times.
+`--repeat N` compiles every row N times (the machines of one pool differed by 2x: medians are printed).
 Writes benchmarks/results/gpu_cold_compile-<host>.json.
 """
 
@@ -23,6 +24,7 @@ import io
 import json
 import os
 import pstats
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -98,6 +100,7 @@ def main() -> None:
     ap.add_argument("--rows", default="resnet50:1:fp32,resnet50:32:fp16")
     ap.add_argument("--gemm", default="auto", help="GpuTarget(gemm=...): auto | triton | library")
     ap.add_argument("--variant", action="append", default=[], help="NAME=DIR: also compile with the package under DIR")
+    ap.add_argument("--repeat", type=int, default=1, help="compile each row this many times (rows and variants in turn)")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--out-dir", default=None)
     args = ap.parse_args()
@@ -108,11 +111,19 @@ def main() -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
     variants = [("this", ROOT)] + [(v.split("=", 1)[0], Path(v.split("=", 1)[1]).resolve()) for v in args.variant]
     results = []
-    for row in args.rows.split(","):
-        for name, package_dir in variants:  # in turn, row by row
-            results.append(run_row(row, args.gemm, name, package_dir, out_dir if args.profile else None))
-            print(json.dumps(results[-1]), flush=True)
-    path = write_results("gpu_cold_compile", {"profiled": args.profile, "rows": results})
+    for _ in range(args.repeat):
+        for row in args.rows.split(","):
+            for name, package_dir in variants:  # in turn, row by row
+                results.append(run_row(row, args.gemm, name, package_dir, out_dir if args.profile else None))
+                print(json.dumps(results[-1]), flush=True)
+    medians = {}
+    for r in results:
+        if "compile_s" in r:
+            medians.setdefault(f"{r['row']} {r['variant']}", []).append(r["compile_s"])
+    medians = {k: statistics.median(v) for k, v in medians.items()}
+    for key, value in medians.items():
+        print(f"{key}: median compile {value:.2f} s")
+    path = write_results("gpu_cold_compile", {"profiled": args.profile, "median_compile_s": medians, "rows": results})
     if out_dir:
         (out_dir / path.name).write_text(path.read_text())
     print("wrote", path)
