@@ -148,8 +148,10 @@ def build_launchers(signatures: list[tuple[str, ...]]) -> None:
     driver's utility extension (the set-up that builds it took 0.28 s of that load). Whatever fails
     to build here is built where Triton builds it without this: at the driver's set-up, at a
     kernel's first launch."""
-    signatures = [s for s in signatures if s not in _built]
-    if not signatures or _launcher_template() is None:
+    if _launcher_template() is None:
+        return
+    signatures = [s for s in signatures if (_cache_dir(), s) not in _built]
+    if not signatures:
         return
     from concurrent.futures import ThreadPoolExecutor
 
@@ -168,24 +170,34 @@ def build_launchers(signatures: list[tuple[str, ...]]) -> None:
                 continue
 
 
-_built: set[tuple[str, ...]] = set()  # the signatures whose launchers this process built
+_built: set[tuple[str, tuple[str, ...]]] = set()  # (Triton cache folder, signature) this process built
 _built_lock = threading.Lock()
 
 
 def build_launcher(signature: tuple[str, ...]) -> None:
     """Build one signature's launcher now, in this thread (kernels.py: a compile thread, as soon as
-    its kernel is compiled), unless this process built it already."""
+    its kernel is compiled), unless this process built it into the current Triton cache already (a
+    loaded file's folder is a cache of its own: saved_kernels)."""
     nvidia = _launcher_template()
+    key = (_cache_dir(), signature)
     with _built_lock:
-        if nvidia is None or signature in _built:
+        if nvidia is None or key in _built:
             return
-        _built.add(signature)  # (another thread asking meanwhile leaves it to this one)
+        _built.add(key)  # (another thread asking meanwhile leaves it to this one)
     try:
         _build(nvidia.make_launcher({}, dict(enumerate(signature)), None), "__triton_launcher")
     except Exception:
         with _built_lock:
-            _built.discard(signature)
+            _built.discard(key)
         raise
+
+
+def _cache_dir() -> str:
+    try:
+        from triton import knobs  # Triton >= 3.4
+    except ImportError:
+        return ""
+    return str(knobs.cache.dir)
 
 
 def _launcher_template() -> Any:

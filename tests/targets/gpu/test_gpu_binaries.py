@@ -135,7 +135,7 @@ def test_a_load_builds_the_recorded_launchers_beforehand(tmp_path, monkeypatch):
         assert len(built) == 1  # kernels of another Triton compile from source: nothing to prepare
 
 
-def test_launchers_are_built_from_tritons_own_template(monkeypatch):
+def test_launchers_are_built_from_tritons_own_template(monkeypatch, tmp_path):
     import triton.runtime.build as build
     from triton.backends.nvidia import driver as nvidia
 
@@ -158,6 +158,13 @@ def test_launchers_are_built_from_tritons_own_template(monkeypatch):
     binaries.build_launchers(signatures)
     binaries.build_launcher(signatures[0])  # (a compile thread's, as its kernel is done)
     assert built == []  # built once a process
+    from triton import knobs
+
+    with knobs.cache.scope():  # another Triton cache (a loaded file's folder): built there too
+        knobs.cache.dir = str(tmp_path)
+        binaries.build_launcher(signatures[0])
+    assert [name for name, _ in built] == ["__triton_launcher"]
+    built.clear()
     monkeypatch.setattr(binaries, "_built", set())
     monkeypatch.setattr(binaries, "_driver_started", lambda: True)  # set up already: its extension is loaded
     binaries.build_launchers(signatures)
