@@ -246,6 +246,10 @@ def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | N
             if out_dir:
                 (Path(out_dir) / path.name).write_text(path.read_text())
             print(f"compiled {name}:{batch} {payload['rows'][f'{name}:{batch}']}", flush=True)
+    for row, times in payload["rows"].items():  # issue 23's bar: fusegraph's cold compile <= 1/3 of reduce-overhead's
+        if isinstance(times, dict) and times.get("reduce-overhead"):
+            print(f"{row:32s} fusegraph {times['fusegraph']:6.1f} s  reduce-overhead {times['reduce-overhead']:6.1f} s"
+                  f"  ratio {times['fusegraph'] / times['reduce-overhead']:.2f}", flush=True)
     return payload["rows"]
 
 
