@@ -198,29 +198,29 @@ class Tuner:
         candidates a choice would time are submitted for compiling, and the answer is (None, a run
         for this one call). `library_first` (a float32 GEMM): in "auto" mode without exhaustive
         tuning, the library alone unless it cannot run the problem (module docstring)."""
-        if self._library_only(library_first):
-            library = [c for c in candidates if c.name == LIBRARY]
-            try:
-                if library:
-                    return (None, self._prefetch(key, library, args)) if kernels.compiling_all() \
-                        else self._choose(key, library, args)
-            except CompileError:
-                pass
-            candidates = [c for c in candidates if c.name != LIBRARY]
+        library = [c for c in candidates if c.name == LIBRARY]
+        templates = [c for c in candidates if c.name != LIBRARY]
+        if library_first and library and self.mode == "auto" and not self.exhaustive:
+            return self._preferring(key, library, templates, args)
+        if self.mode == "triton" and templates:  # the library only for rows no template can address
+            return self._preferring(key, templates, library, args)
+        return self._choose_among(key, self._allowed(candidates), args)
+
+    def _preferring(self, key: str, first: list[Candidate], rest: list[Candidate],
+                    args: tuple) -> tuple[str | None, Callable[..., None]]:
+        """The choice among `first`; among `rest` only when none of `first` builds and runs."""
+        try:
+            return self._choose_among(key, first, args)
+        except CompileError:
+            if not rest:
+                raise
+            return self._choose_among(key, rest, args)
+
+    def _choose_among(self, key: str, candidates: list[Candidate],
+                      args: tuple) -> tuple[str | None, Callable[..., None]]:
         if kernels.compiling_all():
             return None, self._prefetch(key, candidates, args)
-        if self.mode == LIBRARY:
-            candidates = self._allowed(candidates)
-        elif self.mode == "triton":
-            triton = [c for c in candidates if c.name != LIBRARY]
-            try:  # the library only when no Triton config builds and runs (rows it cannot address)
-                return self._choose(key, triton, args)
-            except CompileError:
-                candidates = [c for c in candidates if c.name == LIBRARY]
         return self._choose(key, candidates, args)
-
-    def _library_only(self, library_first: bool) -> bool:
-        return library_first and self.mode == "auto" and not self.exhaustive
 
     def _allowed(self, candidates: list[Candidate]) -> list[Candidate]:
         """The candidates this mode lets `choose` time first: the library alone in "library" mode, the
@@ -244,7 +244,6 @@ class Tuner:
     def _prefetch(self, key: str, candidates: list[Candidate], args: tuple) -> Callable[..., None]:
         """compile_all's pass over a tuned step: the compiles of the candidates `choose` would build
         submitted (only the known choice's, when there is one), and the first of them to run now."""
-        candidates = self._allowed(candidates)
         known = self._known(key)
         considered = [c for c in candidates if known is not None and c.name == known.get("name")] or candidates
         runs = []

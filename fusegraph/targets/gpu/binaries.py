@@ -148,10 +148,8 @@ def build_launchers(signatures: list[tuple[str, ...]]) -> None:
     driver's utility extension (the set-up that builds it took 0.28 s of that load). Whatever fails
     to build here is built where Triton builds it without this: at the driver's set-up, at a
     kernel's first launch."""
-    if _launcher_template() is None:
-        return
-    signatures = [s for s in signatures if (_cache_dir(), s) not in _built]
-    if not signatures:
+    nvidia = _launcher_template()
+    if nvidia is None or not signatures:
         return
     from concurrent.futures import ThreadPoolExecutor
 
@@ -159,8 +157,7 @@ def build_launchers(signatures: list[tuple[str, ...]]) -> None:
 
     jobs = [(build_launcher, sig) for sig in signatures]
     if not _driver_started():  # its utility extension is built the same way, once per machine
-        nvidia = _launcher_template()
-        jobs.append((_build, (Path(nvidia.dirname) / "driver.c").read_text(), "cuda_utils"))
+        jobs.append((_build, nvidia, (Path(nvidia.dirname) / "driver.c").read_text(), "cuda_utils"))
     with ThreadPoolExecutor(min(len(jobs) + 1, os.cpu_count() or 1)) as pool:
         futures = [pool.submit(triton_key)] + [pool.submit(*job) for job in jobs]
         for future in futures:
@@ -185,7 +182,7 @@ def build_launcher(signature: tuple[str, ...]) -> None:
             return
         _built.add(key)  # (another thread asking meanwhile leaves it to this one)
     try:
-        _build(nvidia.make_launcher({}, dict(enumerate(signature)), None), "__triton_launcher")
+        _build(nvidia, nvidia.make_launcher({}, dict(enumerate(signature)), None), "__triton_launcher")
     except Exception:
         with _built_lock:
             _built.discard(key)
@@ -211,10 +208,9 @@ def _launcher_template() -> Any:
     return nvidia if callable(getattr(nvidia, "make_launcher", None)) else None
 
 
-def _build(source: str, name: str) -> None:
+def _build(nvidia: Any, source: str, name: str) -> None:
     from triton.runtime.build import compile_module_from_src
 
-    nvidia = _launcher_template()
     compile_module_from_src(src=source, name=name, library_dirs=nvidia.library_dirs(),
                             include_dirs=nvidia.include_dirs, libraries=nvidia.libraries)
 

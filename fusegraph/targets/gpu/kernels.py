@@ -115,7 +115,7 @@ def compiling_all() -> bool:
 def compile_all() -> contextlib.AbstractContextManager[bool]:
     """A scope in which launches compile their kernels in threads without running them (its value:
     whether this Triton can; when not, launches run as usual). On leaving, every compile has ended
-    and the host-side launchers of the new kernels are built, in threads too; a kernel that failed
+    and each new kernel's host-side launcher is built (by the thread that compiled it); a kernel that failed
     to compile raises its error at its first real launch."""
     return _async_compiles(launch=False)
 
@@ -147,7 +147,6 @@ def _async_compiles(launch: bool) -> Iterator[bool]:
                 yield True
         finally:
             _compiling.reset(token)
-    _build_launchers(mode.future_kernels.values())
 
 
 def async_compiling() -> bool:
@@ -181,18 +180,6 @@ def _compile_and_launcher(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> 
         except Exception:  # noqa: BLE001 - built at the kernel's first launch instead
             pass
     return kernel
-
-
-def _build_launchers(futures: Any) -> None:
-    """The host-side launchers of the kernels `compile_all` compiled, built at once (binaries.py)."""
-    from .binaries import build_launchers
-
-    signatures = set()
-    for future in futures:
-        signature = getattr(getattr(future.kernel, "src", None), "signature", None)
-        if isinstance(signature, dict):
-            signatures.add(tuple(signature.values()))
-    build_launchers(sorted(signatures))
 
 
 def load_kernel(source: str, name: str) -> Kernel:

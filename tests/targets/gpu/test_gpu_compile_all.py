@@ -81,6 +81,12 @@ def test_a_known_choice_or_a_forced_mode_compiles_only_what_it_will_run(compile_
         name, run = Tuner(H200, measure=no_timing).choose("k", candidates(log), library_first=True)
         run()
     assert name is None and log == ["run library"]
+    log = []
+    with compile_all():  # "triton" mode where no template builds: the library's run, as outside the pass
+        broken = [c for c in candidates(log) if c.name in ("library", "fast_but_broken")]
+        name, run = Tuner(H200, mode="triton", measure=no_timing).choose("k", broken)
+        run()
+    assert name is None and log == ["run library"]
 
 
 @pytest.mark.gpu
