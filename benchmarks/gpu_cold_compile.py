@@ -4,15 +4,18 @@ inductor's), the clock started after imports and CUDA's set-up and stopped when 
 GEMM tuning, graph capture) is done.
 
     python benchmarks/gpu_cold_compile.py [--rows resnet50:1:fp32,resnet50:32:fp16] [--gemm auto]
-                                          [--variant base=DIR] [--repeat N] [--profile] [--out-dir DIR]
+                                          [--variant base=DIR] [--repeat N] [--runs N] [--profile] [--out-dir DIR]
 
-A row is `model:batch:fp16|fp32` over fusegraph's built-in models. Per row: parse and compile seconds,
+A row is `model:batch:fp16|fp32` over fusegraph's built-in models or the rows of the architecture corpus
+(benchmarks/gpu_models.py, exported before the clock starts). Per row: parse and compile seconds,
 how many Triton binaries the compile built (cubins in its Triton cache), and at batch 1 the largest
 difference from ONNX Runtime (CPU) relative to the output's largest magnitude. `--variant NAME=DIR`
 also compiles each row with the fusegraph package found under DIR (an older checkout: `git archive
 <commit> fusegraph | tar -x -C DIR`), in turn with this one. `--profile` keeps a cProfile of each
 compile (Python 3.12's profiles every thread) in --out-dir, and its overhead in the times.
 `--repeat N` compiles every row N times (the machines of one pool differed by 2x: medians are printed).
+`--runs N` then times N runs of each compiled program on device-resident inputs (median ms, CUDA
+events): with --variant, the speed side of a compile-time change, the variants in turn.
 Writes benchmarks/results/gpu_cold_compile-<host>.json.
 """
 
@@ -35,22 +38,56 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None) -> dict:
+def load_row(model: str, batch: int):
+    """(ONNX model, input dims for the parser, sample feeds at `batch`) of one of fusegraph's built-in
+    models or a row of the architecture corpus (benchmarks/gpu_models.py: exported here, before the clock)."""
+    import onnx
+
+    from fusegraph import models
+
+    if model in models.MODELS:
+        return (models.get_model(model), models.MODELS[model].default_shapes(batch=batch),
+                models.sample_inputs(model, batch=batch))
+    from benchmarks.gpu_vs_torch import build, export_onnx
+
+    _, export, inputs, names, _ = build(model, batch)
+    feeds = {n: x.numpy() for n, x in zip(names, inputs)}
+    return onnx.load_from_string(export_onnx(export, inputs, names)), None, feeds
+
+
+def run_ms(executable, feeds: dict, runs: int) -> float:
+    """Median milliseconds of one run on device-resident inputs (CUDA events, after warm-up)."""
+    import torch
+
+    on_device = {n: torch.from_numpy(x).cuda() for n, x in feeds.items()}
+    for _ in range(10):
+        executable.run_device(on_device)
+    times = []
+    for _ in range(runs):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        executable.run_device(on_device)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None, runs: int) -> dict:
     import numpy as np
     import torch
 
     import fusegraph
-    from fusegraph import models
     from fusegraph.targets.gpu import GpuTarget
 
+    onnx_model, dims, feeds = load_row(model, batch)
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()  # CUDA set up before the clock starts
-    onnx_model = models.get_model(model)
     profile = cProfile.Profile() if profile_to else None
     t0 = time.perf_counter()
     if profile:
         profile.enable()
-    program = fusegraph.parse_onnx(onnx_model, map_input_dims=models.MODELS[model].default_shapes(batch=batch))
+    program = fusegraph.parse_onnx(onnx_model, map_input_dims=dims)
     t1 = time.perf_counter()
     program.compile(GpuTarget(gemm=gemm), fusegraph.CompileOptions(fp16=fp16))
     torch.cuda.synchronize()
@@ -66,22 +103,24 @@ def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None)
     if batch == 1:
         import onnxruntime as ort
 
-        feeds = models.sample_inputs(model, batch=1)
         got = program.run(feeds)[0]
         want = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
         err = float(np.max(np.abs(got.astype(np.float64) - want)) / np.max(np.abs(want)))
     cubins = sum(1 for _ in Path(os.environ["TRITON_CACHE_DIR"]).rglob("*.cubin"))
-    return {"parse_s": round(t1 - t0, 3), "compile_s": round(t2 - t1, 3), "cubins": cubins, "rel_err_vs_ort": err}
+    result = {"parse_s": round(t1 - t0, 3), "compile_s": round(t2 - t1, 3), "cubins": cubins, "rel_err_vs_ort": err}
+    if runs:
+        result["run_ms"] = round(run_ms(program.executable, feeds, runs), 4)
+    return result
 
 
-def run_row(row: str, gemm: str, variant: str, package_dir: Path, out_dir: Path | None) -> dict:
+def run_row(row: str, gemm: str, variant: str, package_dir: Path, out_dir: Path | None, runs: int) -> dict:
     model, batch, precision = row.split(":")
     home = tempfile.mkdtemp(prefix="fg-cold-")
     env = {**os.environ, "HOME": home, "TRITON_CACHE_DIR": f"{home}/triton", "TORCHINDUCTOR_CACHE_DIR": f"{home}/inductor",
            "PYTHONPATH": os.pathsep.join([str(package_dir), str(ROOT)])}
     profile = str(out_dir / f"{variant}_{row.replace(':', '_')}.txt") if out_dir else ""
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, __file__, "--child", model, batch, precision, gemm, profile],
+    done = subprocess.run([sys.executable, __file__, "--child", model, batch, precision, gemm, profile, str(runs)],
                           env=env, capture_output=True, text=True)
     result = {"row": row, "variant": variant, "gemm": gemm, "process_s": round(time.perf_counter() - t0, 1)}
     try:
@@ -93,8 +132,8 @@ def run_row(row: str, gemm: str, variant: str, package_dir: Path, out_dir: Path 
 
 def main() -> None:
     if sys.argv[1:2] == ["--child"]:
-        model, batch, precision, gemm, profile = sys.argv[2:7]
-        print(json.dumps(child(model, int(batch), precision == "fp16", gemm, profile or None)))
+        model, batch, precision, gemm, profile, runs = sys.argv[2:8]
+        print(json.dumps(child(model, int(batch), precision == "fp16", gemm, profile or None, int(runs))))
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="resnet50:1:fp32,resnet50:32:fp16")
@@ -102,6 +141,7 @@ def main() -> None:
     ap.add_argument("--variant", action="append", default=[], help="NAME=DIR: also compile with the package under DIR")
     ap.add_argument("--repeat", type=int, default=1, help="compile each row this many times (rows and variants in turn)")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--runs", type=int, default=0, help="then time this many runs of the compiled program (median ms)")
     ap.add_argument("--out-dir", default=None)
     args = ap.parse_args()
     from benchmarks._common import write_results
@@ -114,16 +154,20 @@ def main() -> None:
     for _ in range(args.repeat):
         for row in args.rows.split(","):
             for name, package_dir in variants:  # in turn, row by row
-                results.append(run_row(row, args.gemm, name, package_dir, out_dir if args.profile else None))
+                results.append(run_row(row, args.gemm, name, package_dir, out_dir if args.profile else None, args.runs))
                 print(json.dumps(results[-1]), flush=True)
-    medians = {}
-    for r in results:
-        if "compile_s" in r:
-            medians.setdefault(f"{r['row']} {r['variant']}", []).append(r["compile_s"])
-    medians = {k: statistics.median(v) for k, v in medians.items()}
-    for key, value in medians.items():
-        print(f"{key}: median compile {value:.2f} s")
-    path = write_results("gpu_cold_compile", {"profiled": args.profile, "median_compile_s": medians, "rows": results})
+    medians: dict[str, dict[str, float]] = {}
+    for field in ("compile_s", "run_ms"):
+        per_row: dict[str, list[float]] = {}
+        for r in results:
+            if field in r:
+                per_row.setdefault(f"{r['row']} {r['variant']}", []).append(r[field])
+        medians[field] = {key: statistics.median(values) for key, values in per_row.items()}
+    for key, value in medians["compile_s"].items():
+        ms = medians["run_ms"].get(key)
+        print(f"{key}: median compile {value:.2f} s" + (f", run {ms:.4f} ms" if ms is not None else ""))
+    path = write_results("gpu_cold_compile", {"profiled": args.profile, "median_compile_s": medians["compile_s"],
+                                              "median_run_ms": medians["run_ms"], "rows": results})
     if out_dir:
         (out_dir / path.name).write_text(path.read_text())
     print("wrote", path)

@@ -65,6 +65,13 @@ DEFAULT_CONFIGS = (
     GemmConfig(64, 128, 32, 8, 4, 4), GemmConfig(128, 64, 32, 8, 4, 4), GemmConfig(64, 128, 64, 8, 4, 3),
     GemmConfig(64, 64, 32, 8, 4, 4), GemmConfig(64, 32, 64, 8, 4, 4), GemmConfig(32, 64, 64, 8, 4, 4),
 )
+# A problem of at most this many multiply-adds is latency-bound on an H100/H200 (about 5 us whatever
+# its tiles): on the H200, DenseNet-121's and ConvNeXt-T's batch-1 GEMMs (up to 1.2e8) were won by one
+# of these two small tiles or by the library in every problem, the larger tiles 1.1-2.7x slower.
+SMALL_MACS = 2**27
+SMALL_CONFIGS = (GemmConfig(64, 64, 32, 8, 4, 4), GemmConfig(64, 32, 64, 8, 4, 4))
+SMALL_TILE = 64 * 32  # elements of the smallest default tiles (64x32, 32x64)
+H100_SMS = 132  # multiprocessors of an H100/H200 SXM: the tile counts' scale where none is measured
 # how candidates are timed, part of the cache's identity: choices timed another way are timed again
 # (version 1 timed kernel launches from the host, and its choices were mostly wrong; version 2 slept a
 # fixed 100 us, which did not hide cuSPARSELt's per-call host work: measure.py)
@@ -95,6 +102,28 @@ def fit_configs(configs: list[GemmConfig] | tuple[GemmConfig, ...], m: int, n: i
         seen.setdefault(dataclasses.replace(c, block_m=cap(c.block_m, m), block_n=cap(c.block_n, n),
                                             block_k=cap(c.block_k, k)), None)
     return list(seen)
+
+
+def worth_timing(m: int, n: int, k: int, sms: int) -> list[GemmConfig]:
+    """The default configs (fitted to the problem) that tuning times on a device of `sms`
+    multiprocessors: a latency-bound problem (SMALL_MACS) the two small tiles alone; a larger one
+    without the tiles too large to fill half the device (when others do), and without the smallest
+    tiles when a larger one still fills four waves. Each config left out is a kernel a fresh machine
+    does not compile (every config of every epilogue is one; MobileNet-V3 b1 compiled 205). On the
+    H200 the configs left out lost every problem of DenseNet-121 b1, ConvNeXt-T b1, DeiT-S b32 and
+    ResNet-50 b32, by 1.1-2.7x."""
+    if m * n * k <= SMALL_MACS:
+        return fit_configs(SMALL_CONFIGS, m, n, k)
+    fitted = fit_configs(DEFAULT_CONFIGS, m, n, k)
+
+    def tiles(c: GemmConfig) -> int:
+        return -(-m // c.block_m) * -(-n // c.block_n)
+
+    most = max(tiles(c) for c in fitted)
+    kept = [c for c in fitted if tiles(c) >= min(sms // 2, most // 2)]
+    if any(c.block_m * c.block_n > SMALL_TILE and tiles(c) >= 4 * sms for c in kept):
+        kept = [c for c in kept if c.block_m * c.block_n > SMALL_TILE]
+    return kept
 
 
 @dataclasses.dataclass
@@ -164,8 +193,9 @@ class Tuner:
     candidate in seconds; None means this device cannot be timed (the deterministic choice)."""
 
     def __init__(self, identity: Mapping[str, str], mode: str = "auto", exhaustive: bool = False,
-                 recorded: Mapping[str, dict] | None = None, measure: Callable[[Callable[[], None]], float] | None = None):
-        self.mode, self.exhaustive, self.measure = checked_mode(mode), exhaustive, measure
+                 recorded: Mapping[str, dict] | None = None, measure: Callable[[Callable[[], None]], float] | None = None,
+                 sms: int = H100_SMS):
+        self.mode, self.exhaustive, self.measure, self.sms = checked_mode(mode), exhaustive, measure, sms
         self.recorded = dict(recorded or {})
         self.cache = TuningCache(identity)
         self.timings: dict[str, dict[str, float]] = {}  # problem -> candidate -> seconds, as timed here
@@ -178,8 +208,12 @@ class Tuner:
     @classmethod
     def for_device(cls, device: Any, mode: str = "auto", exhaustive: bool = False,
                    recorded: Mapping[str, dict] | None = None) -> Tuner:
-        measure = cuda_measure if device.type == "cuda" else None
-        return cls(device_identity(device), mode, exhaustive, recorded, measure)
+        if device.type != "cuda":
+            return cls(device_identity(device), mode, exhaustive, recorded)
+        from .device import torch
+
+        sms = torch().cuda.get_device_properties(device).multi_processor_count
+        return cls(device_identity(device), mode, exhaustive, recorded, cuda_measure, sms)
 
     def templates_only(self) -> Tuner:
         """This tuner (its cache, records and timings) choosing among the Triton templates alone."""
@@ -188,8 +222,15 @@ class Tuner:
         return other
 
     def configs(self, m: int, n: int, k: int, item_bytes: int) -> list[GemmConfig]:
+        """Every config a choice for this problem may name (a recorded or cached one included)."""
         base = exhaustive_configs(item_bytes) if self.exhaustive else DEFAULT_CONFIGS
         return fit_configs(base, m, n, k)
+
+    def to_time(self, m: int, n: int, k: int, item_bytes: int) -> list[GemmConfig]:
+        """The configs a new choice for this problem times: all of them when tuning exhaustively."""
+        if self.exhaustive:
+            return self.configs(m, n, k, item_bytes)
+        return worth_timing(m, n, k, self.sms)
 
     def choose(self, key: str, candidates: list[Candidate], args: tuple = (),
                library_first: bool = False) -> tuple[str | None, Callable[..., None]]:

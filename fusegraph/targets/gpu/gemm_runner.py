@@ -118,8 +118,8 @@ class EpilogueGemm:
             except candidate_errors():
                 pass  # it no longer builds here: choose again
         candidates = [Candidate(LIBRARY, lambda: self._library(launchers))]
-        candidates += [Candidate(name, lambda cfg=cfg: self._triton(cfg, launchers, generic=True))
-                       for name, cfg in configs.items()]
+        candidates += [Candidate(cfg.name(), lambda cfg=cfg: self._triton(cfg, launchers, generic=True))
+                       for cfg in tuner.to_time(m, n, k, ro.element_size())]
         name, run = tuner.choose(key, candidates, args, library_first=self.in_type == DType.float32)
         if name is None or name == LIBRARY:  # compile_all's pass, or the library's run
             return run if name is None else self._keep(key, name, run, launchers)

@@ -319,6 +319,28 @@ def test_exhaustive_grid_is_wider_and_fits_the_problem():
     assert len(wide) > 3 * len(DEFAULT_CONFIGS) and len(set(wide)) == len(wide)
 
 
+def test_tuning_times_the_configs_that_can_win_the_problem():
+    from fusegraph.targets.gpu.autotune import Tuner
+
+    def names(m, n, k):
+        return sorted(c.name().split("_g")[0] for c in Tuner(H200).to_time(m, n, k, 2))
+
+    # latency-bound (DenseNet-121 b1's 196x128x512): the two small tiles alone
+    assert names(196, 128, 512) == ["64x32x64", "64x64x32"]
+    assert names(196, 128, 16) == ["64x32x16", "64x64x16"]  # fitted to the problem
+    # ResNet-50 b32's 100352x256x64: every tile fills the device; the smallest would run 12 waves more
+    big = names(100352, 256, 64)
+    assert "64x32x64" not in big and "32x64x64" not in big and "128x256x64" in big and len(big) == 7
+    # 1568x512x2048: 128x128 tiles make 52 blocks on 132 multiprocessors, while 64x32 ones make 400
+    mid = names(1568, 512, 2048)
+    assert "128x128x64" not in mid and "64x128x64" in mid and "64x32x64" in mid
+    # a narrow output (N = 16): every tile is small, none is left out for that
+    assert len(names(401408, 16, 64)) == len(Tuner(H200).configs(401408, 16, 64, 2)) >= 3
+    # exhaustive tuning times the whole grid; a recorded choice may name any default config
+    assert Tuner(H200, exhaustive=True).to_time(196, 128, 512, 2) == Tuner(H200, exhaustive=True).configs(196, 128, 512, 2)
+    assert len(Tuner(H200).configs(196, 128, 512, 2)) > 2
+
+
 def test_choices_are_exported_and_reused_when_loaded(target_of):
     model, x = conv_silu_model()
     p = compile_check(target_of("triton"), model, x)
