@@ -35,7 +35,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:  # after PYTHONPATH: a --variant child imports fusegraph from its own folder
+    sys.path.append(str(ROOT))
 
 
 def load_row(model: str, batch: int):
