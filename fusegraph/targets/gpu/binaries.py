@@ -31,7 +31,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -157,7 +157,7 @@ def build_launchers(signatures: list[tuple[str, ...]]) -> None:
 
     jobs = [(build_launcher, sig) for sig in signatures]
     if not _driver_started():  # its utility extension is built the same way, once per machine
-        jobs.append((_build, nvidia, (Path(nvidia.dirname) / "driver.c").read_text(), "cuda_utils"))
+        jobs.append((_build_once, nvidia, "cuda_utils", lambda: (Path(nvidia.dirname) / "driver.c").read_text()))
     with ThreadPoolExecutor(min(len(jobs) + 1, os.cpu_count() or 1)) as pool:
         futures = [pool.submit(triton_key)] + [pool.submit(*job) for job in jobs]
         for future in futures:
@@ -167,7 +167,7 @@ def build_launchers(signatures: list[tuple[str, ...]]) -> None:
                 continue
 
 
-_built: set[tuple[str, tuple[str, ...]]] = set()  # (Triton cache folder, signature) this process built
+_built: set[tuple[str, Any]] = set()  # (Triton cache folder, signature or module name) this process built
 _built_lock = threading.Lock()
 
 
@@ -176,13 +176,20 @@ def build_launcher(signature: tuple[str, ...]) -> None:
     its kernel is compiled), unless this process built it into the current Triton cache already (a
     loaded file's folder is a cache of its own: saved_kernels)."""
     nvidia = _launcher_template()
-    key = (_cache_dir(), signature)
+    if nvidia is not None:
+        _build_once(nvidia, signature, lambda: nvidia.make_launcher({}, dict(enumerate(signature)), None))
+
+
+def _build_once(nvidia: Any, what: tuple[str, ...] | str, source: Callable[[], str]) -> None:
+    """Build a launcher (`what` its signature) or the named utility module into the current Triton
+    cache, unless this process did already."""
+    key = (_cache_dir(), what)
     with _built_lock:
-        if nvidia is None or key in _built:
+        if key in _built:
             return
         _built.add(key)  # (another thread asking meanwhile leaves it to this one)
     try:
-        _build(nvidia, nvidia.make_launcher({}, dict(enumerate(signature)), None), "__triton_launcher")
+        _build(nvidia, source(), what if isinstance(what, str) else "__triton_launcher")
     except Exception:
         with _built_lock:
             _built.discard(key)

@@ -147,10 +147,14 @@ def test_launchers_are_built_from_tritons_own_template(monkeypatch, tmp_path):
     monkeypatch.setattr(nvidia, "library_dirs", lambda: [])
     signatures = [("*fp16", "*fp16", "i32", "constexpr"), ("*fp32", "i64")]
     monkeypatch.setattr(binaries, "_driver_started", lambda: False)
-    binaries.build_launchers(signatures)
     if not hasattr(nvidia, "make_launcher"):  # Triton 3.8: no such template; nothing is prebuilt
+        binaries.build_launchers(signatures)
         assert built == []
-        return
+        (tmp_path / "driver.c").write_text("/* the driver's utilities */")
+        nvidia = SimpleNamespace(make_launcher=lambda constants, signature, meta: repr(signature),
+                                       dirname=str(tmp_path), library_dirs=lambda: [], include_dirs=[], libraries=[])
+        monkeypatch.setattr(binaries, "_launcher_template", lambda: nvidia)  # 3.6's, as far as this module uses it
+    binaries.build_launchers(signatures)
     launchers = [("__triton_launcher", nvidia.make_launcher({}, dict(enumerate(s)), None)) for s in signatures]
     utils = ("cuda_utils", (Path(nvidia.dirname) / "driver.c").read_text())
     assert sorted(built) == sorted([*launchers, utils])
@@ -161,7 +165,7 @@ def test_launchers_are_built_from_tritons_own_template(monkeypatch, tmp_path):
     from triton import knobs
 
     with knobs.cache.scope():  # another Triton cache (a loaded file's folder): built there too
-        knobs.cache.dir = str(tmp_path)
+        knobs.cache.dir = str(tmp_path / "cache")
         binaries.build_launcher(signatures[0])
     assert [name for name, _ in built] == ["__triton_launcher"]
     built.clear()
