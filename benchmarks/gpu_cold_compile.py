@@ -8,7 +8,9 @@ GEMM tuning, graph capture) is done.
 
 A row is `model:batch:fp16|fp32` over fusegraph's built-in models or the rows of the architecture corpus
 (benchmarks/gpu_models.py, exported before the clock starts). Per row: parse and compile seconds,
-how many Triton binaries the compile built (cubins in its Triton cache), and at batch 1 the largest
+how many Triton binaries the compile built (cubins in its Triton cache), its Triton compiles by kernel
+kind with their summed seconds (threads overlap), the GEMM tuner's timing of every candidate of every
+problem (what tuning decisions are made from), and at batch 1 the largest
 difference from ONNX Runtime (CPU) relative to the output's largest magnitude. `--variant NAME=DIR`
 also compiles each row with the fusegraph package found under DIR (an older checkout: `git archive
 <commit> fusegraph | tar -x -C DIR`), in turn with this one. `--profile` keeps a cProfile of each
@@ -74,6 +76,45 @@ def run_ms(executable, feeds: dict, runs: int) -> float:
     return statistics.median(times)
 
 
+def watch_compile() -> tuple[list[tuple[str, float]], list]:
+    """Record, from here on, each Triton compile (kernel name, wall seconds in its thread) and each GEMM
+    tuner made (their timings: which configs won each problem, by how much)."""
+    import triton.compiler
+
+    from fusegraph.targets.gpu import autotune
+
+    compiles: list[tuple[str, float]] = []
+    tuners: list = []
+    compile_fn, tuner_init = triton.compiler.compile, autotune.Tuner.__init__
+
+    def timed_compile(src, *args, **kwargs):  # what JITFunction calls (looked up at each kernel's binding)
+        t0 = time.perf_counter()
+        try:
+            return compile_fn(src, *args, **kwargs)
+        finally:
+            compiles.append((getattr(getattr(src, "fn", None), "__name__", "?"), time.perf_counter() - t0))
+
+    def kept_tuner(self, *args, **kwargs):
+        tuner_init(self, *args, **kwargs)
+        tuners.append(self)
+
+    triton.compiler.compile, autotune.Tuner.__init__ = timed_compile, kept_tuner
+    return compiles, tuners
+
+
+def compile_summary(compiles: list[tuple[str, float]], tuners: list) -> dict:
+    """Compiles per kernel kind (the name's prefix: mm_, pw_, red_, ...) as [count, summed seconds], and
+    the tuners' timings in microseconds per problem and candidate."""
+    kinds: dict[str, list] = {}
+    for name, seconds in compiles:
+        entry = kinds.setdefault(name.split("_")[0], [0, 0.0])
+        entry[0] += 1
+        entry[1] = round(entry[1] + seconds, 2)
+    timings = {problem: {name: round(s * 1e6, 2) for name, s in candidates.items()}
+               for tuner in tuners for problem, candidates in tuner.timings.items()}
+    return {"compiles_by_kind": kinds, "tuning_us": timings}
+
+
 def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None, runs: int) -> dict:
     import numpy as np
     import torch
@@ -82,6 +123,7 @@ def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None,
     from fusegraph.targets.gpu import GpuTarget
 
     onnx_model, dims, feeds = load_row(model, batch)
+    compiles, tuners = watch_compile()
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()  # CUDA set up before the clock starts
     profile = cProfile.Profile() if profile_to else None
@@ -108,7 +150,8 @@ def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None,
         want = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
         err = float(np.max(np.abs(got.astype(np.float64) - want)) / np.max(np.abs(want)))
     cubins = sum(1 for _ in Path(os.environ["TRITON_CACHE_DIR"]).rglob("*.cubin"))
-    result = {"parse_s": round(t1 - t0, 3), "compile_s": round(t2 - t1, 3), "cubins": cubins, "rel_err_vs_ort": err}
+    result = {"parse_s": round(t1 - t0, 3), "compile_s": round(t2 - t1, 3), "cubins": cubins, "rel_err_vs_ort": err,
+              **compile_summary(compiles, tuners)}
     if runs:
         result["run_ms"] = round(run_ms(program.executable, feeds, runs), 4)
     return result
@@ -156,7 +199,7 @@ def main() -> None:
         for row in args.rows.split(","):
             for name, package_dir in variants:  # in turn, row by row
                 results.append(run_row(row, args.gemm, name, package_dir, out_dir if args.profile else None, args.runs))
-                print(json.dumps(results[-1]), flush=True)
+                print(json.dumps({k: v for k, v in results[-1].items() if k != "tuning_us"}), flush=True)
     medians: dict[str, dict[str, float]] = {}
     for field in ("compile_s", "run_ms"):
         per_row: dict[str, list[float]] = {}
