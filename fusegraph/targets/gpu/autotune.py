@@ -17,7 +17,9 @@ nothing and submits the compiles of the candidates it will time, so the candidat
 compile at once, beside the program's other kernels. The GEMM templates are timed in a generic form
 (gemm_runner.py: K an argument, so the problems of one epilogue share each config's kernel; ResNet-50
 b32 fp16 on the H200 built 60 Triton binaries on a fresh machine instead of 137, and compiled in
-12.3 s instead of 19.1); the chosen config runs its K-constant kernel.
+12.3 s instead of 19.1); the chosen config runs its K-constant kernel. A new choice times only the
+configs that can win its problem (`worth_timing`: each config of each epilogue is one more kernel to
+compile); a recorded or cached choice may name any default config.
 
 A float32 GEMM (`choose(library_first=True)`) is the library's in "auto" mode unless the library
 cannot run it: the templates multiply exact float32 on the FMA units (never TF32), as cuBLAS's SGEMM
