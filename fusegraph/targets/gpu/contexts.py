@@ -21,7 +21,7 @@ from ...ir.program import Program
 from ..base import CompileOptions
 from .build import BuildContext, allocate, allocate_activations, build_steps
 from .executable import GpuExecutable
-from .lowering import storage_mode
+from .lowering import storage_mode, writes_in_place
 from .plan import make_plan
 from .workspace import leaves_cublas_out
 
@@ -36,7 +36,7 @@ def build_static(program: Program, options: CompileOptions, device: Any, tuner: 
     ctx = BuildContext(device)
     ctx.tuner = tuner
     if shared is None:
-        plan = make_plan(main, storage_mode, stage_inputs=True)
+        plan = make_plan(main, storage_mode, stage_inputs=True, in_place=writes_in_place)
         slots, activations, weights = allocate(plan, main, device)
         own = activations.numel() * activations.element_size() + weights.numel() * weights.element_size()
         if tuner.mode == "auto" and leaves_cublas_out(plan.steps, own, device):

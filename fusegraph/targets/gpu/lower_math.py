@@ -16,7 +16,7 @@ from .triton_reduce import Unsupported, analyze_body
 POINTWISE = sorted(n for n, c in registered_ops().items() if issubclass(c, PointwiseOp) and n != "identity")
 
 
-@lowering(*POINTWISE, mode="into", note="generated Triton kernel")
+@lowering(*POINTWISE, mode="into", note="generated Triton kernel", in_place=True)
 def pointwise(ctx, step):
     ins = step.ins
     expr = literal_exponents(ins.op.expr, step.inputs)

@@ -41,6 +41,9 @@ class Lowering:
     # whether its step may call cuBLAS whatever the gemm mode (or a test of the step): a program
     # holding one pays cuBLAS's workspace anyway (workspace.py)
     cublas: bool | Callable[[Step], bool] = False
+    # whether its step reads each input element at the index where it writes the output's (a pointwise
+    # kernel, all its loads before its stores): it may write over an input that dies at it (plan.py)
+    in_place: bool = False
 
     def may_call_cublas(self, step: Step) -> bool:
         return self.cublas(step) if callable(self.cublas) else self.cublas
@@ -50,7 +53,7 @@ LOWERINGS: dict[str, Lowering] = {}
 
 
 def lowering(*names: str, mode: str, note: str = "", sizes_output: bool = False,
-             cublas: bool | Callable[[Step], bool] = False):
+             cublas: bool | Callable[[Step], bool] = False, in_place: bool = False):
     """Register a builder for ops `names`. Builders of "into"/"value" ops take (ctx, step) and return
     a function (run at every execution) of the input tensors (and `out` for "into"); "view" builders
     take (ctx, step) and return a function of the one input tensor."""
@@ -61,7 +64,7 @@ def lowering(*names: str, mode: str, note: str = "", sizes_output: bool = False,
         for n in names:
             if n in LOWERINGS:
                 raise CompileError(f"two gpu lowerings for {n!r}")
-            LOWERINGS[n] = Lowering(mode, fn, note, sizes_output, cublas)
+            LOWERINGS[n] = Lowering(mode, fn, note, sizes_output, cublas, in_place)
         return fn
 
     return register
@@ -71,6 +74,11 @@ def storage_mode(step: Step) -> str:
     """The plan's storage for a step's value, from its table entry (CompileError if it has none)."""
     entry = find_lowering(step)
     return {"into": ARENA, "value": TRANSIENT, "view": VIEW}[entry.mode]
+
+
+def writes_in_place(step: Step) -> bool:
+    """Whether the step may write its value over an input of its shape that dies at it (plan.py)."""
+    return find_lowering(step).in_place
 
 
 def find_lowering(step: Step) -> Lowering:

@@ -12,7 +12,7 @@ from fusegraph import Dim
 from fusegraph.errors import CompileError, TargetError
 from fusegraph.models import get_model
 from fusegraph.passes import generic_pipeline, run_pipeline
-from fusegraph.targets.gpu.lowering import LOWERINGS, find_lowering, storage_mode
+from fusegraph.targets.gpu.lowering import LOWERINGS, find_lowering, storage_mode, writes_in_place
 from fusegraph.targets.gpu.patterns import match_groups
 from fusegraph.targets.gpu.plan import ARENA, OUTPUT, PARAM, VIEW, make_plan
 from tests.util import assert_close, make_model, run_ort
@@ -87,6 +87,75 @@ def test_convolution_neighbours_are_channels_last():
         if plan.storage[s.ins.uid] == ARENA:  # its output too: cuDNN writes it in place (CudnnInto)
             assert plan.layouts[s.ins.uid] == last
     assert not any(plan.storage[u] == OUTPUT for u in plan.layouts)
+
+
+def _live_spans(plan, module):
+    first = {}
+    for k, s in enumerate(plan.steps):
+        first.setdefault(plan.owner[s.ins.uid], k)
+    sizes = {i.uid: i.shape.bytes for i in module.instructions if i.uid in plan.offsets}
+    return {u: (plan.offsets[u], plan.offsets[u] + sizes[u], first[u], plan.last_use.get(u, first[u]))
+            for u in plan.offsets}
+
+
+def test_a_pointwise_step_writes_over_an_input_that_dies_at_it():
+    p = optimized(get_model("resnet50"), input=[1, 3, 64, 64])
+    plain = make_plan(p.main, storage_mode)
+    plan = make_plan(p.main, storage_mode, in_place=writes_in_place)
+    assert plan.arena_bytes <= plain.arena_bytes
+    spans = _live_spans(plan, p.main)
+    steps = {s.ins.uid: s for s in plan.steps}
+
+    def written_over(a, b):  # b written by its pointwise step over a, at a's last reading
+        (a0, a1, a_first, a_last), (b0, b1, b_first, _) = spans[a], spans[b]
+        return ((a0, a1) == (b0, b1) and b_first == a_last and a_first < b_first and writes_in_place(steps[b])
+                and any(x.uid == a for x in steps[b].inputs))
+
+    shared = 0
+    for a, (a0, a1, a_first, a_last) in spans.items():
+        for b, (b0, b1, b_first, b_last) in spans.items():
+            if a < b and a_first <= b_last and b_first <= a_last and a0 < b1 and b0 < a1:  # live at once, same bytes
+                assert written_over(a, b) or written_over(b, a), (a, b)
+                shared += 1
+    assert shared >= 10  # ResNet-50's convolutions' bias-and-ReLU steps, among others
+
+
+def _conv_relu_model(nodes, convs):
+    rng = np.random.default_rng(3)
+    inits = {k: rng.standard_normal(shape).astype(np.float32) * 0.3 for k, shape in convs.items()}
+    x = {"x": rng.standard_normal((2, 3, 8, 8)).astype(np.float32)}
+    return make_model(nodes, x, ["y"], initializers=inits, opset=17), x
+
+
+def test_a_convolutions_activation_needs_no_second_buffer(gpu_target):
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"])]
+    model, x = _conv_relu_model(nodes, {"w1": (16, 3, 3, 3), "w2": (4, 16, 1, 1)})
+    p = optimized(model)
+    plain = make_plan(p.main, storage_mode)
+    plan = make_plan(p.main, storage_mode, in_place=writes_in_place)
+    relu = next(s for s in plan.steps if s.kind == "relu")
+    assert plan.offsets[relu.ins.uid] == plan.offsets[relu.inputs[0].uid]
+    assert plan.arena_bytes == plain.arena_bytes // 2  # one 2x16x8x8 buffer where there were two
+    compiled = fusegraph.parse_onnx(model)
+    compiled.compile(gpu_target)
+    assert_close(compiled.run(x)[0], run_ort(model, x)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_value_read_again_later_is_not_written_over():
+    """conv -> a; relu(a) -> r; conv(r) -> b; b + a: `a` is still needed when the ReLU runs."""
+    c = 8
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["b"], pads=[1, 1, 1, 1]), helper.make_node("Add", ["b", "a"], ["s"]),
+             helper.make_node("Conv", ["s", "w3"], ["y"])]
+    model, _ = _conv_relu_model(nodes, {"w1": (c, 3, 3, 3), "w2": (c, c, 3, 3), "w3": (4, c, 1, 1)})
+    p = optimized(model)
+    plan = make_plan(p.main, storage_mode, in_place=writes_in_place)
+    relu = next(s for s in plan.steps if s.kind == "relu")
+    add = next(s for s in plan.steps if s.kind == "add")
+    a = relu.inputs[0].uid
+    assert plan.offsets[relu.ins.uid] != plan.offsets[a]  # `a` is read again by the add
+    assert plan.offsets[add.ins.uid] in (plan.offsets[a], plan.offsets[add.inputs[0].uid])  # both die at the add
 
 
 def _layer_norm_2d():
