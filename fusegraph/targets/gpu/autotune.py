@@ -76,8 +76,10 @@ SMALL_TILE = 64 * 32  # elements of the smallest default tiles (64x32, 32x64)
 H100_SMS = 132  # multiprocessors of an H100/H200 SXM: the tile counts' scale where none is measured
 # how candidates are timed, part of the cache's identity: choices timed another way are timed again
 # (version 1 timed kernel launches from the host, and its choices were mostly wrong; version 2 slept a
-# fixed 100 us, which did not hide cuSPARSELt's per-call host work: measure.py)
-TIMING = "events-after-covering-gpu-sleep-3"
+# fixed 100 us, which did not hide cuSPARSELt's per-call host work; version 3 kept timings whose sleep
+# ended before the runs were queued, 10-20x a candidate's time while compile threads held the GIL:
+# measure.py)
+TIMING = "events-after-covering-gpu-sleep-4"
 SMEM_LIMIT = 227 * 1024  # bytes of shared memory one H100/H200 block may use
 
 

@@ -48,10 +48,14 @@ def sleep_cycles(host_seconds: float, reps: int, rate: float) -> int:
     return int(cover * rate)
 
 
-def cuda_measure(run: Callable[[], Any], reps: int = 15, clock: Callable[[], float] = time.perf_counter) -> float:
+def cuda_measure(run: Callable[[], Any], reps: int = 15, clock: Callable[[], float] = time.perf_counter,
+                 attempts: int = 3) -> float:
     """Seconds per run on the device: the median over `reps` runs, each between CUDA events that the
     device reaches only after a sleep covering the host's enqueueing of all of them (module docstring).
-    The first call compiles and allocates what the candidate keeps; the second is the host time."""
+    The first call compiles and allocates what the candidate keeps; the second is the host time. If
+    the sleep was over before the last run was queued (the timed calls queued slower than the one
+    measured: a compile's threads holding the GIL meanwhile), the device timed host gaps, and the runs
+    are timed again behind a sleep sized from how long they took to queue (up to `attempts` times)."""
     from .device import torch
 
     t = torch()
@@ -61,15 +65,25 @@ def cuda_measure(run: Callable[[], Any], reps: int = 15, clock: Callable[[], flo
     run()
     host = clock() - t0
     t.cuda.synchronize()
-    t.cuda._sleep(sleep_cycles(host, reps, sleep_rate(t.cuda.current_device())))
-    pairs = []
-    for _ in range(reps):
-        start, end = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        pairs.append((start, end))
-    pairs[-1][1].synchronize()
+    rate = sleep_rate(t.cuda.current_device())
+    for _ in range(attempts):
+        t.cuda._sleep(sleep_cycles(host, reps, rate))
+        slept = t.cuda.Event()
+        slept.record()
+        t0 = clock()
+        pairs = []
+        for _ in range(reps):
+            start, end = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            pairs.append((start, end))
+        covered = not slept.query()  # the device still asleep once every run was queued
+        queued = clock() - t0
+        pairs[-1][1].synchronize()
+        if covered:
+            break
+        host = max(host, queued / reps)
     return statistics.median(a.elapsed_time(b) for a, b in pairs) / 1e3
 
 

@@ -46,6 +46,9 @@ class Device:
             def synchronize(self):
                 sim.host = max(sim.host, self.at)
 
+            def query(self):  # the device has passed it
+                return self.at <= sim.host
+
             def elapsed_time(self, end):
                 return (end.at - self.at) * 1e3
 
@@ -70,6 +73,24 @@ def test_events_time_the_kernels_not_the_host(sim, host_s):
     gpu_s = 20e-6
     got = measure.cuda_measure(lambda: sim.call(host_s, gpu_s), reps=15, clock=sim.clock)
     assert got == pytest.approx(gpu_s, rel=1e-6)
+
+
+def test_runs_queued_slower_than_measured_are_timed_again_behind_a_longer_sleep(sim):
+    """The host time measured on one call (5 us), then 200 us per call while timing (a compile's threads
+    holding the GIL): the first sleep is over before the runs are queued, and the events would time the
+    host; the check sees the device awake and times them again behind a sleep that covers them."""
+    calls = []
+
+    def run():
+        calls.append(1)
+        sim.call(5e-6 if len(calls) <= 2 else 200e-6, 20e-6)
+
+    got = measure.cuda_measure(run, reps=15, clock=sim.clock)
+    assert got == pytest.approx(20e-6, rel=1e-6)
+    assert len(calls) == 2 + 2 * 15  # the first timing was thrown away
+    calls.clear()
+    slow = measure.cuda_measure(run, reps=15, clock=sim.clock, attempts=1)  # what one attempt measured
+    assert slow > 150e-6
 
 
 def test_a_fixed_100us_sleep_would_time_the_host(sim):
