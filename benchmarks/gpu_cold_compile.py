@@ -59,21 +59,15 @@ def load_row(model: str, batch: int):
 
 
 def run_ms(executable, feeds: dict, runs: int) -> float:
-    """Median milliseconds of one run on device-resident inputs (CUDA events, after warm-up)."""
+    """Median milliseconds of one run on device-resident inputs, timed as gpu_vs_torch times every
+    contender (CUDA events, after warm-up), at least `runs` runs."""
     import torch
 
+    from benchmarks.gpu_vs_torch import PER_ROUND, time_alternating
+
     on_device = {n: torch.from_numpy(x).cuda() for n, x in feeds.items()}
-    for _ in range(10):
-        executable.run_device(on_device)
-    times = []
-    for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        executable.run_device(on_device)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    times = time_alternating({"run": lambda: executable.run_device(on_device)}, rounds=-(-runs // PER_ROUND))
+    return statistics.median(times["run"])
 
 
 def watch_compile() -> tuple[list[tuple[str, float]], list]:

@@ -252,14 +252,14 @@ def memory_base() -> int:
     return torch.cuda.memory_allocated()
 
 
-def time_alternating(fns: dict) -> dict[str, list[float]]:
+def time_alternating(fns: dict, rounds: int = ROUNDS) -> dict[str, list[float]]:
     for fn in fns.values():
         for _ in range(WARMUP):
             fn()
     torch.cuda.synchronize()
     events = {k: [] for k in fns}
     names = list(fns)
-    for r in range(ROUNDS):
+    for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             for _ in range(PER_ROUND):
                 e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -61,23 +61,24 @@ def checked_mode(mode: str) -> str:
         raise CompileError(f"target 'gpu': gemm={mode!r}, expected one of {MODES}")
     return mode
 
+# A problem of at most this many multiply-adds is latency-bound on an H100/H200 (about 5 us whatever
+# its tiles): on the H200, 70 of DenseNet-121's and ConvNeXt-T's 71 batch-1 GEMMs (up to 1.2e8) were
+# won by one of these two small tiles or by the library (the other by a 64x128 tile, where the
+# 64x64's timing was a 16x outlier: measure.py now times such a one again).
+SMALL_MACS = 2**27
+SMALL_CONFIGS = (GemmConfig(64, 64, 32, 8, 4, 4), GemmConfig(64, 32, 64, 8, 4, 4))
 # Hopper-friendly tiles (Inductor's mm configs and the matmul tutorial's), smallest last
 DEFAULT_CONFIGS = (
     GemmConfig(128, 128, 32, 8, 4, 4), GemmConfig(128, 128, 64, 8, 8, 3), GemmConfig(128, 256, 64, 8, 8, 3),
     GemmConfig(64, 128, 32, 8, 4, 4), GemmConfig(128, 64, 32, 8, 4, 4), GemmConfig(64, 128, 64, 8, 4, 3),
-    GemmConfig(64, 64, 32, 8, 4, 4), GemmConfig(64, 32, 64, 8, 4, 4), GemmConfig(32, 64, 64, 8, 4, 4),
+    *SMALL_CONFIGS, GemmConfig(32, 64, 64, 8, 4, 4),
 )
-# A problem of at most this many multiply-adds is latency-bound on an H100/H200 (about 5 us whatever
-# its tiles): on the H200, DenseNet-121's and ConvNeXt-T's batch-1 GEMMs (up to 1.2e8) were won by one
-# of these two small tiles or by the library in every problem, the larger tiles 1.1-2.7x slower.
-SMALL_MACS = 2**27
-SMALL_CONFIGS = (GemmConfig(64, 64, 32, 8, 4, 4), GemmConfig(64, 32, 64, 8, 4, 4))
 SMALL_TILE = 64 * 32  # elements of the smallest default tiles (64x32, 32x64)
 H100_SMS = 132  # multiprocessors of an H100/H200 SXM: the tile counts' scale where none is measured
 # how candidates are timed, part of the cache's identity: choices timed another way are timed again
 # (version 1 timed kernel launches from the host, and its choices were mostly wrong; version 2 slept a
 # fixed 100 us, which did not hide cuSPARSELt's per-call host work; version 3 kept timings whose sleep
-# ended before the runs were queued, 10-20x a candidate's time while compile threads held the GIL:
+# ended before the runs were queued, 8-24x a candidate's time while compile threads held the GIL:
 # measure.py)
 TIMING = "events-after-covering-gpu-sleep-4"
 SMEM_LIMIT = 227 * 1024  # bytes of shared memory one H100/H200 block may use
@@ -113,9 +114,10 @@ def worth_timing(m: int, n: int, k: int, sms: int) -> list[GemmConfig]:
     multiprocessors: a latency-bound problem (SMALL_MACS) the two small tiles alone; a larger one
     without the tiles too large to fill half the device (when others do), and without the smallest
     tiles when a larger one still fills four waves. Each config left out is a kernel a fresh machine
-    does not compile (every config of every epilogue is one; MobileNet-V3 b1 compiled 205). On the
-    H200 the configs left out lost every problem of DenseNet-121 b1, ConvNeXt-T b1, DeiT-S b32 and
-    ResNet-50 b32, by 1.1-2.7x."""
+    does not compile (every config of every epilogue is one; MobileNet-V3 b1 compiled 205). In the
+    H200 tuner's timings of DenseNet-121 b1, ConvNeXt-T b1 and DeiT-S b32 a config left out won 1 of
+    75 problems (see SMALL_MACS) and was 1.03-2.3x the winner in the others; none of ResNet-50 b32's 16
+    template picks is left out."""
     if m * n * k <= SMALL_MACS:
         return fit_configs(SMALL_CONFIGS, m, n, k)
     fitted = fit_configs(DEFAULT_CONFIGS, m, n, k)
