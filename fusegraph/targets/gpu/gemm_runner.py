@@ -91,7 +91,8 @@ class EpilogueGemm:
         for every K). In a static program's warm-up the chosen config then runs its K-constant kernel,
         compiled in the background of the warm-up's run (kernels.compile_async), which goes on with the
         timed one meanwhile; elsewhere (the dynamic mode's runs) the generic kernel stays, as a
-        recorded choice's does there."""
+        recorded choice's does there. A problem with one config to consider (latency-bound) times
+        that config's K-constant kernel in a static program's warm-up: no generic one."""
         from .autotune import LIBRARY, Candidate, candidate_errors
 
         ro, ra, rb, rops = self.rows(out, a, w, ops)
@@ -103,13 +104,18 @@ class EpilogueGemm:
         tuner, launchers = self.ctx.tuner, {}
         configs = {cfg.name(): cfg for cfg in tuner.configs(m, n, k, ro.element_size())}
         background = kernels.async_compiling()  # a static program's warm-up: K-constant kernels compile there
+        to_time = tuner.to_time(m, n, k, ro.element_size())
+        # one config to consider (a latency-bound problem) leaves nothing to choose among the templates:
+        # a static program's warm-up compiles its K-constant kernel at once, times it against the
+        # library, and keeps it, with no generic kernel (LR-ASPP b1: 86 GEMM kernels for 34 problems)
+        final_only = background and len(to_time) == 1
         known = tuner.decided(key)
         if known in configs:  # chosen before (recorded with the program, or cached): its kernel alone
             try:
                 chosen = self._triton(configs[known], launchers, generic=not background)
                 chosen.compile(*args)
                 run = self._keep(key, known, chosen, launchers)
-                if background and not kernels.compiling_all():
+                if background and not kernels.compiling_all() and not final_only:
                     # the warm-up's run meets a problem timed earlier in it, whose kernel may still be
                     # compiling: this call runs the timed generic kernel (compile_all built it) instead
                     # of waiting (ResNet-50 b32 repeats 8 of its 18 problems: 1.8 s of waits)
@@ -118,12 +124,12 @@ class EpilogueGemm:
             except candidate_errors():
                 pass  # it no longer builds here: choose again
         candidates = [Candidate(LIBRARY, lambda: self._library(launchers))]
-        candidates += [Candidate(cfg.name(), lambda cfg=cfg: self._triton(cfg, launchers, generic=True))
-                       for cfg in tuner.to_time(m, n, k, ro.element_size())]
+        candidates += [Candidate(cfg.name(), lambda cfg=cfg: self._triton(cfg, launchers, generic=not final_only))
+                       for cfg in to_time]
         name, run = tuner.choose(key, candidates, args, library_first=self.in_type == DType.float32)
         if name is None or name == LIBRARY:  # compile_all's pass, or the library's run
             return run if name is None else self._keep(key, name, run, launchers)
-        if not background:  # (a dynamic program's run, the interpreter) the timed kernel stays: no wait for another
+        if not background or final_only:  # the timed kernel stays (a dynamic program's run, the interpreter)
             return self._keep(key, name, run, launchers)
         final = self._triton(configs[name], launchers)
         final.compile(*args)  # in the background of the warm-up's run; the timed kernel runs this call

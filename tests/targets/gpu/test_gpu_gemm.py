@@ -146,10 +146,11 @@ def test_the_generic_template_takes_k_as_an_argument(target_of):
 @pytest.mark.gpu
 def test_a_problem_met_again_in_the_warm_up_runs_its_timed_kernel_while_its_own_compiles(target_of, monkeypatch,
                                                                                        tmp_path):
-    """Two FFN blocks of one problem: the warm-up's run times the first and submits its K-constant
-    kernel; the second, met while that kernel may still compile, runs the timed generic kernel this
-    once instead of waiting for it. The captured program runs the K-constant kernels. (A third block
-    writes the graph's float32 output: a problem of its own.)"""
+    """Two FFN blocks of one problem (large enough that tuning times several configs): the warm-up's
+    run times the first and submits its K-constant kernel; the second, met while that kernel may
+    still compile, runs the timed generic kernel this once instead of waiting for it. The captured
+    program runs the K-constant kernels. (A third block writes the graph's float32 output: a problem
+    of its own.)"""
     from fusegraph.targets.gpu import kernels
     from fusegraph.targets.gpu.triton_gemm import GemmLauncher
 
@@ -159,8 +160,8 @@ def test_a_problem_met_again_in_the_warm_up_runs_its_timed_kernel_while_its_own_
     for i, (src, dst) in enumerate((("h", "y1"), ("y1", "y2"), ("y2", "y"))):
         nodes += [helper.make_node("MatMul", [src, f"w{i}"], [f"m{i}"]), helper.make_node("Add", [f"m{i}", f"b{i}"], [f"mb{i}"]),
                   helper.make_node("Gelu", [f"mb{i}"], [f"g{i}"]), helper.make_node("Add", [f"g{i}", src], [dst])]
-        inits |= {f"w{i}": randn(48, 48) * 0.2, f"b{i}": randn(48)}
-    x = {"h": randn(2, 9, 48)}
+        inits |= {f"w{i}": randn(256, 256) * 0.06, f"b{i}": randn(256)}
+    x = {"h": randn(8, 512, 256)}  # 4096 x 256 x 256: more than autotune.SMALL_MACS
     model = make_model(nodes, x, ["y"], initializers=inits, opset=20)
     ran: list[bool] = []
     call = GemmLauncher.__call__
@@ -176,6 +177,32 @@ def test_a_problem_met_again_in_the_warm_up_runs_its_timed_kernel_while_its_own_
     assert ran and all(ran)  # the warm-up's run: the timed generic kernel at every step (and in the timing)
     sources = [s for n, s in p.executable.sources.items() if n.startswith("mm_")]
     assert len(sources) == 2 and all(k_form(source) == "constant" for source in sources)
+
+
+@pytest.mark.gpu
+def test_a_latency_bound_problem_times_and_keeps_its_k_constant_kernel(target_of, monkeypatch, tmp_path):
+    """A problem of at most SMALL_MACS multiply-adds has one config to consider: a static program's
+    warm-up builds no generic kernel for it; it times the K-constant one (against the library, in
+    "auto" mode) and runs it."""
+    from fusegraph.targets.gpu import kernels
+    from fusegraph.targets.gpu.triton_gemm import GemmLauncher
+
+    monkeypatch.setattr(kernels, "CACHE_ROOT", tmp_path)
+    built: list[bool] = []
+    init = GemmLauncher.__init__
+
+    def spy(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        built.append(self.generic)
+
+    monkeypatch.setattr(GemmLauncher, "__init__", spy)
+    model, x = gelu_residual_model()
+    for mode in ("triton", "auto"):
+        built.clear()
+        p = compile_check(target_of(mode), model, x, fp16=True)
+        assert built and not any(built)
+        sources = [s for n, s in p.executable.sources.items() if n.startswith("mm_")]
+        assert all(k_form(source) == "constant" for source in sources) and (sources or mode == "auto")
 
 
 @pytest.mark.parametrize("fp16", [False, True])
@@ -326,9 +353,11 @@ def test_tuning_times_the_configs_that_can_win_the_problem():
     def names(m, n, k):
         return sorted(c.name().split("_g")[0] for c in Tuner(H200).to_time(m, n, k, 2))
 
-    # latency-bound (DenseNet-121 b1's 196x128x512): the two small tiles alone
-    assert names(196, 128, 512) == ["64x32x64", "64x64x32"]
-    assert names(196, 128, 16) == ["64x32x16", "64x64x16"]  # fitted to the problem
+    # latency-bound: one small tile, picked without timing (DenseNet-121 b1's 196x128x512 and its
+    # 3136x128x64, which the H200 ran fastest with these), fitted to the problem
+    assert names(196, 128, 512) == ["64x32x64"]
+    assert names(3136, 128, 64) == ["64x64x32"]
+    assert names(12544, 64, 16) == ["64x64x16"] and names(1, 24, 72) == ["16x32x64"]
     # ResNet-50 b32's 100352x256x64: every tile fills the device; the smallest would run 12 waves more
     big = names(100352, 256, 64)
     assert "64x32x64" not in big and "32x64x64" not in big and "128x256x64" in big and len(big) == 7
