@@ -126,6 +126,38 @@ def test_verify_fp16_reports_half_precision_error(capsys):
     assert cli.main(["verify", "bert_small", "--fp16", "--target", "ref", "--fp16-tol", "1e-6"]) == 1
 
 
+def test_fp16_io_runs_verifies_and_compiles_with_float16_inputs_and_outputs(tiny, tmp_path, capsys):
+    """--fp16-io: the generated float input and the float outputs are float16 (the int64 one stays);
+    verify feeds the reference the same values as float32 and compares the outputs as float32."""
+    assert cli.main(["run", str(tiny), "--fp16", "--fp16-io", "--target", "ref"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("float16") == 2 and "float32" not in out
+    assert cli.main(["verify", str(tiny), "--fp16", "--fp16-io", "--target", "ref", "--reference", "ort"]) == 0
+    assert cli.main(["verify", str(tiny), "--fp16", "--fp16-io", "--target", "ref", "--reference", "ref"]) == 0
+    fgx = tmp_path / "tiny.fgx"
+    assert cli.main(["compile", str(tiny), "--fp16", "--fp16-io", "--target", "ref", "-o", str(fgx)]) == 0
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((1, 3), np.float32))
+    capsys.readouterr()
+    assert cli.main(["run", str(fgx), "--input", f"x={x}"]) == 2
+    assert "expected dtype float16, got float32" in capsys.readouterr().err
+    np.save(x, np.ones((1, 3), np.float16))
+    assert cli.main(["run", str(fgx), "--input", f"x={x}"]) == 0
+
+
+@pytest.mark.parametrize("args, says", [(["--fp16-io"], "add --fp16"),
+                                        (["--fp16", "--fp16-io"], "compiled with float32 inputs and outputs")])
+def test_fp16_io_is_refused_where_it_cannot_apply(tiny, tmp_path, capsys, args, says):
+    model = str(tiny)
+    if "--fp16" in args:  # a file compiled without it
+        model = str(tmp_path / "plain.fgx")
+        assert cli.main(["compile", str(tiny), "--fp16", "--target", "ref", "-o", model]) == 0
+    capsys.readouterr()
+    assert cli.main(["run", model, "--target", "ref", *args]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("flag, value", [("--fp16-tol", "-1"), ("--atol", "nan"), ("--rtol", "x")])
 def test_verify_refuses_bad_tolerances(flag, value):
     r = fusegraph_cli("verify", "bert_small", flag, value)

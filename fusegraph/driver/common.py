@@ -67,6 +67,9 @@ def add_target_option(p: argparse.ArgumentParser) -> None:
                    help="compute in float16 (quantize_fp16; inputs, outputs and reductions stay float32)")
     p.add_argument("--keep-fp32", metavar="OP[,OP...]", default="",
                    help="with --fp16: also compute these ops in float32 (names as `fusegraph ops` lists them)")
+    p.add_argument("--fp16-io", action="store_true",
+                   help="with --fp16: float32 inputs and outputs become float16 too (as ONNX Runtime's "
+                        "keep_io_types=False): .npy inputs must be float16")
 
 
 _RANGE = re.compile(r"\[(\d+)\.\.(\d+)(?::(\d+(?:,\d+)*))?\]")
@@ -111,7 +114,10 @@ def compile_options(args: argparse.Namespace, **fields: Any) -> Any:
     keep = tuple(sorted({n.strip() for n in getattr(args, "keep_fp32", "").split(",") if n.strip()}))
     if keep and not fp16:
         raise InputError("--keep-fp32 names ops to keep in float32 under --fp16: add --fp16")
-    return CompileOptions(fp16=fp16, keep_fp32=keep, **fields)
+    fp16_io = bool(getattr(args, "fp16_io", False))
+    if fp16_io and not fp16:
+        raise InputError("--fp16-io makes float32 inputs and outputs float16 under --fp16: add --fp16")
+    return CompileOptions(fp16=fp16, keep_fp32=keep, fp16_io=fp16_io, **fields)
 
 
 def add_input_options(p: argparse.ArgumentParser) -> None:
@@ -268,6 +274,9 @@ def _load_compiled(args: argparse.Namespace, source: Any, files: dict[str, np.nd
     if wanted.fp16 and not compiled.fp16:
         raise InputError(f"{args.model} is compiled in float32: --fp16 cannot change it (compile the ONNX "
                          f"model again with --fp16 instead)")
+    if wanted.fp16_io and not compiled.fp16_io:
+        raise InputError(f"{args.model} is compiled with float32 inputs and outputs: --fp16-io cannot change it "
+                         f"(compile the ONNX model again with --fp16 --fp16-io instead)")
     if wanted.keep_fp32 and wanted.keep_fp32 != compiled.keep_fp32:
         raise InputError(f"{args.model} is compiled keeping {list(compiled.keep_fp32) or 'no op'} in float32 "
                          f"besides the defaults: --keep-fp32 cannot change it (compile the ONNX model again instead)")

@@ -55,6 +55,34 @@ def quantize_bf16(program: Program, keep_fp32: Iterable[str] = DEFAULT_KEEP_FP32
     return program
 
 
+def half_io(program: Program, half: DType = DType.float16) -> Program:
+    """The program's float32 inputs and outputs (main module) made `half`, in place: each such input
+    a `half` parameter of its name read through a convert to float32, each such output converted to
+    `half` on its way out (ONNX Runtime's float16 conversion with keep_io_types=False, TensorRT's
+    half I/O formats): callers pass and receive `half` arrays, and the input staging and the output
+    buffers take half the memory. The converts are undone by the half conversion that follows
+    (`quantize_fp16`: a same-type convert is dropped); alone, the program computes as before. Inputs
+    and outputs of other types, and an already `half` program, stay as they are."""
+    from ..ir.builtin import Param
+
+    module = program.main
+    body = next(i for i in module.instructions if not (i.is_param or i.is_literal))  # the return at least
+    for p in list(module.parameters):
+        if not _is_f32(p):
+            continue
+        readers, shape = list(p.users), p.shape.with_dtype(half)
+        p.op, p.shape = Param(p.op.param_name, shape), shape
+        wide = module.insert(body, Convert(to=F32), p)
+        wide.tensor = p.tensor
+        for u in readers:
+            u.inputs = [wide if x is p else x for x in u.inputs]
+            wide.users.append(u)
+        p.users = [wide]
+    ret = module.return_ins
+    module.replace_inputs(ret, [module.insert(ret, Convert(to=half), o) if _is_f32(o) else o for o in ret.inputs])
+    return program
+
+
 @dataclasses.dataclass(frozen=True)
 class QuantizePass:
     """The half conversion as a pipeline pass (the main module only; it reports a change if any),

@@ -25,6 +25,9 @@ class CompileOptions:
     threads: int | None = None     # cpu: worker threads (None: all cores)
     fp16: bool = False
     keep_fp32: tuple[str, ...] = ()  # with fp16: ops computed in float32 besides reductions, softmax, layer norms
+    # with fp16: the float32 inputs and outputs become float16 too, as ONNX Runtime's keep_io_types=False
+    # (callers pass and receive float16 arrays; half the staging and output memory)
+    fp16_io: bool = False
     exhaustive_tune: bool = False
     device_resident: bool = False  # gpu: keep inputs/outputs on the device
     disabled_passes: tuple[str, ...] = ()
@@ -238,6 +241,12 @@ class Target:
         check_nesting(program.modules.values())  # deeper bodies would end a run in RecursionError
         if options.keep_fp32 and not options.fp16:
             raise CompileError("keep_fp32 names ops to keep in float32 when computing in float16: it needs fp16=True")
+        if options.fp16_io and not options.fp16:
+            raise CompileError("fp16_io makes the float32 inputs and outputs float16: it needs fp16=True")
+        if options.fp16_io:  # before a dynamic program's specializing: its inputs are float16 too
+            from ..quantize.fp16 import half_io
+
+            half_io(program)
         if options.dynamic_cache_size < 0:
             raise CompileError(f"dynamic_cache_size must be >= 0, got {options.dynamic_cache_size}")
         if self._specializes(program, options):

@@ -141,9 +141,10 @@ def run(args: argparse.Namespace) -> int:
         # ORT cannot run custom ops: their numpy references (the ref target) are what they are checked against
         reference = ("ort" if ort.available() and loaded.source.proto is not None
                      and not uses_custom_ops(loaded.program) else "ref")
+    declared = _declared_feeds(loaded.source.proto, feeds) if args.fp16_io else feeds  # the reference's
     if reference == "ort":
         with status("running ONNX Runtime"):
-            expected = ort.OrtSession(loaded.source).run(feeds)
+            expected = ort.OrtSession(loaded.source).run(declared)
         ref_label = "onnxruntime"
     elif loaded.source.compiled is not None and target != "ref":
         # a compiled file holds no ONNX model: its own program, evaluated op by op by the ref target,
@@ -154,8 +155,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         if target == "ref":
             note("note: comparing the ref target with itself (install onnxruntime for an independent reference)")
-        expected = load(args, target="ref").program.run(feeds)
+        expected = load(args, target="ref").program.run(declared)
         ref_label = "ref"
+    if args.fp16_io:  # float16 outputs of the model's float32 ones: compared as float32
+        actual = [np.asarray(a).astype(np.float32) if np.asarray(a).dtype == np.float16
+                  and np.asarray(e).dtype == np.float32 else a for a, e in zip(actual, expected)]
     fp16_tol = args.fp16_tol if args.fp16 else None
     diffs = compare_outputs(loaded.program.output_names, actual, expected, args.atol, args.rtol, fp16_tol)
     rows = [(d.name, "ok" if d.ok else "MISMATCH", fmt(d.max_abs, 3), fmt(d.max_rel, 3), fmt(d.rms, 3),
@@ -179,6 +183,15 @@ def run(args: argparse.Namespace) -> int:
         note(f"verify failed: {len(failed)} of {len(diffs)} output(s) differ from {ref_label}")
         return 1
     return 0
+
+
+def _declared_feeds(proto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The feeds as the ONNX model declares them (--fp16-io: the float16 arrays of its float32 inputs,
+    as float32: the same values)."""
+    if proto is None:
+        return feeds
+    floats = {i.name for i in proto.graph.input if i.type.tensor_type.elem_type == 1}  # FLOAT
+    return {k: v.astype(np.float32) if k in floats and v.dtype == np.float16 else v for k, v in feeds.items()}
 
 
 def _on_ref(path: str):

@@ -77,3 +77,20 @@ def test_an_input_read_as_it_is_keeps_its_buffer_type(gpu_target):
     p.compile(gpu_target, fusegraph.CompileOptions(fp16=True))
     assert p.executable.input_buffers()["x"].dtype == torch.float32
     assert_close(p.run(x), run_ort(model, x), rtol=2e-2, atol=2e-2)
+
+
+def test_float16_io_takes_and_gives_float16_buffers_on_the_device(gpu_target):
+    """CompileOptions(fp16_io=True): the input's buffer is float16 with nothing to stage, and the
+    output is a float16 tensor (half the bytes of the float32 one it replaces)."""
+    torch = pytest.importorskip("torch")
+    model, x = conv_model(second_reader=True)  # x read as it is, too: a float32 buffer without fp16_io
+    p = fusegraph.parse_onnx(model)
+    p.compile(gpu_target, fusegraph.CompileOptions(fp16=True, fp16_io=True))
+    exe = p.executable
+    assert exe.input_buffers()["x"].dtype == torch.float16 and not exe.plan.staged
+    assert [s.dtype for s in exe.output_shapes] == [DType.float16] * 2
+    assert exe.peak_memory.outputs == 2 * 8 * 10 * 9 * 2  # y in float16 (x_out is the input itself)
+    half = x["x"].astype(np.float16)
+    y, x_out = exe.run_device({"x": torch.from_numpy(half).to(exe.device)})
+    assert y.dtype == torch.float16 and torch.equal(x_out.cpu(), torch.from_numpy(half))
+    assert_close([y.float().cpu().numpy()], run_ort(model, {"x": half.astype(np.float32)})[:1], rtol=2e-2, atol=2e-2)
