@@ -211,7 +211,7 @@ def check_rows(rows: list[tuple[str, int]]) -> None:
 
 
 def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | None,
-            fresh: bool = False) -> dict[str, dict]:
+            fresh: bool = False, fp16_io: bool = False) -> dict[str, dict]:
     """Compile every row in `jobs` processes at once (see the module's docstring); their cold compile
     times (or the error a row's compile raised) by "name:batch", written to gpu_models_cold-<host>.json
     as each row finishes. `fresh`: each row's process with empty caches of its own (fusegraph's,
@@ -223,6 +223,7 @@ def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | N
 
     def one(row: tuple[str, int]) -> dict:
         args = [sys.executable, __file__, "--rows", f"{row[0]}:{row[1]}", "--modes", modes, "--compile-only"]
+        args += ["--fp16-io"] if fp16_io else []
         own = env
         if fresh:
             new = tempfile.mkdtemp(prefix="gpu_models_fresh_")
@@ -267,6 +268,8 @@ def main() -> None:
     ap.add_argument("--fresh", action="store_true", help="(for --prepare) each row with empty caches of its own")
     ap.add_argument("--cold", default=None, help="a gpu_models_cold JSON of an earlier --prepare: its times")
     ap.add_argument("--compile-only", action="store_true", help="(for --prepare) print each row's compile times")
+    ap.add_argument("--fp16-io", action="store_true",
+                    help="fusegraph with float16 inputs and outputs, as the torch contenders (CompileOptions.fp16_io)")
     args = ap.parse_args()
     if args.rows == "all":
         rows = [(n, b) for n, m in MODELS.items() for b in m.batches]
@@ -288,12 +291,13 @@ def main() -> None:
     deadline = time.perf_counter() + args.deadline
     if args.compile_only:
         for name, batch in rows:
-            print(json.dumps(measure_row(name, batch, deadline, args.modes.split(","), compile_only=True)), flush=True)
+            print(json.dumps(measure_row(name, batch, deadline, args.modes.split(","), compile_only=True,
+                                         fp16_io=args.fp16_io)), flush=True)
         return
     os.environ.setdefault("TRITON_CACHE_DIR", str(Path.home() / ".triton" / "cache"))  # shared with --prepare's
     cold = json.loads(Path(args.cold).read_text())["rows"] if args.cold else {}
     if args.prepare:
-        cold = prepare(rows, args.prepare, args.modes, args.out_dir, args.fresh)
+        cold = prepare(rows, args.prepare, args.modes, args.out_dir, args.fresh, args.fp16_io)
         if args.prepare_only:
             return
     payload = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": []}
@@ -304,7 +308,7 @@ def main() -> None:
             if args.profile:
                 profile.extend(profile_lines(exe, inputs, names, args.profile))
         try:
-            row = measure_row(name, batch, deadline, args.modes.split(","), inspect=inspect)
+            row = measure_row(name, batch, deadline, args.modes.split(","), inspect=inspect, fp16_io=args.fp16_io)
         except Exception as e:  # one broken row must not lose the others
             row = {"model": name, "batch": batch, "error": f"{type(e).__name__}: {e}",
                    "traceback": traceback.format_exc()[-2000:]}

@@ -272,10 +272,12 @@ def time_alternating(fns: dict, rounds: int = ROUNDS) -> dict[str, list[float]]:
 
 
 def measure_row(name: str, batch: int, deadline: float, modes: list[str], inspect=None,
-                compile_only: bool = False) -> dict:
+                compile_only: bool = False, fp16_io: bool = False) -> dict:
     """One row; `inspect(row, executable, inputs, names)`, if given, runs once the timing is done.
-    `compile_only`: the row with its compile times alone (a run that fills the compile caches)."""
-    row: dict = {"model": name, "batch": batch, "dtype": "float16"}
+    `compile_only`: the row with its compile times alone (a run that fills the compile caches).
+    `fp16_io`: fusegraph compiled with CompileOptions(fp16_io=True), fed float16 inputs and giving
+    float16 outputs, as the torch contenders are (else float32 ones, as the ONNX graph declares)."""
+    row: dict = {"model": name, "batch": batch, "dtype": "float16", "fp16_io": fp16_io}
     timed, export, inputs, names, convnet = build(name, batch)
     t0 = time.perf_counter()
     onnx_bytes = export_onnx(export, inputs, names)
@@ -292,10 +294,10 @@ def measure_row(name: str, batch: int, deadline: float, modes: list[str], inspec
     base = memory_base()
     t0 = time.perf_counter()
     program = fusegraph.parse_onnx(onnx_bytes)
-    program.compile(fusegraph.get_target("gpu"), fusegraph.CompileOptions(fp16=True))
+    program.compile(fusegraph.get_target("gpu"), fusegraph.CompileOptions(fp16=True, fp16_io=fp16_io))
     compile_s["fusegraph"] = time.perf_counter() - t0
     exe = program.executable
-    feeds = {n: x.to(dev) for n, x in zip(names, inputs)}
+    feeds = {n: x.to(dev).half() if fp16_io and x.is_floating_point() else x.to(dev) for n, x in zip(names, inputs)}
     out = exe.run_device(feeds)[0]
     torch.cuda.synchronize()
     peak_mb["fusegraph"] = (torch.cuda.max_memory_allocated() - base) / 2**20
