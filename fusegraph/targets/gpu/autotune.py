@@ -19,7 +19,9 @@ compile at once, beside the program's other kernels. The GEMM templates are time
 b32 fp16 on the H200 built 60 Triton binaries on a fresh machine instead of 137, and compiled in
 12.3 s instead of 19.1); the chosen config runs its K-constant kernel. A new choice times only the
 configs that can win its problem (`worth_timing`: each config of each epilogue is one more kernel to
-compile); a recorded or cached choice may name any default config.
+compile); a recorded or cached choice may name any default config. A latency-bound problem has one
+config to consider (`small_tile`), so its K-constant kernel is what a static program's warm-up times
+(against the library, where the library is a candidate) and keeps: no generic kernel for it.
 
 A float32 GEMM (`choose(library_first=True)`) is the library's in "auto" mode unless the library
 cannot run it: the templates multiply exact float32 on the FMA units (never TF32), as cuBLAS's SGEMM
