@@ -9,8 +9,9 @@ GEMM tuning, graph capture) is done.
 A row is `model:batch:fp16|fp32` over fusegraph's built-in models or the rows of the architecture corpus
 (benchmarks/gpu_models.py, exported before the clock starts). Per row: parse and compile seconds,
 how many Triton binaries the compile built (cubins in its Triton cache), its Triton compiles by kernel
-kind with their summed seconds (threads overlap), the GEMM tuner's timing of every candidate of every
-problem (what tuning decisions are made from), and at batch 1 the largest
+kind with their summed seconds (threads overlap), its phases (`phases_s`, from Executable.compile_log:
+plan, lowering, compile-all, first run with the GEMM timings, capture), the GEMM tuner's timing of every
+candidate of every problem (what tuning decisions are made from), and at batch 1 the largest
 difference from ONNX Runtime (CPU) relative to the output's largest magnitude. `--variant NAME=DIR`
 also compiles each row with the fusegraph package found under DIR (an older checkout: `git archive
 <commit> fusegraph | tar -x -C DIR`), in turn with this one. `--profile` keeps a cProfile of each
@@ -109,6 +110,26 @@ def compile_summary(compiles: list[tuple[str, float]], tuners: list) -> dict:
     return {"compiles_by_kind": kinds, "tuning_us": timings}
 
 
+def phase_summary(log: list[tuple[str, str, int, int]]) -> dict:
+    """Executable.compile_log in seconds: each main-thread phase; the GEMM timings ("tune", [problems,
+    summed s]); the kernel compiles of the compile threads ([compiles, summed s, s from the first's
+    start to the last's end]). Empty for a variant older than the log."""
+    out: dict = {}
+    compiles = [(t0, t1) for _, lane, t0, t1 in log if lane != "compile"]
+    for name, lane, t0, t1 in log:
+        if lane == "compile":
+            key = "tune" if name.startswith("tune ") else name
+            if key == "tune":
+                count, total = out.get(key, [0, 0.0])
+                out[key] = [count + 1, round(total + (t1 - t0) / 1e9, 3)]
+            else:
+                out[key] = round((t1 - t0) / 1e9, 3)
+    if compiles:
+        out["kernel compiles"] = [len(compiles), round(sum(t1 - t0 for t0, t1 in compiles) / 1e9, 2),
+                                  round((max(t1 for _, t1 in compiles) - min(t0 for t0, _ in compiles)) / 1e9, 2)]
+    return out
+
+
 def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None, runs: int) -> dict:
     import numpy as np
     import torch
@@ -145,6 +166,7 @@ def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None,
         err = float(np.max(np.abs(got.astype(np.float64) - want)) / np.max(np.abs(want)))
     cubins = sum(1 for _ in Path(os.environ["TRITON_CACHE_DIR"]).rglob("*.cubin"))
     result = {"parse_s": round(t1 - t0, 3), "compile_s": round(t2 - t1, 3), "cubins": cubins, "rel_err_vs_ort": err,
+              "phases_s": phase_summary(getattr(program.executable, "compile_log", [])),
               **compile_summary(compiles, tuners)}
     if runs:
         result["run_ms"] = round(run_ms(program.executable, feeds, runs), 4)

@@ -9,6 +9,7 @@ import json
 import os
 from typing import Any
 
+from .phases import MAIN
 from .record import Profile
 
 
@@ -22,14 +23,17 @@ def _event(name: str, cat: str, t0_ns: float, t1_ns: float, tid: int, args: dict
 
 def chrome_trace(profile: Profile, label: str = "") -> dict[str, Any]:
     """The trace as a dict: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}.
-    Compile phases (`meta["phases"]`: (name, start ns, end ns)) come first on the main lane."""
+    Compile phases (`meta["phases"]`: (name, start ns, end ns[, lane])) come first, on the main lane
+    unless they name another (phases.MAIN is the main one: a gpu compile's threads have their own)."""
     events: list[dict] = []
-    origin = min([r[0][1] for r in profile.runs if r] + [p[1] for p in profile.meta.get("phases", ())] or [0])
-    for name, t0, t1 in profile.meta.get("phases", ()):
-        events.append(_event(name, "compile", t0 - origin, t1 - origin, 1))
+    phases = [(*p, MAIN)[:4] for p in profile.meta.get("phases", ())]
+    origin = min([r[0][1] for r in profile.runs if r] + [p[1] for p in phases] or [0])
     lanes = {None: 1, **{lane: k + 2 for k, lane in enumerate(profile.lanes)}}
+    threads = {lane: len(lanes) + k + 1 for k, lane in enumerate(dict.fromkeys(p[3] for p in phases if p[3] != MAIN))}
+    for name, t0, t1, lane in phases:
+        events.append(_event(name, "compile", t0 - origin, t1 - origin, threads.get(lane, 1)))
     names = [{"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": lane or profile.target}}
-             for lane, tid in lanes.items()]
+             for lane, tid in {**lanes, **threads}.items()]
     names.append({"name": "process_name", "ph": "M", "pid": 1, "tid": 0,
                   "args": {"name": f"fusegraph {label} ({profile.target})".replace("  ", " ")}})
     for lane, tid in lanes.items():

@@ -68,6 +68,10 @@ class Executable:
         self.output_shapes = program.get_output_shapes()
 
     peak_memory: Any = None  # what one run holds by the IR (targets/resources.py MemoryUse), set by compile and load
+    # (name, lane, start ns, end ns) of the target's own compile phases on time.perf_counter_ns()'s clock
+    # (profile/phases.py): the gpu target's static mode records its plan, lowering, every kernel
+    # compile (a lane per compile thread), every GEMM problem's timing and the graph capture
+    compile_log: list[tuple[str, str, int, int]] = []
 
     # Checks that must pass before the first run (a loaded file's weight checksums: see runtime/serialize.py).
     _pending_checks: tuple[Callable[[], None], ...] = ()

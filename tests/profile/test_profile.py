@@ -83,6 +83,44 @@ def test_chrome_trace_structure():
     assert any("conv" in k["args"]["onnx_nodes"] for k in kernels)
 
 
+def test_compile_phases_of_other_lanes_get_their_own_named_threads():
+    prof = _compiled("ref").executable.profile(feeds(), runs=1)
+    prof.meta["phases"] = [("parse", 0, 1000, "compile"), ("lower", 1000, 9000, "compile"),
+                           ("compile mm_a", 2000, 5000, "compile thread 0"), ("compile mm_b", 2500, 6000, "compile thread 1"),
+                           ("compile mm_c", 5000, 7000, "compile thread 0")]
+    trace = chrome_trace(prof, "small")
+    names = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    spans = {e["name"]: e["tid"] for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "compile"}
+    assert spans["parse"] == spans["lower"] == 1
+    assert names[spans["compile mm_a"]] == names[spans["compile mm_c"]] == "compile thread 0"
+    assert names[spans["compile mm_b"]] == "compile thread 1" and spans["compile mm_a"] != spans["compile mm_b"]
+    assert len(set(names)) == len(names)  # no lane shares a thread id with another
+
+
+def test_phase_spans_are_recorded_only_inside_a_recording_and_from_other_threads():
+    import threading
+
+    from fusegraph.profile import phases
+
+    with phases.span("nobody records this"):
+        pass
+    with phases.recording() as log:
+        with phases.span("outer"):
+            with phases.span("inner"):
+                pass
+        handed = phases.current()
+        worker = threading.Thread(target=lambda: handed.add("in a thread", "worker", 5, 9))
+        worker.start()
+        worker.join()
+        with phases.recording() as nested:
+            with phases.span("apart"):
+                pass
+    assert [s[0] for s in log.spans] == ["inner", "outer", "in a thread"] and log.spans[2][1:] == ("worker", 5, 9)
+    (inner, _, i0, i1), (outer, lane, o0, o1) = log.spans[:2]
+    assert lane == phases.MAIN and o0 <= i0 <= i1 <= o1
+    assert [s[0] for s in nested.spans] == ["apart"] and phases.current() is None
+
+
 def test_perf_profile_and_trace_cli(tmp_path, capsys):
     import onnx
 

@@ -31,16 +31,21 @@ def wanted(args: argparse.Namespace) -> bool:
     return bool(args.profile or args.trace or args.profile_json)
 
 
-def compile_phases(loaded: Any, manager: Any) -> list[tuple[str, int, int]]:
-    """(name, start ns, end ns) of parsing, each pass that ran and the lowering after them."""
+def compile_phases(loaded: Any, manager: Any) -> list[tuple[str, int, int, str]]:
+    """(name, start ns, end ns, lane) of parsing, each pass that ran, the lowering after them and the
+    phases the target recorded inside it (Executable.compile_log: the gpu target's kernel compiles,
+    each in the lane of its compile thread)."""
+    from ...profile.phases import MAIN
+
     parse_end = loaded.start_ns + int(loaded.parse_s * 1e9)
-    phases = [("parse", loaded.start_ns, parse_end)]
+    phases = [("parse", loaded.start_ns, parse_end, MAIN)]
     end = parse_end
     for r in manager.records if manager is not None else ():
         end = r.start_ns + int(r.seconds * 1e9)
-        phases.append((f"pass {r.name}", r.start_ns, end))
-    phases.append(("lower", end, max(end, parse_end + int(loaded.compile_s * 1e9))))
-    return phases
+        phases.append((f"pass {r.name}", r.start_ns, end, MAIN))
+    phases.append(("lower", end, max(end, parse_end + int(loaded.compile_s * 1e9)), MAIN))
+    log = getattr(loaded.program.executable, "compile_log", [])
+    return phases + [(name, t0, t1, lane) for name, lane, t0, t1 in log]
 
 
 def run(args: argparse.Namespace, loaded: Any, feeds: dict, manager: Any, target: str) -> None:

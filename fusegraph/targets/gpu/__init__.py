@@ -35,6 +35,7 @@ import json
 from collections.abc import Mapping
 
 from ...ir.program import Program
+from ...profile import phases
 from ..base import CompileOptions, Executable, Target
 from . import ops_quant  # noqa: F401  (registers the quantized product ops a compiled file's IR may hold)
 
@@ -128,8 +129,10 @@ class GpuTarget(Target):
     def _lower_static(self, program: Program, options: CompileOptions, device, tuner) -> Executable:
         from .contexts import build_static
 
-        exe = build_static(program, options, device, tuner, self.graph_mode)
+        with phases.recording() as log:  # where the compile's time goes: `fusegraph trace`, Executable.compile_log
+            exe = build_static(program, options, device, tuner, self.graph_mode)
         exe.tuning_times = {k: tuner.timings[k] for k in exe.tuning if k in tuner.timings}  # timed by this compile
+        exe.compile_log = sorted(log.spans, key=lambda s: s[2])
         return exe
 
     def export_artifacts(self, executable: Executable) -> dict[str, bytes]:

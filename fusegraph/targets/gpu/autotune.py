@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import CompiledFileError, CompileError
+from ...profile import phases
 from . import kernels
 from .measure import cuda_measure
 from .triton_gemm import GemmConfig
@@ -346,14 +347,15 @@ class Tuner:
                 continue
         precompile([run for _, run in built], args)
         best: tuple[float, str, Callable[..., None]] | None = None
-        for name, run in built:
-            try:
-                seconds = self.measure(lambda: run(*args))  # noqa: B023  (timed before `run` changes)
-            except candidate_errors():
-                continue  # this config does not compile or run here (shared memory, ...): dropped
-            self.timings.setdefault(key, {})[name] = seconds
-            if best is None or seconds < best[0]:
-                best = (seconds, name, run)
+        with phases.span(f"tune {key}"):
+            for name, run in built:
+                try:
+                    seconds = self.measure(lambda: run(*args))  # noqa: B023  (timed before `run` changes)
+                except candidate_errors():
+                    continue  # this config does not compile or run here (shared memory, ...): dropped
+                self.timings.setdefault(key, {})[name] = seconds
+                if best is None or seconds < best[0]:
+                    best = (seconds, name, run)
         if best is None:
             raise CompileError(f"target 'gpu': every candidate of {key} failed")
         self.cache.store(key, {"name": best[1], "seconds": best[0]})

@@ -18,6 +18,7 @@ import threading
 from typing import Any
 
 from ...ir.program import Program
+from ...profile import phases
 from ..base import CompileOptions
 from .build import BuildContext, allocate, allocate_activations, build_steps
 from .executable import GpuExecutable
@@ -36,8 +37,9 @@ def build_static(program: Program, options: CompileOptions, device: Any, tuner: 
     ctx = BuildContext(device)
     ctx.tuner = tuner
     if shared is None:
-        plan = make_plan(main, storage_mode, stage_inputs=True, in_place=writes_in_place)
-        slots, activations, weights = allocate(plan, main, device)
+        with phases.span("plan and weights"):
+            plan = make_plan(main, storage_mode, stage_inputs=True, in_place=writes_in_place)
+            slots, activations, weights = allocate(plan, main, device)
         own = activations.numel() * activations.element_size() + weights.numel() * weights.element_size()
         if tuner.mode == "auto" and leaves_cublas_out(plan.steps, own, device):
             tuner = tuner.templates_only()  # cuBLAS's workspace would outweigh the program (workspace.py)
@@ -49,7 +51,8 @@ def build_static(program: Program, options: CompileOptions, device: Any, tuner: 
         weights = shared.memory[1]
     activations.zero_()  # inputs start as zeros: the warm-up run reads valid indices
     outputs = {plan.owner[o.uid] for o in main.outputs if o.uid in plan.owner}
-    steps, step_uids = build_steps(plan, ctx, slots, outputs)
+    with phases.span("lower steps"):
+        steps, step_uids = build_steps(plan, ctx, slots, outputs)
     exe = GpuExecutable(program, options, device, steps, slots, (activations, weights), graph_mode, {},
                         fp32_exact=True, index_checks=ctx.index_checks)
     exe.step_uids = step_uids

@@ -30,6 +30,7 @@ from ...ir import run_limits
 from ...ir.dtypes import DType
 from ...ir.program import Program
 from ...ir.run_limits import running
+from ...profile import phases
 from ..base import CompileOptions, Executable
 from . import kernels
 from .device import StreamScope, to_host, torch, torch_dtype
@@ -134,15 +135,15 @@ class GpuExecutable(DeviceDoor, Executable):
             side = t.cuda.Stream(self.device)
             side.wait_stream(t.cuda.current_stream(self.device))
             with t.cuda.stream(side):  # one run: kernels compiled, cuDNN algorithms chosen, workspaces made
-                with kernels.compile_all() as compiling:  # first every step's kernels, all at once
+                with phases.span("compile kernels"), kernels.compile_all() as compiling:  # every step's, at once
                     if compiling:
                         self._run_steps()
-                with kernels.compile_async():  # (a tuned GEMM's chosen kernel compiles meanwhile)
+                with phases.span("first run (GEMM tuning)"), kernels.compile_async():  # (chosen kernels compile)
                     self._run_steps()
             t.cuda.current_stream(self.device).wait_stream(side)
             if self.graph_mode:
                 graph = t.cuda.CUDAGraph()
-                with _own_cublas_workspace(t), no_collection(), t.cuda.graph(graph):
+                with phases.span("capture graph"), _own_cublas_workspace(t), no_collection(), t.cuda.graph(graph):
                     self._run_steps()
                 self.graph = graph
         self._warm = True

@@ -23,10 +23,12 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ...profile import phases
 from .device import triton
 
 CACHE_ROOT = Path.home() / ".cache" / "fusegraph"  # generated sources and autotuning choices
@@ -166,13 +168,17 @@ class _WithLauncher(concurrent.futures.Executor):
         self.compiles = compiles
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
-        return self.compiles.submit(_compile_and_launcher, fn, *args, **kwargs)
+        return self.compiles.submit(_compile_and_launcher, phases.current(), fn, *args, **kwargs)
 
 
-def _compile_and_launcher(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def _compile_and_launcher(log: phases.PhaseLog | None, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     from .binaries import build_launcher
 
+    t0 = time.perf_counter_ns()
     kernel = fn(*args, **kwargs)
+    if log is not None:  # a lane per compile thread: their spans overlap
+        lane = f"compile thread {threading.current_thread().name.rsplit('_', 1)[-1]}"
+        log.add(f"compile {getattr(kernel, 'name', 'kernel')}", lane, t0, time.perf_counter_ns())
     signature = getattr(getattr(kernel, "src", None), "signature", None)
     if isinstance(signature, dict):
         try:

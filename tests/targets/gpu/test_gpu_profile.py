@@ -4,10 +4,12 @@ Triton's interpreter elsewhere): every step named by its ONNX nodes, the outputs
 from __future__ import annotations
 
 import numpy as np
+from onnx import helper
 
 import fusegraph
 from fusegraph.profile import by_onnx_op, chrome_trace
 from tests.profile.models import feeds, small_cnn
+from tests.util import make_model
 
 
 def test_profile_names_steps_and_keeps_outputs(gpu_target):
@@ -52,3 +54,36 @@ def test_a_pattern_step_is_named_by_its_pattern(gpu_target):
     assert gemm.ins.op.name != "gemm_bias"  # the pattern's last instruction is the add
     prof = p.executable.profile(x, runs=1)
     assert {info.uid: info.kernel for info in prof.steps}[gemm.ins.uid] == "gemm_bias"
+
+
+def test_a_static_compile_logs_where_its_time_goes(gpu_target, monkeypatch, tmp_path):
+    """Executable.compile_log: the plan and the lowering everywhere; on a GPU also the kernel compiles
+    (each in the lane of its compile thread, inside the compile-all phase), every GEMM problem's timing
+    (inside the first run) and the graph capture, in that order. `fusegraph trace` draws them."""
+    from fusegraph.targets.gpu import kernels
+
+    p = fusegraph.parse_onnx(small_cnn())
+    monkeypatch.setattr(kernels, "CACHE_ROOT", tmp_path)  # on a GPU: tuned afresh, its problems timed
+    p.compile(gpu_target, fusegraph.CompileOptions(fp16=True))
+    log = p.executable.compile_log
+    top = [name for name, lane, _, _ in log if lane == "compile" and not name.startswith("tune ")]
+    if p.executable.device.type != "cuda":
+        assert top == ["plan and weights", "lower steps"]
+        return
+    assert top == ["plan and weights", "lower steps", "compile kernels", "first run (GEMM tuning)", "capture graph"]
+    spans = {name: (t0, t1) for name, lane, t0, t1 in log if lane == "compile"}
+    compiles = [(t0, t1) for name, lane, t0, t1 in log if lane.startswith("compile thread")]
+    assert compiles and all(name.startswith("compile ") for name, lane, _, _ in log if lane.startswith("compile thread"))
+    first = spans["compile kernels"]
+    assert min(t0 for t0, _ in compiles) >= first[0]
+    # a GEMM large enough for tuning to time several configs (more than autotune.SMALL_MACS)
+    x = {"x": np.random.default_rng(0).standard_normal((4096, 256)).astype(np.float32)}
+    w = np.random.default_rng(1).standard_normal((256, 256)).astype(np.float32)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+                       x, ["y"], initializers={"w": w})
+    q = fusegraph.parse_onnx(model)
+    q.compile(gpu_target, fusegraph.CompileOptions(fp16=True))
+    log = q.executable.compile_log
+    run = next((t0, t1) for name, lane, t0, t1 in log if name == "first run (GEMM tuning)")
+    tunes = [(t0, t1) for name, lane, t0, t1 in log if name.startswith("tune dot 4096x256x256")]
+    assert tunes and all(run[0] <= t0 <= t1 <= run[1] for t0, t1 in tunes)
