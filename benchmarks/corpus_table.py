@@ -2,7 +2,8 @@
 
     python benchmarks/corpus_table.py [--targets ref,cpu] [--models NAME,...] [--families F,...]
 
-Targets are fusegraph target names, or gpu-fp16 (the gpu target computing in float16). Per model and
+Targets are fusegraph target names, or NAME-fp16 (computing in float16) / NAME-fp16-io (with float16
+inputs and outputs too), as tests/corpus/compare.py's TARGETS. Per model and
 target: the largest relative L2 and max-abs error over the outputs, and pass / FAIL / the error raised;
 `ort spread` is ONNX Runtime without graph optimizations against ORT at its defaults (the yardstick
 the fp16 / int8 tolerances are set against, tests/corpus/compare.py). Writes

@@ -1,5 +1,6 @@
-"""The differential corpus (tests/corpus/): every model of every family on ref and cpu (and, marked
-`gpu`, on the gpu target in float32 and float16) against ONNX Runtime at its defaults.
+"""The differential corpus (tests/corpus/): every model of every family on ref and cpu, on cpu with
+float16 inputs and outputs (CompileOptions.fp16_io), and, marked `gpu`, on the gpu target in float32,
+float16 and float16 I/O, against ONNX Runtime at its defaults.
 
 Models are built lazily and cached on disk (tests/corpus/build.py); an entry whose builder needs a
 package that is not installed skips, naming it. Criteria: tests/corpus/compare.py. A known failure

@@ -26,7 +26,9 @@ from .registry import Feeds
 ATOL, RTOL = 1e-4, 1e-3
 # rel L2 tolerance per precision (see the module docstring; corpus_table.py's ort_spread column)
 REL_L2_TOL = {"fp16": 1e-2, "int8": 1e-3}
-TARGETS = ("ref", "cpu", "gpu", "gpu-fp16")
+# "-fp16": computing in float16; "-fp16-io": with float16 inputs and outputs too (CompileOptions.fp16_io:
+# fed the float32 inputs rounded to float16, its float16 outputs judged as float32)
+TARGETS = ("ref", "cpu", "cpu-fp16-io", "gpu", "gpu-fp16", "gpu-fp16-io")
 
 
 @dataclasses.dataclass
@@ -49,18 +51,25 @@ def run_ort(model: onnx.ModelProto, feeds: Feeds, optimize: bool = True, threads
 
 
 def run_target(model: onnx.ModelProto, feeds: Feeds, target: str) -> list[np.ndarray]:
-    """`target` is a fusegraph target name, or "gpu-fp16" (the gpu target computing in float16)."""
+    """`target` is a fusegraph target name, with "-fp16" (computing in float16) or "-fp16-io" (float16
+    inputs and outputs too) after it, as TARGETS names them."""
     import fusegraph
 
-    name, fp16 = (target[:-5], True) if target.endswith("-fp16") else (target, False)
+    name, _, precision = target.partition("-")
+    options = fusegraph.CompileOptions(fp16=bool(precision), fp16_io=precision == "fp16-io")
     p = fusegraph.parse_onnx(model, map_input_dims={k: list(v.shape) for k, v in feeds.items()})
-    p.compile(fusegraph.get_target(name), fusegraph.CompileOptions(fp16=fp16))
-    return p.run(feeds)
+    p.compile(fusegraph.get_target(name), options)
+    if not options.fp16_io:
+        return p.run(feeds)
+    half = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in feeds.items()}
+    declared = [o.type.tensor_type.elem_type for o in model.graph.output]
+    return [v.astype(np.float32) if t == onnx.TensorProto.FLOAT else v
+            for v, t in zip(map(np.asarray, p.run(half)), declared)]
 
 
 def criterion(precision: str, target: str) -> float | None:
     """The rel L2 tolerance that judges this pair, or None for the element-wise float32 criterion."""
-    if target.endswith("-fp16"):
+    if "-fp16" in target:
         return REL_L2_TOL["fp16"]
     return REL_L2_TOL.get(precision)
 
