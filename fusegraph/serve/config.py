@@ -109,9 +109,10 @@ def target_of(config, default: str) -> str:
     return default
 
 
-# `parameters { key: "precision" }`: the compile options each precision sets (inputs and outputs stay
-# float32 either way: the config's data types are the model's)
-PRECISIONS = {"fp32": {}, "fp16": {"fp16": True}}
+# `parameters { key: "precision" }`: the compile options each precision sets. With fp32 and fp16 the
+# inputs and outputs keep the model's types; fp16_io makes its float32 ones TYPE_FP16 (clients send and
+# receive half the bytes); the config's data types are the compiled program's either way
+PRECISIONS = {"fp32": {}, "fp16": {"fp16": True}, "fp16_io": {"fp16": True, "fp16_io": True}}
 
 
 def precision_options(config) -> dict:

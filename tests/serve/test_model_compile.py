@@ -87,10 +87,25 @@ def test_fp16_precision_compiles_the_program_in_float16(tmp_path):
     assert not np.array_equal(fp16, fp32)  # float16 rounding shows: the option took effect
 
 
+def test_fp16_io_precision_serves_float16_inputs_and_outputs(tmp_path):
+    from tests.corpus.compare import REL_L2_TOL
+
+    x = np.random.default_rng(4).standard_normal((4, FEATURES)).astype(np.float16)
+    want = ort_reference(mlp_model(), x.astype(np.float32))["y"]
+    from fusegraph.serve import config as cfg
+
+    model = _served(tmp_path, "fp16_io")
+    declared = [cfg.pb().DataType.Name(t.data_type) for t in [*model.config.input, *model.config.output]]
+    assert set(declared) == {"TYPE_FP16"} and [s.datatype.config_name for s in model.inputs] == ["TYPE_FP16"]
+    got = model.execute({"x": x}, 4)["y"]
+    assert got.dtype == np.float16
+    assert np.linalg.norm(got.astype(np.float32) - want) / np.linalg.norm(want) < REL_L2_TOL["fp16"]
+
+
 def test_unknown_precision_is_a_config_error(tmp_path):
     from fusegraph.serve.errors import ModelConfigError
 
-    with pytest.raises(ModelConfigError, match="precision 'fp12'; expected one of fp32, fp16"):
+    with pytest.raises(ModelConfigError, match="precision 'fp12'; expected one of fp32, fp16, fp16_io"):
         _served(tmp_path, "fp12")
 
 
