@@ -59,8 +59,8 @@ def half_io(program: Program, half: DType = DType.float16) -> Program:
     """The program's float32 inputs and outputs (main module) made `half`, in place: each such input
     a `half` parameter of its name read through a convert to float32, each such output converted to
     `half` on its way out (ONNX Runtime's float16 conversion with keep_io_types=False, TensorRT's
-    half I/O formats): callers pass and receive `half` arrays, and the input staging and the output
-    buffers take half the memory. The converts are undone by the half conversion that follows
+    half I/O formats): callers pass and receive `half` arrays, and the outputs and the copies between
+    host and device take half the memory. The converts are undone by the half conversion that follows
     (`quantize_fp16`: a same-type convert is dropped); alone, the program computes as before. Inputs
     and outputs of other types, and an already `half` program, stay as they are."""
     from ..ir.builtin import Param

@@ -26,7 +26,7 @@ class CompileOptions:
     fp16: bool = False
     keep_fp32: tuple[str, ...] = ()  # with fp16: ops computed in float32 besides reductions, softmax, layer norms
     # with fp16: the float32 inputs and outputs become float16 too, as ONNX Runtime's keep_io_types=False
-    # (callers pass and receive float16 arrays; half the staging and output memory)
+    # (callers pass and receive float16 arrays; half the output memory and the host-device copies)
     fp16_io: bool = False
     exhaustive_tune: bool = False
     device_resident: bool = False  # gpu: keep inputs/outputs on the device
