@@ -203,3 +203,19 @@ def test_the_half_program_keeps_every_nodes_provenance():
     assert all(i.origin for i in computing)
     assert {n.name for i in computing for n in i.origin} == {n.name for n in model.graph.node}
     assert {i.tensor for i in computing if i.tensor} >= {"c", "r", "g", "y"}
+
+
+def test_a_large_weight_is_rounded_in_chunks_exactly_as_a_small_one():
+    """quantize's rounding of a weight above the chunk size (threads): the same as clipping and
+    rounding it whole, out-of-range values, infinities, NaN and a strided source included."""
+    from fusegraph.quantize.fp16 import _CHUNK, _half_literal
+
+    big = rng.standard_normal(((4 * _CHUNK // 7 + 1001) * 7,)).astype(np.float32) * 3e4
+    big[[0, 7, -1]] = [np.inf, -np.inf, np.nan]
+    top = np.float32(65504)
+    for value in (big, big.reshape(-1, 7)[:, ::2].T):
+        assert value.size >= 2 * _CHUNK  # (rounded in chunks)
+        want = np.clip(value, -top, top).astype(np.float16)
+        got = _half_literal(value, DType.float16)
+        assert got.shape == value.shape and got.dtype == np.float16
+        np.testing.assert_array_equal(got, want)  # NaN where NaN, ±65504 for the infinities
