@@ -110,31 +110,12 @@ def compile_summary(compiles: list[tuple[str, float]], tuners: list) -> dict:
     return {"compiles_by_kind": kinds, "tuning_us": timings}
 
 
-def phase_summary(log: list[tuple[str, str, int, int]]) -> dict:
-    """Executable.compile_log in seconds: each main-thread phase; the GEMM timings ("tune", [problems,
-    summed s]); the kernel compiles of the compile threads ([compiles, summed s, s from the first's
-    start to the last's end]). Empty for a variant older than the log."""
-    out: dict = {}
-    compiles = [(t0, t1) for _, lane, t0, t1 in log if lane != "compile"]
-    for name, lane, t0, t1 in log:
-        if lane == "compile":
-            key = "tune" if name.startswith("tune ") else name
-            if key == "tune":
-                count, total = out.get(key, [0, 0.0])
-                out[key] = [count + 1, round(total + (t1 - t0) / 1e9, 3)]
-            else:
-                out[key] = round((t1 - t0) / 1e9, 3)
-    if compiles:
-        out["kernel compiles"] = [len(compiles), round(sum(t1 - t0 for t0, t1 in compiles) / 1e9, 2),
-                                  round((max(t1 for _, t1 in compiles) - min(t0 for t0, _ in compiles)) / 1e9, 2)]
-    return out
-
-
 def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None, runs: int) -> dict:
     import numpy as np
     import torch
 
     import fusegraph
+    from benchmarks._common import phase_summary
     from fusegraph.targets.gpu import GpuTarget
 
     onnx_model, dims, feeds = load_row(model, batch)
@@ -166,7 +147,7 @@ def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None,
         err = float(np.max(np.abs(got.astype(np.float64) - want)) / np.max(np.abs(want)))
     cubins = sum(1 for _ in Path(os.environ["TRITON_CACHE_DIR"]).rglob("*.cubin"))
     result = {"parse_s": round(t1 - t0, 3), "compile_s": round(t2 - t1, 3), "cubins": cubins, "rel_err_vs_ort": err,
-              "phases_s": phase_summary(getattr(program.executable, "compile_log", [])),
+              "phases_s": phase_summary(program.executable),
               **compile_summary(compiles, tuners)}
     if runs:
         result["run_ms"] = round(run_ms(program.executable, feeds, runs), 4)

@@ -242,6 +242,8 @@ def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | N
             name, batch = futures[done]
             result = done.result()
             payload["rows"][f"{name}:{batch}"] = result.get("compile_s", result.get("error"))
+            if result.get("fusegraph_phases_s"):
+                payload.setdefault("fusegraph_phases_s", {})[f"{name}:{batch}"] = result["fusegraph_phases_s"]
             payload["seconds"] = round(time.perf_counter() - t0, 1)
             path = write_results("gpu_models_cold", payload)
             if out_dir:

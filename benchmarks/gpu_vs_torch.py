@@ -41,7 +41,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import fusegraph  # noqa: E402
-from benchmarks._common import write_results  # noqa: E402
+from benchmarks._common import phase_summary, write_results  # noqa: E402
 
 ROWS = "resnet50:1,resnet50:32,bert:1,bert:32,yolo:1,yolo:16"
 ROUNDS, PER_ROUND, WARMUP = 5, 12, 10
@@ -297,6 +297,7 @@ def measure_row(name: str, batch: int, deadline: float, modes: list[str], inspec
     program.compile(fusegraph.get_target("gpu"), fusegraph.CompileOptions(fp16=True, fp16_io=fp16_io))
     compile_s["fusegraph"] = time.perf_counter() - t0
     exe = program.executable
+    row["fusegraph_phases_s"] = phase_summary(exe)  # where its compile went (Executable.compile_log)
     feeds = {n: x.to(dev).half() if fp16_io and x.is_floating_point() else x.to(dev) for n, x in zip(names, inputs)}
     out = exe.run_device(feeds)[0]
     torch.cuda.synchronize()
