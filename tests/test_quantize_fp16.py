@@ -3,6 +3,8 @@ the keep_fp32 option, and accuracy on the reference target against the float32 p
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import numpy as np
 import onnx
 import pytest
@@ -216,6 +218,7 @@ def test_a_large_weight_is_rounded_in_chunks_exactly_as_a_small_one():
     for value in (big, big.reshape(-1, 7)[:, ::2].T):
         assert value.size >= 2 * _CHUNK  # (rounded in chunks)
         want = np.clip(value, -top, top).astype(np.float16)
-        got = _half_literal(value, DType.float16)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            got = _half_literal(value, DType.float16, pool)
         assert got.shape == value.shape and got.dtype == np.float16
         np.testing.assert_array_equal(got, want)  # NaN where NaN, ±65504 for the infinities

@@ -29,6 +29,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import CompileError, FusegraphError
+from ..ir.builtin import Param
 from ..ir.dtypes import DType
 from ..ir.module import Instruction, Module
 from ..ir.op import OpKind
@@ -65,8 +66,6 @@ def half_io(program: Program, half: DType = DType.float16) -> Program:
     host and device take half the memory. The converts are undone by the half conversion that follows
     (`quantize_fp16`: a same-type convert is dropped); alone, the program computes as before. Inputs
     and outputs of other types, and an already `half` program, stay as they are."""
-    from ..ir.builtin import Param
-
     module = program.main
     body = next(i for i in module.instructions if not (i.is_param or i.is_literal))  # the return at least
     for p in list(module.parameters):
@@ -125,10 +124,11 @@ def _is_f32(ins: Instruction) -> bool:
 _CHUNK = 1 << 18  # elements of a weight one thread rounds at a time
 
 
-def _half_literal(value: np.ndarray, half: DType) -> np.ndarray:
-    """`value` clipped to half's finite range and rounded to it; a large weight in chunks, in threads
-    (numpy's loops release the GIL): on the 2-core VM the fp16 pass over GPT-2 (124M weights) took
-    0.31 s instead of 0.49, over ViT-B/16 0.28 s instead of 0.35 (benchmarks/compile_time.py --gpu-fp16)."""
+def _half_literal(value: np.ndarray, half: DType, pool: concurrent.futures.Executor) -> np.ndarray:
+    """`value` clipped to half's finite range and rounded to it; a large weight in chunks, in `pool`'s
+    threads (numpy's loops release the GIL; one pool for the pass: a pool per weight cost GPT-2 60 ms):
+    on the 2-core VM the fp16 pass over GPT-2 (124M weights) took 0.25 s instead of 0.49, over
+    ViT-B/16 0.23 s instead of 0.35 (benchmarks/compile_time.py --gpu-fp16)."""
     top = float(ml_dtypes.finfo(half.np).max)
     if value.size < 2 * _CHUNK:
         return np.clip(value, -top, top).astype(half.np)
@@ -138,10 +138,7 @@ def _half_literal(value: np.ndarray, half: DType) -> np.ndarray:
     def part(lo: int) -> None:
         dst[lo:lo + _CHUNK] = np.clip(src[lo:lo + _CHUNK], -top, top)  # (the assignment rounds)
 
-    workers = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
-                  -(-src.size // _CHUNK))
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        list(pool.map(part, range(0, src.size, _CHUNK)))
+    list(pool.map(part, range(0, src.size, _CHUNK)))
     return out
 
 
@@ -154,6 +151,15 @@ def _quantize_module(module: Module, half: DType, keep: frozenset[str]) -> bool:
     propagate_constant(module)
     if module.program is not None:  # fusion then keeps the values inside a kernel in float32
         module.program.metadata[HALF_COMPUTE_KEY] = half.name
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    with concurrent.futures.ThreadPoolExecutor(cores) as pool:  # (its threads start at the first large weight)
+        _rewrite(module, half, keep, pool)
+    return True
+
+
+def _rewrite(module: Module, half: DType, keep: frozenset[str], pool: concurrent.futures.Executor) -> None:
+    """Every instruction of `module` computing in half (see the module docstring); `pool` rounds the
+    large weights."""
     new: dict[int, Instruction] = {}       # old uid -> its replacement
     converted: dict[tuple[int, DType], Instruction] = {}
 
@@ -165,7 +171,7 @@ def _quantize_module(module: Module, half: DType, keep: frozenset[str]) -> bool:
         key = (x.uid, dt)
         if key not in converted:
             if x.is_literal and dt == half:
-                converted[key] = module.insert(before, type(x.op)(_half_literal(x.literal, half)))
+                converted[key] = module.insert(before, type(x.op)(_half_literal(x.literal, half, pool)))
             else:
                 converted[key] = module.insert(before, Convert(to=dt), x)
         return converted[key]
@@ -203,7 +209,6 @@ def _quantize_module(module: Module, half: DType, keep: frozenset[str]) -> bool:
     for ins in reversed(old):  # the old instructions are now unused
         if ins is not ret and not ins.users and not ins.is_param and ins.module is module:
             module.remove(ins)
-    return True
 
 
 def _keep_provenance(old: list[Instruction], new: dict[int, Instruction], watermark: int) -> None:
