@@ -81,17 +81,18 @@ def phase_summary(executable: Any) -> dict:
     """The executable's compile_log in seconds: each main-thread phase; the GEMM timings ("tune",
     [problems, summed s]); the kernel compiles of the compile threads ([compiles, summed s, s from the
     first's start to the last's end]). Empty for an executable without one (an older fusegraph)."""
-    log = getattr(executable, "compile_log", [])
+    log = getattr(executable, "compile_log", ())
     out: dict = {}
     compiles = [(t0, t1) for _, lane, t0, t1 in log if lane != "compile"]
     for name, lane, t0, t1 in log:
-        if lane == "compile":
-            key = "tune" if name.startswith("tune ") else name
-            if key == "tune":
-                count, total = out.get(key, [0, 0.0])
-                out[key] = [count + 1, round(total + (t1 - t0) / 1e9, 3)]
-            else:
-                out[key] = round((t1 - t0) / 1e9, 3)
+        if lane != "compile":
+            continue
+        seconds = (t1 - t0) / 1e9
+        if name.startswith("tune "):
+            count, total = out.get("tune", [0, 0.0])
+            out["tune"] = [count + 1, round(total + seconds, 3)]
+        else:
+            out[name] = round(seconds, 3)
     if compiles:
         out["kernel compiles"] = [len(compiles), round(sum(t1 - t0 for t0, t1 in compiles) / 1e9, 2),
                                   round((max(t1 for _, t1 in compiles) - min(t0 for t0, _ in compiles)) / 1e9, 2)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -71,7 +71,7 @@ class Executable:
     # (name, lane, start ns, end ns) of the target's own compile phases on time.perf_counter_ns()'s clock
     # (profile/phases.py): the gpu target's static mode records its plan, lowering, every kernel
     # compile (a lane per compile thread), every GEMM problem's timing and the graph capture
-    compile_log: list[tuple[str, str, int, int]] = []
+    compile_log: Sequence[tuple[str, str, int, int]] = ()
 
     # Checks that must pass before the first run (a loaded file's weight checksums: see runtime/serialize.py).
     _pending_checks: tuple[Callable[[], None], ...] = ()

@@ -44,7 +44,7 @@ def compile_phases(loaded: Any, manager: Any) -> list[tuple[str, int, int, str]]
         end = r.start_ns + int(r.seconds * 1e9)
         phases.append((f"pass {r.name}", r.start_ns, end, MAIN))
     phases.append(("lower", end, max(end, parse_end + int(loaded.compile_s * 1e9)), MAIN))
-    log = getattr(loaded.program.executable, "compile_log", [])
+    log = loaded.program.executable.compile_log
     return phases + [(name, t0, t1, lane) for name, lane, t0, t1 in log]
 
 

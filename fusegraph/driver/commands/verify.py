@@ -158,8 +158,8 @@ def run(args: argparse.Namespace) -> int:
         expected = load(args, target="ref").program.run(declared)
         ref_label = "ref"
     if args.fp16_io:  # float16 outputs of the model's float32 ones: compared as float32
-        actual = [np.asarray(a).astype(np.float32) if np.asarray(a).dtype == np.float16
-                  and np.asarray(e).dtype == np.float32 else a for a, e in zip(actual, expected)]
+        actual = [a.astype(np.float32) if a.dtype == np.float16 and np.asarray(e).dtype == np.float32 else a
+                  for a, e in zip(map(np.asarray, actual), expected)]
     fp16_tol = args.fp16_tol if args.fp16 else None
     diffs = compare_outputs(loaded.program.output_names, actual, expected, args.atol, args.rtol, fp16_tol)
     rows = [(d.name, "ok" if d.ok else "MISMATCH", fmt(d.max_abs, 3), fmt(d.max_rel, 3), fmt(d.rms, 3),
