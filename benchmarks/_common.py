@@ -79,18 +79,19 @@ def median_time(fn: Callable[[], Any], repeat: int) -> float:
 
 def phase_summary(executable: Any) -> dict:
     """The executable's compile_log in seconds: each main-thread phase; the GEMM timings ("tune",
-    [problems, summed s]); the kernel compiles of the compile threads ([compiles, summed s, s from the
+    [problems, summed s]) and the warm-up's slow steps ("step", [steps, summed s]); the kernel compiles of the compile threads ([compiles, summed s, s from the
     first's start to the last's end]). Empty for an executable without one (an older fusegraph)."""
     log = getattr(executable, "compile_log", ())
     out: dict = {}
-    compiles = [(t0, t1) for _, lane, t0, t1 in log if lane != "compile"]
+    compiles = [(t0, t1) for name, lane, t0, t1 in log if lane != "compile" and name.startswith("compile ")]
     for name, lane, t0, t1 in log:
         if lane != "compile":
             continue
         seconds = (t1 - t0) / 1e9
-        if name.startswith("tune "):
-            count, total = out.get("tune", [0, 0.0])
-            out["tune"] = [count + 1, round(total + seconds, 3)]
+        if name.startswith(("tune ", "step ")):  # GEMM timings; the warm-up's slow steps
+            group = name.split(" ", 1)[0]
+            count, total = out.get(group, [0, 0.0])
+            out[group] = [count + 1, round(total + seconds, 3)]
         else:
             out[name] = round(seconds, 3)
     if compiles:

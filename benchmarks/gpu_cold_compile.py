@@ -4,7 +4,7 @@ inductor's), the clock started after imports and CUDA's set-up and stopped when 
 GEMM tuning, graph capture) is done.
 
     python benchmarks/gpu_cold_compile.py [--rows resnet50:1:fp32,resnet50:32:fp16] [--gemm auto]
-                                          [--variant base=DIR] [--repeat N] [--runs N] [--profile] [--out-dir DIR]
+                                          [--variant base=DIR] [--repeat N] [--runs N] [--profile] [--log] [--out-dir DIR]
 
 A row is `model:batch:fp16|fp32` over fusegraph's built-in models or the rows of the architecture corpus
 (benchmarks/gpu_models.py, exported before the clock starts). Per row: parse and compile seconds,
@@ -15,7 +15,8 @@ candidate of every problem (what tuning decisions are made from), and at batch 1
 difference from ONNX Runtime (CPU) relative to the output's largest magnitude. `--variant NAME=DIR`
 also compiles each row with the fusegraph package found under DIR (an older checkout: `git archive
 <commit> fusegraph | tar -x -C DIR`), in turn with this one. `--profile` keeps a cProfile of each
-compile (Python 3.12's profiles every thread) in --out-dir, and its overhead in the times.
+compile (Python 3.12's profiles every thread) in --out-dir, and its overhead in the times; `--log`
+writes there every span of each compile's log (ms from its start: which kernel compiles it waited for).
 `--repeat N` compiles every row N times (the machines of one pool differed by 2x: medians are printed).
 `--runs N` then times N runs of each compiled program on device-resident inputs (median ms, CUDA
 events): with --variant, the speed side of a compile-time change, the variants in turn.
@@ -110,7 +111,7 @@ def compile_summary(compiles: list[tuple[str, float]], tuners: list) -> dict:
     return {"compiles_by_kind": kinds, "tuning_us": timings}
 
 
-def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None, runs: int) -> dict:
+def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None, runs: int, log_to: str | None) -> dict:
     import numpy as np
     import torch
 
@@ -138,6 +139,10 @@ def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None,
         stats.sort_stats("cumulative").print_stats(45)
         stats.sort_stats("tottime").print_stats(25)
         Path(profile_to).write_text(text.getvalue())
+    if log_to and getattr(program.executable, "compile_log", ()):  # every span of the compile, in ms from its start: which kernels kept it waiting
+        start = min(t0 for _, _, t0, _ in program.executable.compile_log)
+        Path(log_to).write_text(json.dumps([[name, lane, round((t0 - start) / 1e6, 2), round((t1 - start) / 1e6, 2)]
+                                            for name, lane, t0, t1 in program.executable.compile_log], indent=0))
     err = None
     if batch == 1:
         import onnxruntime as ort
@@ -154,14 +159,16 @@ def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None,
     return result
 
 
-def run_row(row: str, gemm: str, variant: str, package_dir: Path, out_dir: Path | None, runs: int) -> dict:
+def run_row(row: str, gemm: str, variant: str, package_dir: Path, out_dir: Path | None, runs: int,
+            profile: bool, log: bool) -> dict:
     model, batch, precision = row.split(":")
     home = tempfile.mkdtemp(prefix="fg-cold-")
     env = {**os.environ, "HOME": home, "TRITON_CACHE_DIR": f"{home}/triton", "TORCHINDUCTOR_CACHE_DIR": f"{home}/inductor",
            "PYTHONPATH": os.pathsep.join([str(package_dir), str(ROOT)])}
-    profile = str(out_dir / f"{variant}_{row.replace(':', '_')}.txt") if out_dir else ""
+    stem = str(out_dir / f"{variant}_{row.replace(':', '_')}") if out_dir else ""
+    paths = [stem + ".txt" if profile and stem else "", stem + "_log.json" if log and stem else ""]
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, __file__, "--child", model, batch, precision, gemm, profile, str(runs)],
+    done = subprocess.run([sys.executable, __file__, "--child", model, batch, precision, gemm, paths[0], str(runs), paths[1]],
                           env=env, capture_output=True, text=True)
     result = {"row": row, "variant": variant, "gemm": gemm, "process_s": round(time.perf_counter() - t0, 1)}
     try:
@@ -173,8 +180,8 @@ def run_row(row: str, gemm: str, variant: str, package_dir: Path, out_dir: Path 
 
 def main() -> None:
     if sys.argv[1:2] == ["--child"]:
-        model, batch, precision, gemm, profile, runs = sys.argv[2:8]
-        print(json.dumps(child(model, int(batch), precision == "fp16", gemm, profile or None, int(runs))))
+        model, batch, precision, gemm, profile, runs, log = sys.argv[2:9]
+        print(json.dumps(child(model, int(batch), precision == "fp16", gemm, profile or None, int(runs), log or None)))
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="resnet50:1:fp32,resnet50:32:fp16")
@@ -182,6 +189,7 @@ def main() -> None:
     ap.add_argument("--variant", action="append", default=[], help="NAME=DIR: also compile with the package under DIR")
     ap.add_argument("--repeat", type=int, default=1, help="compile each row this many times (rows and variants in turn)")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--log", action="store_true", help="write each compile's spans (Executable.compile_log) to --out-dir")
     ap.add_argument("--runs", type=int, default=0, help="then time this many runs of the compiled program (median ms)")
     ap.add_argument("--out-dir", default=None)
     args = ap.parse_args()
@@ -195,7 +203,7 @@ def main() -> None:
     for _ in range(args.repeat):
         for row in args.rows.split(","):
             for name, package_dir in variants:  # in turn, row by row
-                results.append(run_row(row, args.gemm, name, package_dir, out_dir if args.profile else None, args.runs))
+                results.append(run_row(row, args.gemm, name, package_dir, out_dir, args.runs, args.profile, args.log))
                 print(json.dumps({k: v for k, v in results[-1].items() if k != "tuning_us"}), flush=True)
     medians: dict[str, dict[str, float]] = {}
     for field in ("compile_s", "run_ms"):

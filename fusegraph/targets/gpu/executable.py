@@ -67,6 +67,9 @@ class DeviceDoor:
         return run_async(self, inputs, stream, after, deadline)
 
 
+SLOW_STEP_NS = 5_000_000  # a step of the warm-up's walks this slow is in the compile log (what it waited for)
+
+
 class GpuExecutable(DeviceDoor, Executable):
     def __init__(self, program: Program, options: CompileOptions, device: Any, steps: list[Callable[[], None]],
                  slots: dict[int, Slot], memory: tuple[Any, Any], graph_mode: bool, sources: dict[str, str],
@@ -119,10 +122,22 @@ class GpuExecutable(DeviceDoor, Executable):
 
     def _run_steps(self) -> None:
         deadline = run_limits.current().deadline_at
+        log = phases.current() if not self._warm else None  # the warm-up's walks: their slow steps logged
         for k, step in enumerate(self.steps):
             if deadline is not None and time.monotonic() > deadline:  # (launches are asynchronous)
                 run_limits.check_deadline(f"step {k} of {len(self.steps)}")
+            if log is None:
+                step()
+                continue
+            t0 = time.perf_counter_ns()
             step()
+            if time.perf_counter_ns() - t0 >= SLOW_STEP_NS:
+                log.add(f"step {k} {self._step_label(k)}", phases.MAIN, t0, time.perf_counter_ns())
+
+    def _step_label(self, k: int) -> str:
+        uid = self.step_uids[k] if k < len(self.step_uids) else None
+        kinds = {s.ins.uid: s.kind for s in self.plan.steps} if self.plan is not None else {}
+        return kinds.get(uid, "?")
 
     def warm_up(self) -> None:
         """Run once (compiling kernels, choosing cuDNN algorithms), then capture the graph."""
@@ -137,7 +152,8 @@ class GpuExecutable(DeviceDoor, Executable):
             with t.cuda.stream(side):  # one run: kernels compiled, cuDNN algorithms chosen, workspaces made
                 with phases.span("compile kernels"), kernels.compile_all() as compiling:  # every step's, at once
                     if compiling:
-                        self._run_steps()
+                        with phases.span("submit compiles"):  # the steps walked; then the wait for the threads
+                            self._run_steps()
                 with phases.span("first run (GEMM tuning)"), kernels.compile_async():  # (chosen kernels compile)
                     self._run_steps()
             t.cuda.current_stream(self.device).wait_stream(side)

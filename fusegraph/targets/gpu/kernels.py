@@ -174,17 +174,20 @@ class _WithLauncher(concurrent.futures.Executor):
 def _compile_and_launcher(log: phases.PhaseLog | None, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     from .binaries import build_launcher
 
+    lane = f"compile thread {threading.current_thread().name.rsplit('_', 1)[-1]}"  # their spans overlap
     t0 = time.perf_counter_ns()
     kernel = fn(*args, **kwargs)
-    if log is not None:  # a lane per compile thread: their spans overlap
-        lane = f"compile thread {threading.current_thread().name.rsplit('_', 1)[-1]}"
-        log.add(f"compile {getattr(kernel, 'name', 'kernel')}", lane, t0, time.perf_counter_ns())
+    t1 = time.perf_counter_ns()
+    if log is not None:
+        log.add(f"compile {getattr(kernel, 'name', 'kernel')}", lane, t0, t1)
     signature = getattr(getattr(kernel, "src", None), "signature", None)
     if isinstance(signature, dict):
         try:
             build_launcher(tuple(signature.values()))
         except Exception:  # noqa: BLE001 - built at the kernel's first launch instead
             pass
+        if log is not None:
+            log.add("launcher", lane, t1, time.perf_counter_ns())
     return kernel
 
 

@@ -83,7 +83,7 @@ class TunedAttention:
         candidates = [Candidate("sdpa", lambda: self._sdpa(None))]
         if q.is_cuda:
             candidates += [Candidate(f"sdpa-{b}", lambda b=b: self._sdpa(b)) for b in self.BACKENDS]
-            candidates.append(Candidate("small", lambda: self._small))
+            candidates.append(Candidate("small", self._small))
         name, run = self.tuner.choose(key, candidates, (q, k, v, bias, dead))
         if name is not None:
             self.run = run
@@ -114,10 +114,20 @@ class TunedAttention:
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale, enable_gqa=gqa)
         return run
 
-    def _small(self, q, k, v, bias, dead):
-        from .triton_attention import small_attention
+    def _small(self):
+        """The Triton kernel's run, with the compile hook autotune.precompile and compile_all's pass
+        call (GPT-2 b1 on the H200 waited 0.8 s for it in the warm-up's run when only timing built it)."""
+        from .triton_attention import compile_small_attention, small_attention
 
-        return small_attention(q, k, v, bias, self.scale, dead)
+        scale = self.scale
+
+        def run(q, k, v, bias, dead):
+            return small_attention(q, k, v, bias, scale, dead)
+
+        def compile(q, k, v, bias, dead):
+            compile_small_attention(q, k, v, bias, scale, dead)
+        run.compile = compile
+        return run
 
 
 def zero_rows(q, dead, zero):

@@ -43,6 +43,19 @@ def small_attention(q: Any, k: Any, v: Any, bias: Any, scale: float | None, dead
     rows whose every key is masked (lower_attention.zero_rows' rows, zeroed here in registers rather
     than by a pass over q: GPT-2 b32 on the H200 spent 12 us a layer in that pass, against 13 us for
     this kernel). The result has q's dim order. A RuntimeError when the form does not fit (`fits`)."""
+    out, grid, args, meta = _launch(q, k, v, bias, scale, dead)
+    kernel()[grid](*args, **meta)
+    return out
+
+
+def compile_small_attention(q: Any, k: Any, v: Any, bias: Any, scale: float | None, dead: Any = None) -> None:
+    """Compile (in a compile scope: submit) small_attention's kernel for these operands, launching nothing."""
+    _, grid, args, meta = _launch(q, k, v, bias, scale, dead)
+    kernel().warmup(*args, grid=grid, **meta)
+
+
+def _launch(q: Any, k: Any, v: Any, bias: Any, scale: float | None, dead: Any) -> tuple[Any, tuple, list, dict]:
+    """(output, grid, arguments, meta-parameters) of small_attention's launch."""
     t = torch()
     operands = [x for x in (q, k, v, bias) if x is not None]
     if not fits(q, k) or any(x.stride(-1) != 1 for x in (q, k, v)) or any(_extent(x) >= 2**31 for x in operands):
@@ -58,13 +71,12 @@ def small_attention(q: Any, k: Any, v: Any, bias: Any, scale: float | None, dead
     dead_strides = dead.expand(b, h, n_q, 1).stride()[:3] if dead is not None else (0, 0, 0)
     block_m = min(64, _pow2(n_q))
     grid = (b * h, (n_q + block_m - 1) // block_m)
-    kernel()[grid](
-        q, k, v, bias if bias is not None else q, dead if dead is not None else q, out, h, h // k.shape[1],
-        n_q, n_kv, float(scale if scale is not None else d ** -0.5),
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *bias_strides, *dead_strides, *out.stride()[:3],
-        HAS_BIAS=bias is not None, HAS_DEAD=dead is not None,
-        BLOCK_M=block_m, BLOCK_N=_pow2(n_kv), BLOCK_D=_pow2(d), D=d, num_warps=4)
-    return out
+    args = [q, k, v, bias if bias is not None else q, dead if dead is not None else q, out, h, h // k.shape[1],
+            n_q, n_kv, float(scale if scale is not None else d ** -0.5),
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *bias_strides, *dead_strides, *out.stride()[:3]]
+    meta = dict(HAS_BIAS=bias is not None, HAS_DEAD=dead is not None,
+                BLOCK_M=block_m, BLOCK_N=_pow2(n_kv), BLOCK_D=_pow2(d), D=d, num_warps=4)
+    return out, grid, args, meta
 
 
 def _extent(x: Any) -> int:

@@ -79,7 +79,7 @@ def test_a_model_whose_attention_runs_the_small_kernel_matches_onnxruntime(gpu_t
 
     def choose(self, q, k, v, bias, dead):
         chosen.append(1)
-        self.run = self._small
+        self.run = self._small()
         return self.run
     monkeypatch.setattr(lower_attention.TunedAttention, "_choose", choose)
     rng = np.random.default_rng(5)
@@ -127,10 +127,40 @@ def test_padded_rows_on_the_small_kernel_match_onnxruntime(gpu_target, monkeypat
 
     def choose(self, q, k, v, bias, dead):
         assert dead is not None  # float16 and a runtime mask: the rows are found each run
-        self.run = self._small
+        self.run = self._small()
         return self.run
     monkeypatch.setattr(lower_attention.TunedAttention, "_choose", choose)
     model, x = _hf_eager_model()
     p = fusegraph.parse_onnx(model)
     p.compile(gpu_target, fusegraph.CompileOptions(fp16=True))
     assert_close(p.run(x), run_ort(model, x), rtol=2e-2, atol=2e-2)
+
+
+def test_the_small_kernel_compiles_with_the_other_kernels(gpu_target, monkeypatch, tmp_path):
+    """The small kernel, a tuning candidate, compiles in the warm-up's compile-all phase beside every
+    step's kernels (its compile hook), not when the warm-up's run times it (GPT-2 b1 on the H200 waited
+    0.8 s there). On a CUDA machine: the compile log's spans."""
+    import torch
+
+    from fusegraph.targets.gpu import kernels, lower_attention
+
+    run = lower_attention.TunedAttention(None, None, False)._small()
+    assert callable(run.compile)
+    monkeypatch.setattr(kernels, "CACHE_ROOT", tmp_path)  # tuned afresh: the candidates are timed
+    rng = np.random.default_rng(2)
+    b, h, n, d = 2, 2, 40, 32
+    x = {"q": rng.standard_normal((b, h, n, d)).astype(np.float32),
+         "k": rng.standard_normal((b, h, d, n)).astype(np.float32),
+         "v": rng.standard_normal((b, h, n, d)).astype(np.float32)}
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    p = fusegraph.parse_onnx(make_model(nodes, x, ["y"]))
+    p.compile(gpu_target, fusegraph.CompileOptions(fp16=True))
+    assert [s.kind for s in p.executable.plan.steps].count("attention") == 1
+    assert_close(p.run(x), run_ort(make_model(nodes, x, ["y"]), x), rtol=2e-2, atol=2e-2)
+    if not torch.cuda.is_available():
+        pytest.skip("the compile scopes and their log need a CUDA device")
+    log = p.executable.compile_log
+    phase = next((t0, t1) for name, lane, t0, t1 in log if name == "compile kernels")
+    small = [(t0, t1) for name, lane, t0, t1 in log if name == "compile attention_small"]
+    assert small and all(phase[0] <= t0 <= t1 <= phase[1] for t0, t1 in small)
