@@ -36,6 +36,7 @@ _lock = threading.Lock()
 _modules: dict[str, Any] = {}
 _kernels: dict[tuple[str, str], Any] = {}  # (source, name) -> Kernel: no hashing of the text per launch
 _compiling: contextvars.ContextVar[Any] = contextvars.ContextVar("fusegraph_compile_all", default=None)
+_after_walk: contextvars.ContextVar[list | None] = contextvars.ContextVar("fusegraph_after_walk", default=None)
 # Called on every generated module once it is imported (tests use it to give Triton's CPU
 # interpreter numpy forms of the libdevice functions it lacks).
 MODULE_HOOKS: list[Callable[[Any], None]] = []
@@ -79,20 +80,21 @@ class Kernel:
 
 def set_up_triton() -> None:
     """Start Triton's per-process set-up in the background, while a program is lowered: the hash of
-    its installation that every compile's cache key needs (0.7 s on the H200 machine) and its CUDA
-    driver (0.56 s there in a fresh process: it builds and loads a C extension). Both are kept for
-    the process; the compile scopes wait for this work before they begin."""
+    its installation that every compile's cache key needs (0.92 s on the H200 machine) and its CUDA
+    driver (0.47 s there in a fresh process: it builds and loads a C extension), in two threads.
+    Both are kept for the process; the compile scopes wait for this work before they begin."""
     global _set_up
 
     def work() -> None:
-        try:
+        try:  # (imported in one thread: two importing at once can deadlock on the module locks)
             from triton.runtime.cache import triton_key
             from triton.runtime.driver import driver
-
-            triton_key()
-            driver.active.get_current_target()
         except Exception:  # noqa: BLE001 - whatever fails here fails again, with its error, where it is used
             return
+        key = threading.Thread(target=_quietly(triton_key), daemon=True, name="fusegraph-triton-key")
+        key.start()  # the two at once (both mostly outside the GIL: hashing files, the C compiler)
+        _quietly(lambda: driver.active.get_current_target())()
+        key.join()
 
     with _lock:
         if _set_up is None:
@@ -101,6 +103,15 @@ def set_up_triton() -> None:
 
 
 _set_up: threading.Thread | None = None
+
+
+def _quietly(fn: Callable[[], Any]) -> Callable[[], None]:
+    def call() -> None:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - whatever fails here fails again, with its error, where it is used
+            pass
+    return call
 
 
 def _set_up_done() -> None:
@@ -143,12 +154,31 @@ def _async_compiles(launch: bool) -> Iterator[bool]:
     _set_up_done()
     with ThreadPoolExecutor(cores()) as pool:
         mode = AsyncCompileMode(_WithLauncher(pool), ignore_errors=True)
-        token = _compiling.set(None if launch else mode)
+        token, later = _compiling.set(None if launch else mode), _after_walk.set([])
         try:
             with mode:
                 yield True
+                calls = _after_walk.get()
+                if calls:
+                    with phases.span("library first calls"):  # while the kernels compile
+                        for call in calls:
+                            _quietly(call)()
         finally:
             _compiling.reset(token)
+            _after_walk.reset(later)
+
+
+def after_walk(call: Callable[[], Any]) -> None:
+    """Inside compile_all(): call `call` when the scope's body is done (the warm-up's walk over the
+    steps), while the kernels it submitted compile; elsewhere, now. For a library's first call on a
+    step's shapes, slow and computing nothing the walk needs: cuDNN builds its attention graph per
+    shape (0.7 s on the H200), and the walk waiting for it held back the next steps' compiles. What
+    fails there fails again, with its error, where it is used."""
+    calls = _after_walk.get()
+    if calls is None or not compiling_all():
+        call()
+    else:
+        calls.append(call)
 
 
 def async_compiling() -> bool:

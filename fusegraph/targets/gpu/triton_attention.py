@@ -56,15 +56,12 @@ def compile_small_attention(q: Any, k: Any, v: Any, bias: Any, scale: float | No
 
 def _launch(q: Any, k: Any, v: Any, bias: Any, scale: float | None, dead: Any) -> tuple[Any, tuple, list, dict]:
     """(output, grid, arguments, meta-parameters) of small_attention's launch."""
-    t = torch()
     operands = [x for x in (q, k, v, bias) if x is not None]
     if not fits(q, k) or any(x.stride(-1) != 1 for x in (q, k, v)) or any(_extent(x) >= 2**31 for x in operands):
         raise RuntimeError("small_attention: a form it does not take")  # (offsets are 32-bit)
     b, h, n_q, d = q.shape
     n_kv = k.shape[-2]
-    order = sorted(range(4), key=lambda i: -q.stride(i))
-    out = t.empty([q.shape[i] for i in order], dtype=q.dtype, device=q.device).permute(
-        [order.index(i) for i in range(4)])
+    out = empty_in_order(q, q.shape)
     bias_strides = bias.expand(b, h, n_q, n_kv).stride() if bias is not None else (0, 0, 0, 0)
     if dead is not None:
         dead = dead.reshape((1,) * (4 - dead.dim()) + tuple(dead.shape))
@@ -77,6 +74,13 @@ def _launch(q: Any, k: Any, v: Any, bias: Any, scale: float | None, dead: Any) -
     meta = dict(HAS_BIAS=bias is not None, HAS_DEAD=dead is not None,
                 BLOCK_M=block_m, BLOCK_N=_pow2(n_kv), BLOCK_D=_pow2(d), D=d, num_warps=4)
     return out, grid, args, meta
+
+
+def empty_in_order(like: Any, lens: Any) -> Any:
+    """A new tensor of `lens` whose memory follows `like`'s dim order (as the attention kernels write)."""
+    order = sorted(range(like.dim()), key=lambda d: -like.stride(d))
+    out = torch().empty([lens[d] for d in order], dtype=like.dtype, device=like.device)
+    return out.permute([order.index(d) for d in range(like.dim())])
 
 
 def _extent(x: Any) -> int:

@@ -107,3 +107,61 @@ def test_a_launch_inside_compile_all_compiles_and_does_not_run(compile_all):
     assert not out.any()  # compiled, not launched
     launcher(out, x)
     np.testing.assert_array_equal(out.cpu().numpy(), 2 * x.cpu().numpy())
+
+
+@pytest.mark.gpu
+def test_index_wrapping_inside_compile_all_submits_its_kernel_and_reads_zeros(compile_all):
+    """An indexing step's wrap kernel in the pass that only compiles: positions 0 (safe for the
+    gather after it), its flag untouched; after the pass it wraps and flags as it should."""
+    import torch
+
+    from fusegraph.targets.gpu.index_checks import wrapped
+
+    idx = torch.tensor([3, -1, 9], device="cuda")
+    cell = torch.zeros(1, dtype=torch.bool, device="cuda")
+    with compile_all():
+        got = wrapped(idx, 5, cell)
+    assert got.tolist() == [0, 0, 0] and not cell.item()
+    assert wrapped(idx, 5, cell).tolist() == [3, 4, 4] and cell.item()
+
+
+def test_calls_after_the_walk_run_when_the_body_is_done(compile_all):
+    """kernels.after_walk: inside compile_all a call waits for the scope's body (the warm-up's walk)
+    and runs before the scope is left, a failing one dropped; outside it runs at once."""
+    from fusegraph.targets.gpu import kernels
+
+    log = []
+
+    def broken():
+        raise RuntimeError("the library cannot take this shape")
+    with compile_all():
+        kernels.after_walk(lambda: log.append("first"))
+        kernels.after_walk(broken)
+        kernels.after_walk(lambda: log.append("second"))
+        log.append("walked")
+    assert log == ["walked", "first", "second"]
+    kernels.after_walk(lambda: log.append("now"))
+    assert log[-1] == "now"
+    with pytest.raises(RuntimeError):
+        kernels.after_walk(broken)  # outside the scope its error is the caller's
+
+
+def test_the_attention_pass_computes_nothing_and_calls_the_library_after_the_walk(compile_all, monkeypatch):
+    """Attention in compile_all's pass: an unwritten output in the query's dim order comes back at
+    once; the candidate the pass would have run (the library's first call on these shapes: cuDNN's
+    graph build) runs after the walk."""
+    import torch
+
+    from fusegraph.targets.gpu import lower_attention
+    from fusegraph.targets.gpu.autotune import Tuner
+
+    calls = []
+    monkeypatch.setattr(lower_attention.TunedAttention, "_sdpa", lambda self, backend: lambda *a: calls.append(a))
+    tuned = lower_attention.TunedAttention(Tuner.for_device(torch.device("cpu")), None, False)
+    q = torch.zeros(2, 5, 3, 8, dtype=torch.float16).transpose(1, 2)  # [B, H, L, D] over [B, L, H, D]
+    k = v = torch.zeros(2, 3, 5, 8, dtype=torch.float16)
+    with compile_all():
+        out = tuned(q, k, v, None, None)
+        assert calls == [] and tuned.run is None
+        assert out.shape == q.shape and out.stride() == q.stride()
+    assert len(calls) == 1 and calls[0][0] is q
