@@ -154,7 +154,7 @@ class GpuExecutable(DeviceDoor, Executable):
                     if compiling:
                         with phases.span("submit compiles"):  # the steps walked; then the wait for the threads
                             self._run_steps()
-                with phases.span("first run (GEMM tuning)"), kernels.compile_async():  # (chosen kernels compile)
+                with phases.span("first run"), kernels.compile_async():  # (waits for kernels still compiling)
                     self._run_steps()
             t.cuda.current_stream(self.device).wait_stream(side)
             if self.graph_mode:

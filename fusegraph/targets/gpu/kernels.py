@@ -8,9 +8,11 @@ for the process; Triton keeps its own on-disk cache of the compiled binaries.
 kernel's compile to a pool of threads (Triton releases the GIL in LLVM and ptxas), and leaving the
 scope waits for them all. A static program's warm-up runs its steps once in that scope before its
 real first run, so the kernels of all steps compile at once instead of one by one as the first run
-reaches them; that first run is a `compile_async()` scope, in which the kernels only it asks for (a
-tuned GEMM's chosen config in its K-constant form) compile in the background while it goes on. In
-both, a compile thread builds its kernel's host-side launcher as soon as the kernel is done.
+reaches them. The tuned steps choose right after that walk (`after_walk`), while the kernels
+compile: each candidate is timed once its compile ends, and the chosen config's K-constant kernel is
+submitted with the others. The real first run is a `compile_async()` scope, in which a launch of a
+kernel still compiling waits for it. In both, a compile thread builds its kernel's host-side
+launcher as soon as the kernel is done.
 """
 
 from __future__ import annotations
@@ -160,7 +162,8 @@ def _async_compiles(launch: bool) -> Iterator[bool]:
                 yield True
                 calls = _after_walk.get()
                 if calls:
-                    with phases.span("library first calls"):  # while the kernels compile
+                    _compiling.set(None)  # launches run again (waiting for their kernels' compiles)
+                    with phases.span("choices while compiling"):
                         for call in calls:
                             _quietly(call)()
         finally:
@@ -170,10 +173,12 @@ def _async_compiles(launch: bool) -> Iterator[bool]:
 
 def after_walk(call: Callable[[], Any]) -> None:
     """Inside compile_all(): call `call` when the scope's body is done (the warm-up's walk over the
-    steps), while the kernels it submitted compile; elsewhere, now. For a library's first call on a
-    step's shapes, slow and computing nothing the walk needs: cuDNN builds its attention graph per
-    shape (0.7 s on the H200), and the walk waiting for it held back the next steps' compiles. What
-    fails there fails again, with its error, where it is used."""
+    steps), while the kernels it submitted compile, with launches running as in compile_async();
+    elsewhere, now. A tuned step makes its choice there: its candidates' kernels are timed as their
+    compiles end and the chosen K-constant kernel joins the compiles in flight, instead of a wave of
+    its own after them, and a library's first call on the step's shapes (cuDNN builds its attention
+    graph per shape: 0.7 s on the H200) no longer holds the walk, and the next steps' compiles, back.
+    What fails there fails again, with its error, where it is used."""
     calls = _after_walk.get()
     if calls is None or not compiling_all():
         call()

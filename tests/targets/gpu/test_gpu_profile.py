@@ -59,7 +59,8 @@ def test_a_pattern_step_is_named_by_its_pattern(gpu_target):
 def test_a_static_compile_logs_where_its_time_goes(gpu_target, monkeypatch, tmp_path):
     """Executable.compile_log: the plan and the lowering everywhere; on a GPU also the kernel compiles
     (each in the lane of its compile thread, inside the compile-all phase), every GEMM problem's timing
-    (inside the first run) and the graph capture, in that order. `fusegraph trace` draws them."""
+    (inside the choices made after the walk, while the kernels compile), the first run and the graph
+    capture, in that order. `fusegraph trace` draws them."""
     from fusegraph.targets.gpu import kernels
 
     p = fusegraph.parse_onnx(small_cnn())
@@ -70,8 +71,8 @@ def test_a_static_compile_logs_where_its_time_goes(gpu_target, monkeypatch, tmp_
     if p.executable.device.type != "cuda":
         assert top == ["plan and weights", "lower steps"]
         return
-    assert top == ["plan and weights", "lower steps", "compile kernels", "submit compiles", "first run (GEMM tuning)",
-                   "capture graph"]
+    assert top == ["plan and weights", "lower steps", "compile kernels", "submit compiles", "choices while compiling",
+                   "first run", "capture graph"]
     spans = {name: (t0, t1) for name, lane, t0, t1 in log if lane == "compile"}
     threads = [(name, t0, t1) for name, lane, t0, t1 in log if lane.startswith("compile thread")]
     compiles = [(t0, t1) for name, t0, t1 in threads if name.startswith("compile ")]
@@ -88,6 +89,6 @@ def test_a_static_compile_logs_where_its_time_goes(gpu_target, monkeypatch, tmp_
     q = fusegraph.parse_onnx(model)
     q.compile(gpu_target, fusegraph.CompileOptions(fp16=True))
     log = q.executable.compile_log
-    run = next((t0, t1) for name, lane, t0, t1 in log if name == "first run (GEMM tuning)")
+    run = next((t0, t1) for name, lane, t0, t1 in log if name == "choices while compiling")
     tunes = [(t0, t1) for name, lane, t0, t1 in log if name.startswith("tune dot 4096x256x256")]
     assert tunes and all(run[0] <= t0 <= t1 <= run[1] for t0, t1 in tunes)
