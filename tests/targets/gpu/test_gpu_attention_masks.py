@@ -225,5 +225,7 @@ def test_a_constant_mask_is_made_once_and_q_zeroed_only_for_its_dead_rows(gpu_ta
     for _ in range(3):
         assert_close(p.run(x), want, rtol=tol, atol=tol)
     assert len(made) == 1  # not once a run
-    # float16 zeroes the rows whose keys are all at the lowest (float32 keeps them apart: no zeroing)
-    assert bool(zeroed) == (dead_row and fp16)
+    # float16 zeroes the rows whose keys are all at the lowest (float32 keeps them apart: no zeroing),
+    # before SDPA; the small kernel, when the tuner timed it fastest, zeroes them in its registers
+    chosen = [c["name"] for key, c in p.executable.tuning.items() if key.startswith("attention")]
+    assert bool(zeroed) == (dead_row and fp16 and chosen != ["small"])
