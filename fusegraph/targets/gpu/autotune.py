@@ -14,7 +14,8 @@ order of precedence:
 
 A static program's warm-up first runs its steps inside kernels.compile_all(): there `choose` decides
 nothing and submits the compiles of the candidates it will time, so the candidates of every tuned step
-compile at once, beside the program's other kernels. The GEMM templates are timed in a generic form
+compile at once, beside the program's other kernels; the steps then choose right after that walk
+(kernels.after_walk), each candidate timed as its compile ends, while the others compile. The GEMM templates are timed in a generic form
 (gemm_runner.py: K an argument, so the problems of one epilogue share each config's kernel; ResNet-50
 b32 fp16 on the H200 built 60 Triton binaries on a fresh machine instead of 137, and compiled in
 12.3 s instead of 19.1); the chosen config runs its K-constant kernel. A new choice times only the
