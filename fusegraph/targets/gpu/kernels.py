@@ -154,7 +154,7 @@ def _async_compiles(launch: bool) -> Iterator[bool]:
     from ..asynchronous import cores
 
     _set_up_done()
-    with ThreadPoolExecutor(cores()) as pool:
+    with quick_gil_handoff(), ThreadPoolExecutor(cores()) as pool:
         mode = AsyncCompileMode(_WithLauncher(pool), ignore_errors=True)
         token, later = _compiling.set(None if launch else mode), _after_walk.set([])
         try:
@@ -169,6 +169,34 @@ def _async_compiles(launch: bool) -> Iterator[bool]:
         finally:
             _compiling.reset(token)
             _after_walk.reset(later)
+
+
+HANDOFF_S = 0.0005  # the interpreter's switch interval inside the compile scopes (quick_gil_handoff)
+_handoff_lock = threading.Lock()
+_handoff: list = [0, None]  # [open scopes, the interval before the first]
+
+
+@contextlib.contextmanager
+def quick_gil_handoff() -> Iterator[None]:
+    """The interpreter's switch interval lowered to HANDOFF_S while the scope is open (in every thread:
+    the first scope to open saves the interval, the last to close restores it). Each torch or Triton
+    call that releases the GIL (a tensor made, a view, a launch) gives it to a compile thread, and at
+    the default 5 ms the walk then waited up to 5 ms to take it back, a few times a step: a Python loop
+    of tensor calls beside one (two) threads running Triton's code generation ran 103x (567x) slower
+    than alone on the 2-core VM, 22x (51x) at 0.5 ms, where two such threads switching between
+    themselves lost 10 % of their rate (benchmarks/gil_handoff.py)."""
+    with _handoff_lock:
+        if _handoff[0] == 0:
+            _handoff[1] = sys.getswitchinterval()
+            sys.setswitchinterval(min(_handoff[1], HANDOFF_S))
+        _handoff[0] += 1
+    try:
+        yield
+    finally:
+        with _handoff_lock:
+            _handoff[0] -= 1
+            if _handoff[0] == 0:
+                sys.setswitchinterval(_handoff[1])
 
 
 def after_walk(call: Callable[[], Any]) -> None:

@@ -165,3 +165,33 @@ def test_the_attention_pass_computes_nothing_and_calls_the_library_after_the_wal
         assert calls == [] and tuned.run is None
         assert out.shape == q.shape and out.stride() == q.stride()
     assert len(calls) == 1 and calls[0][0] is q
+
+
+def test_the_compile_scopes_hand_the_gil_back_quickly_and_restore_the_interval(compile_all):
+    """Inside the compile scopes the switch interval is kernels.HANDOFF_S (the walk's tensor calls take
+    the GIL back from the compile threads sooner); scopes open in several threads at once restore the
+    caller's interval only when the last one closes."""
+    import sys
+    import threading
+
+    from fusegraph.targets.gpu import kernels
+
+    before = sys.getswitchinterval()
+    with compile_all():
+        assert sys.getswitchinterval() == pytest.approx(min(before, kernels.HANDOFF_S))
+    assert sys.getswitchinterval() == before
+    opened, release = threading.Event(), threading.Event()
+
+    def other():
+        with kernels.quick_gil_handoff():
+            opened.set()
+            release.wait(10)
+    thread = threading.Thread(target=other)
+    thread.start()
+    opened.wait(10)
+    with kernels.quick_gil_handoff():
+        pass
+    assert sys.getswitchinterval() == pytest.approx(min(before, kernels.HANDOFF_S))  # the other's is still open
+    release.set()
+    thread.join()
+    assert sys.getswitchinterval() == before
