@@ -15,6 +15,7 @@ Writes benchmarks/results/gil_handoff-<host>.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import threading
 import time
@@ -115,7 +116,7 @@ def main() -> None:
     rows = []
     for threads in (int(n) for n in args.threads.split(",")):
         for setting in ("default", "compile scopes"):
-            scope = kernels.quick_gil_handoff() if setting == "compile scopes" else _nothing()
+            scope = kernels.quick_gil_handoff() if setting == "compile scopes" else contextlib.nullcontext()
             with scope:
                 interval = sys.getswitchinterval()
                 seconds, rate, rate_alone = beside(threads, args.steps, once)
@@ -126,12 +127,6 @@ def main() -> None:
                   f"({seconds / alone:.1f}x its {alone:.3f} s alone), {rate:.1f} code generations/s meanwhile, "
                   f"{rate_alone:.1f}/s without the walk")
     print("wrote", write_results("gil_handoff", {"steps": args.steps, "walk_alone_s": round(alone, 4), "rows": rows}))
-
-
-def _nothing():
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 if __name__ == "__main__":

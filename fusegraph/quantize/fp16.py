@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import os
 from collections.abc import Iterable
 
 import ml_dtypes
@@ -31,6 +30,7 @@ import numpy as np
 from ..errors import CompileError, FusegraphError
 from ..ir.builtin import Param
 from ..ir.dtypes import DType
+from ..ir.limits import cores
 from ..ir.module import Instruction, Module
 from ..ir.op import OpKind
 from ..ir.program import Program
@@ -151,8 +151,7 @@ def _quantize_module(module: Module, half: DType, keep: frozenset[str]) -> bool:
     propagate_constant(module)
     if module.program is not None:  # fusion then keeps the values inside a kernel in float32
         module.program.metadata[HALF_COMPUTE_KEY] = half.name
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    with concurrent.futures.ThreadPoolExecutor(cores) as pool:  # (its threads start at the first large weight)
+    with concurrent.futures.ThreadPoolExecutor(cores()) as pool:  # (its threads start at the first large weight)
         _rewrite(module, half, keep, pool)
     return True
 

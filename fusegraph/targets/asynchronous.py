@@ -12,19 +12,14 @@ has its own `run_async` (targets/gpu/streams.py: work queued on a CUDA stream, n
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import ArgumentError, api_boundary
+from ..ir.limits import cores  # noqa: F401  (imported from here by the targets)
 
 _pool_lock = threading.Lock()
-
-
-def cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def submit(exe: Any, inputs: Mapping[str, Any], stream: Any, after: Iterable[Any],

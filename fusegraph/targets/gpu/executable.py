@@ -123,6 +123,7 @@ class GpuExecutable(DeviceDoor, Executable):
     def _run_steps(self) -> None:
         deadline = run_limits.current().deadline_at
         log = phases.current() if not self._warm else None  # the warm-up's walks: their slow steps logged
+        kinds: dict[int, str] | None = None  # (made at the first slow step)
         for k, step in enumerate(self.steps):
             if deadline is not None and time.monotonic() > deadline:  # (launches are asynchronous)
                 run_limits.check_deadline(f"step {k} of {len(self.steps)}")
@@ -132,12 +133,10 @@ class GpuExecutable(DeviceDoor, Executable):
             t0 = time.perf_counter_ns()
             step()
             if time.perf_counter_ns() - t0 >= SLOW_STEP_NS:
-                log.add(f"step {k} {self._step_label(k)}", phases.MAIN, t0, time.perf_counter_ns())
-
-    def _step_label(self, k: int) -> str:
-        uid = self.step_uids[k] if k < len(self.step_uids) else None
-        kinds = {s.ins.uid: s.kind for s in self.plan.steps} if self.plan is not None else {}
-        return kinds.get(uid, "?")
+                if kinds is None:
+                    kinds = {s.ins.uid: s.kind for s in self.plan.steps} if self.plan is not None else {}
+                uid = self.step_uids[k] if k < len(self.step_uids) else None
+                log.add(f"step {k} {kinds.get(uid, '?')}", phases.MAIN, t0, time.perf_counter_ns())
 
     def warm_up(self) -> None:
         """Run once (compiling kernels, choosing cuDNN algorithms), then capture the graph."""

@@ -34,7 +34,7 @@ from ...errors import ExecutionError
 from ...ir.op import Op
 from ...ops.indexing import check_range
 from .device import torch
-from .kernels import compiling_all
+from .kernels import Kernel, compiling_all
 
 BLOCK = 64  # cells per flag tensor: cells are views, so blocks are added, never grown
 
@@ -175,8 +175,6 @@ def wrapped(idx: Any, n: int, cell: Any) -> Any:
             tl.store(out_ptr + offs, tl.where(inside < 0, inside + n, inside), mask=live)
             bad = live & ((i < -n) | (i >= n))
             tl.store(cell_ptr + offs * 0, tl.full([BLOCK], 1, tl.uint8), mask=bad)
-
-        from .kernels import Kernel
 
         _wrap_kernel = Kernel(wrap_indices)
     idx = idx.contiguous()

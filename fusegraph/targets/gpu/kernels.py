@@ -156,7 +156,7 @@ def _async_compiles(launch: bool) -> Iterator[bool]:
     _set_up_done()
     with quick_gil_handoff(), ThreadPoolExecutor(cores()) as pool:
         mode = AsyncCompileMode(_WithLauncher(pool), ignore_errors=True)
-        token, later = _compiling.set(None if launch else mode), _after_walk.set([])
+        token, later = _compiling.set(None if launch else mode), _after_walk.set(None if launch else [])
         try:
             with mode:
                 yield True
@@ -208,7 +208,7 @@ def after_walk(call: Callable[[], Any]) -> None:
     graph per shape: 0.7 s on the H200) no longer holds the walk, and the next steps' compiles, back.
     What fails there fails again, with its error, where it is used."""
     calls = _after_walk.get()
-    if calls is None or not compiling_all():
+    if calls is None or not compiling_all():  # (outside compile_all, or in its choices already)
         call()
     else:
         calls.append(call)
