@@ -11,6 +11,7 @@ import numpy as np
 
 from ...errors import CompileError
 from ...ops.conv import window_attrs
+from . import kernels
 from .device import torch
 from .gemm_runner import BiasGemm, EpilogueGemm, epilogue_runner, nhwc
 from .lowering import lowering
@@ -117,6 +118,9 @@ def convolution(ctx, step):
     into = CudnnInto(strides, padding, dils, op.group)
 
     def run(out, x, w):
+        if kernels.compiling_all():  # cuDNN's plan for these shapes built after the walk (kernels.after_walk)
+            kernels.after_walk(lambda: run(out, x, w), library=True)
+            return
         if not symmetric:
             x = t.nn.functional.pad(x, pads)
         if not x.dtype.is_floating_point:  # integer convolutions: exact in float64, then back

@@ -146,6 +146,52 @@ def test_calls_after_the_walk_run_when_the_body_is_done(compile_all):
         kernels.after_walk(broken)  # outside the scope its error is the caller's
 
 
+def test_library_first_calls_come_before_the_choices(compile_all):
+    """after_walk(library=True): a library's first call (which waits for no compile) runs right after
+    the walk, before the tuned steps' choices registered ahead of it (which wait for theirs)."""
+    from fusegraph.targets.gpu import kernels
+
+    log = []
+    with compile_all():
+        kernels.after_walk(lambda: log.append("choice"))
+        kernels.after_walk(lambda: log.append("cudnn plan 1"), library=True)
+        kernels.after_walk(lambda: log.append("cudnn plan 2"), library=True)
+    assert log == ["cudnn plan 1", "cudnn plan 2", "choice"]
+
+
+def test_a_library_convolution_runs_after_the_walk_and_right(gpu_target):
+    """A depthwise convolution (the library's: cuDNN on a GPU) in compile_all's walk writes nothing;
+    it runs when the walk is done (its plan for the shapes built while the kernels compile), and the
+    program's result is ONNX Runtime's."""
+    from onnx import helper
+
+    import fusegraph
+    from fusegraph.targets.gpu import kernels
+    from tests.util import assert_close, make_model, run_ort
+
+    rng = np.random.default_rng(3)
+    x = {"x": rng.standard_normal((2, 4, 9, 9)).astype(np.float32)}
+    w = rng.standard_normal((4, 1, 3, 3)).astype(np.float32)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], group=4, pads=[1, 1, 1, 1])], x, ["y"],
+                       initializers={"w": w})
+    p = fusegraph.parse_onnx(model)
+    p.compile(gpu_target)
+    exe = p.executable
+    out = exe._outputs[0][0].t
+    kinds = [s.kind for s in exe.plan.steps]
+    assert kinds == ["convolution"], kinds
+    with kernels.compile_all() as able:
+        if not able:
+            pytest.skip("this Triton has no asynchronous compiles (Triton < 3.4)")
+        exe._inputs["x"][0].copy_(exe._inputs["x"][0].new_tensor(x["x"]))
+        out.fill_(7.0)
+        exe._run_steps()
+        assert bool((out == 7.0).all())  # not yet run
+    want = run_ort(model, x)[0]
+    assert_close([out.cpu().numpy()], [want], rtol=1e-4, atol=1e-4)
+    assert_close(p.run(x), [want], rtol=1e-4, atol=1e-4)
+
+
 def test_the_attention_pass_computes_nothing_and_calls_the_library_after_the_walk(compile_all, monkeypatch):
     """Attention in compile_all's pass: an unwritten output in the query's dim order comes back at
     once; the candidate the pass would have run (the library's first call on these shapes: cuDNN's
