@@ -96,8 +96,15 @@ def set_up_triton() -> None:
             return
         key = threading.Thread(target=_quietly(triton_key), daemon=True, name="fusegraph-triton-key")
         key.start()  # the two at once (both mostly outside the GIL: hashing files, the C compiler)
-        _quietly(lambda: driver.active.get_current_target())()
-        key.join()
+        try:
+            driver.active.get_current_target()
+        except Exception:  # noqa: BLE001 - no device: no compile workers either
+            return
+        finally:
+            key.join()
+        from .compile_pool import prestart
+
+        prestart()  # the compile workers (compile_pool.py) while the passes run
 
     with _lock:
         if _set_up is None:
@@ -153,10 +160,11 @@ def _async_compiles(launch: bool) -> Iterator[bool]:
     from concurrent.futures import ThreadPoolExecutor
 
     from ..asynchronous import cores
+    from .compile_pool import executor
 
     _set_up_done()
-    with quick_gil_handoff(), ThreadPoolExecutor(cores()) as pool:
-        mode = AsyncCompileMode(_WithLauncher(pool), ignore_errors=True)
+    with quick_gil_handoff(), ThreadPoolExecutor(cores()) as pool, executor(pool) as compiles:
+        mode = AsyncCompileMode(_WithLauncher(compiles), ignore_errors=True)
         token, later = _compiling.set(None if launch else mode), _after_walk.set(None if launch else ([], []))
         try:
             with mode:
