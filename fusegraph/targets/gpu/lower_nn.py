@@ -115,6 +115,8 @@ def convolution(ctx, step):
     padding = list(pb) if symmetric else [0] * nsp  # asymmetric pads are applied before, by F.pad
     if tiles_the_input(step):
         return _patch_matmul
+    if depthwise(step):
+        return _triton_depthwise(ctx, step, pb, strides, dils)
     into = CudnnInto(strides, padding, dils, op.group)
 
     def run(out, x, w):
@@ -171,6 +173,31 @@ class CudnnInto:
             return False
         last = t.channels_last if x.dim() == 4 else t.channels_last_3d
         return any(all(v.is_contiguous(memory_format=f) for v in (out, x, w)) for f in (last, t.contiguous_format))
+
+
+DEPTHWISE_MAX_OUTPUTS = 1 << 19  # depthwise convolutions up to this many outputs run as Triton's kernels
+
+
+def depthwise(step) -> bool:
+    """Whether the convolution `step` is depthwise (one input and one output channel a group, 1 to 3
+    float spatial dims) and small enough for Triton's window kernel (triton_pool.py), not cuDNN. On the
+    H200 in fp16 the kernel beat cuDNN at batch 1 (MobileNetV3-Large's 12: 36 against 46 us,
+    ConvNeXt-T's 7x7s 33 against 49) and lost at batch 32 (317 against 141 us; the smallest output
+    there, 1.15 M elements, 6.9 against 6.4 us), while cuDNN's plan for each new shape cost the compile
+    0.2-1.3 s. Past DEPTHWISE_MAX_OUTPUTS outputs cuDNN's faster kernels are worth their plans."""
+    x, w = step.inputs[0].shape, step.inputs[1].shape
+    return (x.ndim in (3, 4, 5) and x.dtype.value in FLOATS and step.ins.op.group == x.lens[1] > 1
+            and w.lens[0] == x.lens[1] and w.lens[1] == 1 and step.ins.shape.elements <= DEPTHWISE_MAX_OUTPUTS)
+
+
+def _triton_depthwise(ctx, step, begins, strides, dils):
+    from .triton_pool import PoolLauncher
+
+    lengths = step.inputs[1].shape.lens[2:]
+    launcher = PoolLauncher("depthwise", step.inputs[0].shape.dtype, lengths, strides, begins, dils,
+                            ctx.constant(np.ones(1, dtype=np.float32)), ctx.scratch)  # (no counts)
+    ctx.kernels.append(launcher)
+    return launcher
 
 
 PATCH_MAX_CHANNELS = 16  # tiling convolutions of fewer input channels run as a permuted copy and a matmul

@@ -1,5 +1,6 @@
 """Triton pooling kernels: max and average windows (and global pooling, as one window over the whole
-plane) over 1 to 3 spatial dims, in any layout.
+plane) over 1 to 3 spatial dims, in any layout; and depthwise convolutions, the windows weighted per
+channel (one input channel a group, one output channel a group).
 
 The flat output index is split in the output's memory order (channels fastest for channels-last
 buffers), so loads and stores are coalesced in the layout cuDNN uses; every operand is addressed
@@ -7,6 +8,12 @@ through its own strides, so the kernel also writes straight into a concat's slic
 are skipped (max) or count zero (average: divided by the reference's per-window counts). Integer max
 pooling runs in its own type. Window shape, strides, pads and dilations are baked into the source;
 sizes and strides are run-time arguments. Accumulation is in float32 (float64 for float64).
+
+A depthwise convolution is a window summed with its channel's weights (the small form, or `_tiled_source`
+over channels-last operands in 2-D): cuDNN built a plan for each new shape on the thread that first
+called it, 0.2-1.3 s of the compile each (5.4 s for MobileNetV3-Large's 12 at batch 32 on the H200,
+issue 23), and kept it for that thread alone; a kernel here compiles with the others, in parallel.
+Which ones run here: lower_nn.depthwise.
 
 Two forms, by window size:
 * small windows (up to UNROLL_TAPS taps): each program computes BLOCK outputs, looping over the taps
@@ -43,20 +50,21 @@ IND = "    "
 
 @dataclasses.dataclass(frozen=True)
 class PoolSpec:
-    mode: str                        # "max" | "average"
+    mode: str                        # "max" | "average" | "depthwise" (a weighted sum: the weights' operand)
     dtype: DType                     # input and output element type (a float type; an integer for max)
     lengths: tuple[int, ...]         # window, per spatial dim
     strides: tuple[int, ...]
     begins: tuple[int, ...]          # pads before
     dilations: tuple[int, ...]
     order: tuple[int, ...]           # output dims (N, C, spatial...) slowest to fastest in memory
+    tiled: bool = False              # a 2-D depthwise convolution over channels-last operands: tiles (_tiled_source)
 
     def key(self) -> str:
         return repr(dataclasses.astuple(self))
 
     @property
-    def wide(self) -> bool:
-        return math.prod(self.lengths) > WIDE_TAPS
+    def wide(self) -> bool:  # (a depthwise convolution's taps are weighted: the loop form's, at any size)
+        return math.prod(self.lengths) > WIDE_TAPS and self.mode != "depthwise"
 
     @property
     def init(self) -> str:
@@ -86,7 +94,7 @@ def _finish(spec: PoolSpec, acc: str) -> list[str]:
     """Divide by the window counts (average) and store `acc` ([BLOCK]) through the output strides."""
     acc_t = tl_type(compute_type(spec.dtype))
     lines = []
-    if spec.mode != "max":
+    if spec.mode == "average":
         flat = "i2"
         for k in range(1, len(spec.lengths)):
             flat = f"({flat}) * o{k + 2} + i{k + 2}"
@@ -103,13 +111,62 @@ def _params(spec: PoolSpec, extra: list[str]) -> list[str]:
 
 def pool_source(spec: PoolSpec, name: str) -> str:
     """The kernel(s) of `spec`: `name` (and `name`_combine for the split form)."""
+    if spec.tiled:
+        return _tiled_source(spec, name)
     return wide_pool_source(spec, name) if spec.wide else _loop_pool_source(spec, name)
+
+
+def _tiled_source(spec: PoolSpec, name: str) -> str:
+    """A 2-D depthwise convolution over channels-last input and output, a [BLOCK_W, BLOCK_C] tile of one
+    output row a program (grid: N * OH, OW / BLOCK_W, C / BLOCK_C): each tap loads a tile of the input
+    row, channels contiguous, and one vector of the channels' weights. On the H200 in fp16 the small
+    form (one output an element, its index split, a weight gathered per tap and output) ran ConvNeXt-T's
+    four 7x7s at batch 1 in 46 us, this one in 33 (cuDNN 49); MobileNetV3-Large's 12 at batch 1 the
+    small form in 34, this one in 36 (cuDNN 46): benchmarks/gpu_depthwise.py."""
+    acc_t = tl_type(compute_type(spec.dtype))
+    (kh, kw), (s0, s1), (b0, b1), (d0, d1) = spec.lengths, spec.strides, spec.begins, spec.dilations
+    loop = "tl.static_range" if kh * kw <= UNROLL_TAPS else "range"
+    lines = [f"@triton.jit\ndef {name}({', '.join(_params(spec, _weights(spec)))}, BLOCK_W: tl.constexpr,"
+             " BLOCK_C: tl.constexpr):",
+             f"{IND}row = tl.program_id(0)",
+             f"{IND}n = row // o2",
+             f"{IND}oh = row % o2",
+             f"{IND}ow = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)",
+             f"{IND}c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)",
+             f"{IND}cm = c < o1",
+             f"{IND}acc = tl.zeros([BLOCK_W, BLOCK_C], {acc_t})",
+             f"{IND}xb = x_ptr + n * xs0 + c[None, :] * xs1",
+             f"{IND}for k0 in {loop}({kh}):",
+             f"{IND * 2}ih = oh * {s0} - {b0} + k0 * {d0} + tl.zeros([BLOCK_W], tl.int32)  # (a vector: the interpreter's masks)",
+             f"{IND * 2}row_ok = (ih >= 0) & (ih < n0)",
+             f"{IND * 2}for k1 in {loop}({kw}):",
+             f"{IND * 3}iw = ow * {s1} - {b1} + k1 * {d1}",
+             f"{IND * 3}ok = row_ok & (iw >= 0) & (iw < n1)",
+             f"{IND * 3}v = tl.load(xb + (ih * xs2 + iw * xs3)[:, None], mask=ok[:, None] & cm[None, :], other=0.0)",
+             f"{IND * 3}wv = tl.load(w_ptr + c * ws0 + k0 * ws2 + k1 * ws3, mask=cm, other=0.0)",
+             f"{IND * 3}acc += v.to({acc_t}) * wv.to({acc_t})[None, :]",
+             f"{IND}out = out_ptr + n * os0 + oh * os2 + ow[:, None] * os3 + c[None, :] * os1",
+             f"{IND}tl.store(out, acc.to({tl_type(spec.dtype)}), mask=(ow < o3)[:, None] & cm[None, :])"]
+    return HEADER + "\n".join(lines) + "\n"
+
+
+def tiled_blocks(channels: int, width: int) -> tuple[int, int]:
+    """(BLOCK_W, BLOCK_C) of the tiled depthwise form: up to 64 channels, a tile of up to 1024."""
+    block_c = min(64, 1 << max(0, (channels - 1).bit_length()))
+    block_w = min(1024 // block_c, 1 << max(0, (width - 1).bit_length()))
+    return max(block_w, 1), block_c
+
+
+def _weights(spec: PoolSpec) -> list[str]:
+    """A depthwise convolution's weights operand ([C, 1, k...]: its pointer and strides, dim 1 skipped)."""
+    rank = len(spec.order)
+    return ["w_ptr", *[f"ws{d}" for d in range(rank) if d != 1]] if spec.mode == "depthwise" else []
 
 
 def _loop_pool_source(spec: PoolSpec, name: str) -> str:
     nsp = len(spec.lengths)
     acc_t = tl_type(compute_type(spec.dtype))
-    lines = [f"@triton.jit\ndef {name}({', '.join(_params(spec, []))}, BLOCK: tl.constexpr):",
+    lines = [f"@triton.jit\ndef {name}({', '.join(_params(spec, _weights(spec)))}, BLOCK: tl.constexpr):",
              *_split_output(spec),
              f"{IND}acc = tl.full([BLOCK], {spec.init}, {acc_t})", f"{IND}base = i0 * xs0 + i1 * xs1"]
     loop = "tl.static_range" if math.prod(spec.lengths) <= UNROLL_TAPS else "range"
@@ -124,6 +181,9 @@ def _loop_pool_source(spec: PoolSpec, name: str) -> str:
     inner = IND * (nsp + 1)
     addr = " + ".join(["base"] + [f"p{k} * xs{k + 2}" for k in range(nsp)])
     lines.append(f"{inner}v = tl.load(x_ptr + {addr}, mask={cond}, other={spec.init}).to({acc_t})")
+    if spec.mode == "depthwise":  # the tap's weight for the output's channel
+        w_addr = " + ".join(["i1 * ws0"] + [f"k{k} * ws{k + 2}" for k in range(nsp)])
+        lines.append(f"{inner}v = v * tl.load(w_ptr + {w_addr}, mask=mask, other=0.0).to({acc_t})")
     lines.append(f"{inner}acc = {_combine(spec, 'acc', 'v')}")
     return HEADER + "\n".join(lines + _finish(spec, "acc")) + "\n"
 
@@ -191,7 +251,8 @@ class PoolLauncher(Launcher):
     """Launches the pooling kernel(s) of one step; the source is chosen from the output's layout on
     the first call (made while compiling, before graph capture) and whenever the strides change. The
     split form's partials live in the executable's shared scratch buffer (`scratch`: lens, torch
-    dtype -> a temporary, asked for on every run), dead once the step ends."""
+    dtype -> a temporary, asked for on every run), dead once the step ends. A depthwise convolution's
+    launcher is called with the weights too."""
 
     def __init__(self, mode: str, dtype: DType, lengths, strides, begins, dilations, counts: Any,
                  scratch: Any):
@@ -203,18 +264,25 @@ class PoolLauncher(Launcher):
         self.calls: list[tuple[Any, dict]] = []  # (kernel, meta)
         self.part_len = 0  # elements of partials the split form needs (0: none)
 
-    def _configure(self, out: Any, x: Any) -> None:
+    def _configure(self, out: Any, x: Any, w: Any) -> None:
         order = tuple(memory_order(tuple(out.shape), out.stride()))
-        spec = PoolSpec(self.mode, self.dtype, *self.window, order)
+        tiled = (self.mode == "depthwise" and out.dim() == 4 and out.stride(1) == 1 and x.stride(1) == 1)
+        spec = PoolSpec(self.mode, self.dtype, *self.window, order, tiled)
         name = "pool_" + source_hash(spec.key())
         source = pool_source(spec, name)
         self.sources[name] = source
         fn = load_kernel(source, name)
         self.numel = numel = out.numel()
         self.sizes = [*out.shape, *x.shape[2:], *x.stride(), *out.stride()]
+        self.weight_strides = [st for d, st in enumerate(w.stride()) if d != 1] if w is not None else []
         self.part_len = 0
         if not numel:
             self.calls = []
+        elif tiled:
+            n, c, oh, ow = out.shape
+            block_w, block_c = tiled_blocks(c, ow)
+            grid = (n * oh, -(-ow // block_w), -(-c // block_c))
+            self.calls = [(fn[grid], {"BLOCK_W": block_w, "BLOCK_C": block_c, "num_warps": 4})]
         elif not spec.wide:
             block = 256 if numel >= 256 * 264 else 128 if numel >= 128 * 132 else 64
             self.calls = [(fn[(-(-numel // block),)], {"BLOCK": block, "num_warps": 4 if block >= 256 else 2})]
@@ -227,11 +295,13 @@ class PoolLauncher(Launcher):
                 fin = load_kernel(source, name + "_combine")
                 self.calls.append((fin[(-(-numel // 256),)], {"BLOCK": 256, "SPLITS": splits, "num_warps": 4}))
 
-    def __call__(self, out: Any, x: Any) -> None:
+    def __call__(self, out: Any, x: Any, w: Any = None) -> None:
         from .device import torch_dtype
 
-        self._configured_for((out.stride(), x.stride(), tuple(out.shape), tuple(x.shape)), out, x)
+        strides = None if w is None else w.stride()
+        self._configured_for((out.stride(), x.stride(), tuple(out.shape), tuple(x.shape), strides), out, x, w)
         # the operands are this call's (arena buffers move); partials in the compute type
         part = [self.scratch((self.part_len,), torch_dtype(compute_type(self.dtype)))] if self.part_len else []
+        weights = [w, *self.weight_strides] if w is not None else []
         for launch, meta in self.calls:
-            launch(x, out, self.counts, self.numel, *part, *self.sizes, **meta)
+            launch(x, out, self.counts, self.numel, *part, *weights, *self.sizes, **meta)

@@ -226,6 +226,10 @@ def test_a_constant_mask_is_made_once_and_q_zeroed_only_for_its_dead_rows(gpu_ta
         assert_close(p.run(x), want, rtol=tol, atol=tol)
     assert len(made) == 1  # not once a run
     # float16 zeroes the rows whose keys are all at the lowest (float32 keeps them apart: no zeroing),
-    # before SDPA; the small kernel, when the tuner timed it fastest, zeroes them in its registers
+    # before SDPA; the small kernel, when the tuner timed it fastest, zeroes them in its registers (and
+    # SDPA's zeroing may then have run only while the tuner timed it)
     chosen = [c["name"] for key, c in p.executable.tuning.items() if key.startswith("attention")]
-    assert bool(zeroed) == (dead_row and fp16 and chosen != ["small"])
+    if chosen != ["small"]:
+        assert bool(zeroed) == (dead_row and fp16)
+    elif not (dead_row and fp16):
+        assert not zeroed

@@ -160,7 +160,7 @@ def test_library_first_calls_come_before_the_choices(compile_all):
 
 
 def test_a_library_convolution_runs_after_the_walk_and_right(gpu_target):
-    """A depthwise convolution (the library's: cuDNN on a GPU) in compile_all's walk writes nothing;
+    """A grouped convolution (the library's: cuDNN on a GPU) in compile_all's walk writes nothing;
     it runs when the walk is done (its plan for the shapes built while the kernels compile), and the
     program's result is ONNX Runtime's."""
     from onnx import helper
@@ -171,8 +171,8 @@ def test_a_library_convolution_runs_after_the_walk_and_right(gpu_target):
 
     rng = np.random.default_rng(3)
     x = {"x": rng.standard_normal((2, 4, 9, 9)).astype(np.float32)}
-    w = rng.standard_normal((4, 1, 3, 3)).astype(np.float32)
-    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], group=4, pads=[1, 1, 1, 1])], x, ["y"],
+    w = rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], group=2, pads=[1, 1, 1, 1])], x, ["y"],
                        initializers={"w": w})
     p = fusegraph.parse_onnx(model)
     p.compile(gpu_target)

@@ -1,0 +1,107 @@
+"""Depthwise convolutions (one input and one output channel a group) of up to DEPTHWISE_MAX_OUTPUTS
+outputs run on the gpu target as Triton window kernels (triton_pool.py's "depthwise" forms), not
+cuDNN: against ONNX Runtime over 1 to 3 spatial dims, strides, asymmetric pads, dilations, windows past
+the unrolled size, fp16, and a channels-last input; larger ones, and grouped convolutions that are
+not depthwise, stay cuDNN's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import fusegraph
+from tests.util import assert_close, make_model, run_ort
+
+rng = np.random.default_rng(11)
+
+
+def randn(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def conv_model(shape, k, c_out=None, after_conv=False, **attrs):
+    c = shape[1]
+    c_out = c_out or c
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], group=c, **attrs)]
+    inits = {"w": randn(c_out, 1, *k) * 0.3}
+    if after_conv:  # a channels-last input, as a convolution leaves it
+        nodes.insert(0, helper.make_node("Conv", ["x0", "w0"], ["x"], pads=[1, 1, 1, 1]))
+        inits["w0"] = randn(c, c, 3, 3) * 0.3
+    feeds = {"x0" if after_conv else "x": randn(*shape)}
+    return make_model(nodes, feeds, ["y"], initializers=inits), feeds
+
+
+CASES = [
+    ((2, 8, 9, 9), (3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 6, 12, 11), (5, 5), dict(pads=[2, 1, 0, 2], strides=[2, 2])),
+    ((1, 4, 10, 10), (3, 3), dict(pads=[2, 2, 2, 2], dilations=[2, 2])),
+    ((2, 3, 20), (7,), dict(pads=[3, 3])),
+    ((1, 4, 5, 6, 7), (3, 3, 3), dict(pads=[1, 1, 1, 1, 1, 1], strides=[1, 2, 1])),
+    ((1, 2, 20, 20), (17, 17), dict(pads=[8, 8, 8, 8])),  # past WIDE_TAPS: the loop form, not unrolled
+]
+
+
+@pytest.mark.parametrize("shape, k, attrs", CASES)
+def test_depthwise_convolutions_match_onnxruntime(gpu_target, shape, k, attrs):
+    model, feeds = conv_model(shape, k, **attrs)
+    p = fusegraph.parse_onnx(model)
+    p.compile(gpu_target)
+    assert [s.kind for s in p.executable.plan.steps] == ["convolution"]
+    assert any(name.startswith("pool_") for name in p.executable.sources)
+    assert_close(p.run(feeds), run_ort(model, feeds), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("after_conv", [False, True])
+def test_depthwise_in_fp16_and_channels_last(gpu_target, after_conv):
+    model, feeds = conv_model((2, 16, 14, 14), (3, 3), after_conv=after_conv, pads=[1, 1, 1, 1], strides=[2, 2])
+    p = fusegraph.parse_onnx(model)
+    p.compile(gpu_target, fusegraph.CompileOptions(fp16=True))
+    assert_close(p.run(feeds), run_ort(model, feeds), rtol=2e-2, atol=2e-2)
+
+
+def test_past_the_output_limit_cudnn_runs_it(gpu_target, monkeypatch):
+    from fusegraph.targets.gpu import lower_nn
+
+    monkeypatch.setattr(lower_nn, "DEPTHWISE_MAX_OUTPUTS", 2 * 8 * 9 * 9 - 1)
+    model, feeds = conv_model((2, 8, 9, 9), (3, 3), pads=[1, 1, 1, 1])
+    p = fusegraph.parse_onnx(model)
+    p.compile(gpu_target)
+    assert not any(name.startswith("pool_") for name in p.executable.sources)
+    assert_close(p.run(feeds), run_ort(model, feeds), rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(lower_nn, "DEPTHWISE_MAX_OUTPUTS", 2 * 8 * 9 * 9)
+    p = fusegraph.parse_onnx(model)
+    p.compile(gpu_target)
+    assert any(name.startswith("pool_") for name in p.executable.sources)
+
+
+def test_a_channel_multiplier_is_not_depthwise(gpu_target):
+    """Two output channels a group: a grouped convolution (cuDNN's), still right."""
+    model, feeds = conv_model((1, 4, 8, 8), (3, 3), c_out=8, pads=[1, 1, 1, 1])
+    p = fusegraph.parse_onnx(model)
+    p.compile(gpu_target)
+    assert not any(name.startswith("pool_") for name in p.executable.sources)
+    assert_close(p.run(feeds), run_ort(model, feeds), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("channels_last, tiled", [(True, True), (False, False)])
+@pytest.mark.parametrize("c, hw, k, stride, pad", [(16, 14, 3, 2, 1), (70, 9, 5, 1, 2), (3, 40, 7, 1, 3)])
+def test_the_tiled_form_over_channels_last_operands(gpu_target, channels_last, tiled, c, hw, k, stride, pad):
+    """Channels-last operands take the tiled form (a tile of one output row's pixels and channels), others
+    the flat one; both are torch's convolution (ragged channel and pixel blocks included)."""
+    import torch
+
+    from fusegraph.ir.dtypes import DType
+    from fusegraph.targets.gpu.triton_pool import PoolLauncher
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.from_numpy(randn(2, c, hw, hw + 3)).to(dev).to(memory_format=fmt)
+    w = torch.from_numpy(randn(c, 1, k, k)).to(dev)
+    want = torch.nn.functional.conv2d(x, w, None, stride, pad, 1, c)
+    out = torch.empty(want.shape, device=dev).to(memory_format=fmt)
+    launcher = PoolLauncher("depthwise", DType.float32, (k, k), (stride, stride), (pad, pad), (1, 1),
+                            torch.ones(1, device=dev), None)
+    launcher(out, x, w)
+    assert [("BLOCK_C" in src) for src in launcher.sources.values()] == [tiled]
+    assert_close([out.cpu().numpy()], [want.cpu().numpy()], rtol=1e-4, atol=1e-4)
