@@ -105,7 +105,8 @@ def tiles_the_input(step) -> bool:
 
 
 @lowering("convolution", mode="into", cublas=tiles_the_input,
-          note="cuDNN writing the arena buffer, channels-last; windows that tile the input: a permuted copy and a matmul")
+          note="cuDNN writing the arena buffer, channels-last; windows that tile the input: a permuted copy and a matmul; "
+               "small depthwise ones: a Triton window kernel")
 def convolution(ctx, step):
     op = step.ins.op
     conv, nsp, pb, pe, strides, dils = _conv_setup(step, transposed=False)

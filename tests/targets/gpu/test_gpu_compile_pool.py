@@ -43,9 +43,9 @@ def _triton_for_cuda():
 def _job(tmp_path: Path, block: int) -> tuple[dict, tuple]:
     """A worker's job for `scale` at one BLOCK, and the (fn, signature, constants, attrs, options)
     this process compiles it with."""
+    target, backend = _triton_for_cuda()  # (skips without Triton)
     from triton.runtime.jit import JITFunction, serialize_specialization_data
 
-    target, backend = _triton_for_cuda()
     path = tmp_path / "fusegraph_triton_test.py"
     path.write_text(SOURCE)
     spec = importlib.util.spec_from_file_location("fusegraph_triton_test", path)
