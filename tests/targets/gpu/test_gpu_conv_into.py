@@ -55,7 +55,7 @@ def test_cudnn_writes_the_arena_buffer(gpu_target, case):
     the program holds its two allocations (activations, weights) and nothing else."""
     import torch
 
-    from fusegraph.targets.gpu.lower_nn import CudnnInto
+    from fusegraph.targets.gpu.lower_nn import DEPTHWISE_MAX_OUTPUTS, CudnnInto
 
     taken = []
     original = CudnnInto._takes
@@ -66,7 +66,8 @@ def test_cudnn_writes_the_arena_buffer(gpu_target, case):
 
     x_shape, w_shape, attrs = CASES[case]
     big = {1: (2048,), 2: (64, 64), 3: (16, 16, 16)}[len(x_shape) - 2]  # outputs of 0.25-1 MiB in fp16
-    batch = 8 if case == "depthwise" else 4  # (a smaller depthwise one is Triton's: lower_nn.depthwise)
+    batch = 16 if case == "depthwise" else 4  # (a smaller depthwise one is Triton's: lower_nn.depthwise)
+    assert case != "depthwise" or batch * w_shape[0] * 64 * 64 > DEPTHWISE_MAX_OUTPUTS
     model, x = conv_relu_model((batch, x_shape[1], *big), w_shape, attrs, output_is_conv=False)
     feed = torch.from_numpy(x["x"]).cuda()
     torch.cuda.synchronize()
