@@ -9,8 +9,8 @@ are skipped (max) or count zero (average: divided by the reference's per-window 
 pooling runs in its own type. Window shape, strides, pads and dilations are baked into the source;
 sizes and strides are run-time arguments. Accumulation is in float32 (float64 for float64).
 
-A depthwise convolution is a window summed with its channel's weights (the small form, or `_tiled_source`
-over channels-last operands in 2-D): cuDNN built a plan for each new shape on the thread that first
+A depthwise convolution is a window summed with its channel's weights (the small form, or the tiled
+one of triton_depthwise.py over channels-last operands in 2-D): cuDNN built a plan for each new shape on the thread that first
 called it, 0.2-1.3 s of the compile each (5.4 s for MobileNetV3-Large's 12 at batch 32 on the H200,
 issue 23), and kept it for that thread alone; a kernel here compiles with the others, in parallel.
 Which ones run here: lower_nn.depthwise.
@@ -37,6 +37,7 @@ import numpy as np
 from ...ir.dtypes import DType
 from .kernels import Launcher, load_kernel, source_hash
 from .layout import memory_order
+from .triton_depthwise import ROWS, tiled_grid, tiled_source
 from .triton_expr import compute_type, tl_type
 from .triton_pointwise import HEADER
 
@@ -57,7 +58,8 @@ class PoolSpec:
     begins: tuple[int, ...]          # pads before
     dilations: tuple[int, ...]
     order: tuple[int, ...]           # output dims (N, C, spatial...) slowest to fastest in memory
-    tiled: bool = False              # a 2-D depthwise convolution over channels-last operands: tiles (_tiled_source)
+    tiled: bool = False              # a 2-D depthwise convolution over channels-last operands: tiles (triton_depthwise.py)
+    rows: int = 1                    # (tiled) output rows a program
 
     def key(self) -> str:
         return repr(dataclasses.astuple(self))
@@ -112,49 +114,8 @@ def _params(spec: PoolSpec, extra: list[str]) -> list[str]:
 def pool_source(spec: PoolSpec, name: str) -> str:
     """The kernel(s) of `spec`: `name` (and `name`_combine for the split form)."""
     if spec.tiled:
-        return _tiled_source(spec, name)
+        return tiled_source(spec, name, _params(spec, _weights(spec)))
     return wide_pool_source(spec, name) if spec.wide else _loop_pool_source(spec, name)
-
-
-def _tiled_source(spec: PoolSpec, name: str) -> str:
-    """A 2-D depthwise convolution over channels-last input and output, a [BLOCK_W, BLOCK_C] tile of one
-    output row a program (grid: N * OH, OW / BLOCK_W, C / BLOCK_C): each tap loads a tile of the input
-    row, channels contiguous, and one vector of the channels' weights. On the H200 in fp16 the small
-    form (one output an element, its index split, a weight gathered per tap and output) ran ConvNeXt-T's
-    four 7x7s at batch 1 in 46 us, this one in 33 (cuDNN 49); MobileNetV3-Large's 12 at batch 1 the
-    small form in 34, this one in 36 (cuDNN 46): benchmarks/gpu_depthwise.py."""
-    acc_t = tl_type(compute_type(spec.dtype))
-    (kh, kw), (s0, s1), (b0, b1), (d0, d1) = spec.lengths, spec.strides, spec.begins, spec.dilations
-    loop = "tl.static_range" if kh * kw <= UNROLL_TAPS else "range"
-    lines = [f"@triton.jit\ndef {name}({', '.join(_params(spec, _weights(spec)))}, BLOCK_W: tl.constexpr,"
-             " BLOCK_C: tl.constexpr):",
-             f"{IND}row = tl.program_id(0)",
-             f"{IND}n = row // o2",
-             f"{IND}oh = row % o2",
-             f"{IND}ow = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)",
-             f"{IND}c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)",
-             f"{IND}cm = c < o1",
-             f"{IND}acc = tl.zeros([BLOCK_W, BLOCK_C], {acc_t})",
-             f"{IND}xb = x_ptr + n * xs0 + c[None, :] * xs1",
-             f"{IND}for k0 in {loop}({kh}):",
-             f"{IND * 2}ih = oh * {s0} - {b0} + k0 * {d0} + tl.zeros([BLOCK_W], tl.int32)  # (a vector: the interpreter's masks)",
-             f"{IND * 2}row_ok = (ih >= 0) & (ih < n0)",
-             f"{IND * 2}for k1 in {loop}({kw}):",
-             f"{IND * 3}iw = ow * {s1} - {b1} + k1 * {d1}",
-             f"{IND * 3}ok = row_ok & (iw >= 0) & (iw < n1)",
-             f"{IND * 3}v = tl.load(xb + (ih * xs2 + iw * xs3)[:, None], mask=ok[:, None] & cm[None, :], other=0.0)",
-             f"{IND * 3}wv = tl.load(w_ptr + c * ws0 + k0 * ws2 + k1 * ws3, mask=cm, other=0.0)",
-             f"{IND * 3}acc += v.to({acc_t}) * wv.to({acc_t})[None, :]",
-             f"{IND}out = out_ptr + n * os0 + oh * os2 + ow[:, None] * os3 + c[None, :] * os1",
-             f"{IND}tl.store(out, acc.to({tl_type(spec.dtype)}), mask=(ow < o3)[:, None] & cm[None, :])"]
-    return HEADER + "\n".join(lines) + "\n"
-
-
-def tiled_blocks(channels: int, width: int) -> tuple[int, int]:
-    """(BLOCK_W, BLOCK_C) of the tiled depthwise form: up to 64 channels, a tile of up to 1024."""
-    block_c = min(64, 1 << max(0, (channels - 1).bit_length()))
-    block_w = min(1024 // block_c, 1 << max(0, (width - 1).bit_length()))
-    return max(block_w, 1), block_c
 
 
 def _weights(spec: PoolSpec) -> list[str]:
@@ -255,8 +216,8 @@ class PoolLauncher(Launcher):
     launcher is called with the weights too."""
 
     def __init__(self, mode: str, dtype: DType, lengths, strides, begins, dilations, counts: Any,
-                 scratch: Any):
-        self.mode, self.dtype = mode, dtype
+                 scratch: Any, rows: int = ROWS):
+        self.mode, self.dtype, self.rows = mode, dtype, rows
         self.window = tuple(map(tuple, (lengths, strides, begins, dilations)))
         self.counts = counts  # per output window divisor (average), a float32 device tensor
         self.scratch = scratch
@@ -267,7 +228,7 @@ class PoolLauncher(Launcher):
     def _configure(self, out: Any, x: Any, w: Any) -> None:
         order = tuple(memory_order(tuple(out.shape), out.stride()))
         tiled = (self.mode == "depthwise" and out.dim() == 4 and out.stride(1) == 1 and x.stride(1) == 1)
-        spec = PoolSpec(self.mode, self.dtype, *self.window, order, tiled)
+        spec = PoolSpec(self.mode, self.dtype, *self.window, order, tiled, self.rows if tiled else 1)
         name = "pool_" + source_hash(spec.key())
         source = pool_source(spec, name)
         self.sources[name] = source
@@ -279,10 +240,8 @@ class PoolLauncher(Launcher):
         if not numel:
             self.calls = []
         elif tiled:
-            n, c, oh, ow = out.shape
-            block_w, block_c = tiled_blocks(c, ow)
-            grid = (n * oh, -(-ow // block_w), -(-c // block_c))
-            self.calls = [(fn[grid], {"BLOCK_W": block_w, "BLOCK_C": block_c, "num_warps": 4})]
+            grid, meta = tiled_grid(tuple(out.shape), self.rows)
+            self.calls = [(fn[grid], meta)]
         elif not spec.wide:
             block = 256 if numel >= 256 * 264 else 128 if numel >= 128 * 132 else 64
             self.calls = [(fn[(-(-numel // block),)], {"BLOCK": block, "num_warps": 4 if block >= 256 else 2})]

@@ -84,11 +84,12 @@ def test_a_channel_multiplier_is_not_depthwise(gpu_target):
     assert_close(p.run(feeds), run_ort(model, feeds), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("channels_last, tiled", [(True, True), (False, False)])
+@pytest.mark.parametrize("channels_last, tiled, rows", [(True, True, 1), (True, True, 3), (False, False, 1)])
 @pytest.mark.parametrize("c, hw, k, stride, pad", [(16, 14, 3, 2, 1), (70, 9, 5, 1, 2), (3, 40, 7, 1, 3)])
-def test_the_tiled_form_over_channels_last_operands(gpu_target, channels_last, tiled, c, hw, k, stride, pad):
-    """Channels-last operands take the tiled form (a tile of one output row's pixels and channels), others
-    the flat one; both are torch's convolution (ragged channel and pixel blocks included)."""
+def test_the_tiled_form_over_channels_last_operands(gpu_target, channels_last, tiled, rows, c, hw, k, stride, pad):
+    """Channels-last operands take the tiled form (a tile of output pixels and channels of `rows` output
+    rows a program), others the flat one; both are torch's convolution (ragged channel, pixel and row
+    blocks included)."""
     import torch
 
     from fusegraph.ir.dtypes import DType
@@ -101,7 +102,7 @@ def test_the_tiled_form_over_channels_last_operands(gpu_target, channels_last, t
     want = torch.nn.functional.conv2d(x, w, None, stride, pad, 1, c)
     out = torch.empty(want.shape, device=dev).to(memory_format=fmt)
     launcher = PoolLauncher("depthwise", DType.float32, (k, k), (stride, stride), (pad, pad), (1, 1),
-                            torch.ones(1, device=dev), None)
+                            torch.ones(1, device=dev), None, rows=rows)
     launcher(out, x, w)
     assert [("BLOCK_C" in src) for src in launcher.sources.values()] == [tiled]
     assert_close([out.cpu().numpy()], [want.cpu().numpy()], rtol=1e-4, atol=1e-4)

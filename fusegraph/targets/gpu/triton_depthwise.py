@@ -1,0 +1,70 @@
+"""The tiled form of a 2-D depthwise convolution over channels-last input and output (triton_pool.py
+keeps the other forms and launches this one): a program computes a [BLOCK_W, BLOCK_C] tile of output
+pixels and channels for `rows` consecutive output rows (grid: N * ceil(OH / rows), OW / BLOCK_W,
+C / BLOCK_C). Each input row the tile's outputs read is loaded once per horizontal tap, channels
+contiguous, and added into every output row that reads it, weighted by one vector of the channels'
+weights: rows output rows of a kh-tall window read rows * stride + (kh - 1) * dilation input rows
+rather than rows * kh.
+
+On the H200 in fp16 one row a program ran ConvNeXt-T's four 7x7s at batch 1 in 33 us (cuDNN 49, the
+small form 46) and MobileNetV3-Large's 12 in 36 (cuDNN 46, the small form 34), and at batch 32 2.3x
+cuDNN's time (`benchmarks/gpu_depthwise.py`, which also times more rows a program).
+"""
+
+from __future__ import annotations
+
+from .triton_expr import compute_type, tl_type
+from .triton_pointwise import HEADER
+
+IND = "    "
+ROWS = 1         # output rows a program (benchmarks/gpu_depthwise.py --rows times others)
+TILE = 1024      # output elements of a tile (BLOCK_W * BLOCK_C) at most
+MAX_BLOCK_C = 64
+
+
+def tiled_source(spec, name: str, params: list[str]) -> str:
+    """The kernel `name` of `spec` (triton_pool.PoolSpec: a depthwise 2-D window, channels-last), its
+    parameters `params` (triton_pool's: sizes and strides as run-time arguments)."""
+    acc_t, out_t = tl_type(compute_type(spec.dtype)), tl_type(spec.dtype)
+    (kh, kw), (s0, s1), (b0, b1), (d0, d1), rows = spec.lengths, spec.strides, spec.begins, spec.dilations, spec.rows
+    inner = "tl.static_range" if kh * kw <= 64 else "range"
+    lines = [f"@triton.jit\ndef {name}({', '.join(params)}, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):",
+             f"{IND}blocks = (o2 + {rows - 1}) // {rows}",
+             f"{IND}n = tl.program_id(0) // blocks",
+             f"{IND}oh0 = tl.program_id(0) % blocks * {rows}",
+             f"{IND}ow = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)",
+             f"{IND}c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)",
+             f"{IND}cm = c < o1",
+             f"{IND}xb = x_ptr + n * xs0 + c[None, :] * xs1",
+             *[f"{IND}acc{r} = tl.zeros([BLOCK_W, BLOCK_C], {acc_t})" for r in range(rows)]]
+    readers: dict[int, list[tuple[int, int]]] = {}  # input row (from oh0 * stride - pad) -> (output row, tap row)
+    for r in range(rows):
+        for k0 in range(kh):
+            readers.setdefault(r * s0 + k0 * d0, []).append((r, k0))
+    for rel, uses in sorted(readers.items()):
+        lines += [f"{IND}ih = oh0 * {s0} - {b0} + {rel} + tl.zeros([BLOCK_W], tl.int32)  # (a vector: the interpreter's masks)",
+                  f"{IND}row_ok = (ih >= 0) & (ih < n0)",
+                  f"{IND}for k1 in {inner}({kw}):",
+                  f"{IND * 2}iw = ow * {s1} - {b1} + k1 * {d1}",
+                  f"{IND * 2}ok = row_ok & (iw >= 0) & (iw < n1)",
+                  f"{IND * 2}v = tl.load(xb + (ih * xs2 + iw * xs3)[:, None], mask=ok[:, None] & cm[None, :], other=0.0)",
+                  f"{IND * 2}v = v.to({acc_t})"]
+        for r, k0 in uses:
+            lines += [f"{IND * 2}wv = tl.load(w_ptr + c * ws0 + {k0} * ws2 + k1 * ws3, mask=cm, other=0.0)",
+                      f"{IND * 2}acc{r} += v * wv.to({acc_t})[None, :]"]
+    lines += [f"{IND}out = out_ptr + n * os0 + ow[:, None] * os3 + c[None, :] * os1",
+              f"{IND}oh = oh0 + tl.zeros([BLOCK_W], tl.int32)"]
+    for r in range(rows):
+        lines.append(f"{IND}tl.store(out + (oh0 + {r}) * os2, acc{r}.to({out_t}), "
+                     f"mask=((ow < o3) & (oh + {r} < o2))[:, None] & cm[None, :])")
+    return HEADER + "\n".join(lines) + "\n"
+
+
+def tiled_grid(out_shape, rows: int) -> tuple[tuple[int, int, int], dict]:
+    """The grid and block sizes of the tiled form for an output [N, C, OH, OW]: up to MAX_BLOCK_C
+    channels and a tile of up to TILE elements."""
+    n, c, oh, ow = out_shape
+    block_c = min(MAX_BLOCK_C, 1 << max(0, (c - 1).bit_length()))
+    block_w = max(1, min(TILE // block_c, 1 << max(0, (ow - 1).bit_length())))
+    grid = (n * -(-oh // rows), -(-ow // block_w), -(-c // block_c))
+    return grid, {"BLOCK_W": block_w, "BLOCK_C": block_c, "num_warps": 4}
