@@ -9,11 +9,11 @@ are skipped (max) or count zero (average: divided by the reference's per-window 
 pooling runs in its own type. Window shape, strides, pads and dilations are baked into the source;
 sizes and strides are run-time arguments. Accumulation is in float32 (float64 for float64).
 
-A depthwise convolution is a window summed with its channel's weights (the small form, or the tiled
-one of triton_depthwise.py over channels-last operands in 2-D): cuDNN built a plan for each new shape on the thread that first
-called it, 0.2-1.3 s of the compile each (5.4 s for MobileNetV3-Large's 12 at batch 32 on the H200,
-issue 23), and kept it for that thread alone; a kernel here compiles with the others, in parallel.
-Which ones run here: lower_nn.depthwise.
+A depthwise convolution is a window summed with its channel's weights (the small form, or over
+channels-last operands in 2-D the tiled one of triton_depthwise.py): cuDNN built a plan for each new
+shape on the thread that first called it, 0.2-1.3 s of the compile each (5.4 s for
+MobileNetV3-Large's 12 at batch 32 on the H200, issue 23), and kept it for that thread alone; a
+kernel here compiles with the others, in parallel. Which ones run here: lower_nn.depthwise.
 
 Two forms, by window size:
 * small windows (up to UNROLL_TAPS taps): each program computes BLOCK outputs, looping over the taps
