@@ -18,18 +18,21 @@ from tests.util import make_model, target_or_skip
 
 def test_runs_that_fit_side_by_side_hold_their_cores_together():
     budget = CoreBudget(2)
-    both_in = threading.Barrier(2, timeout=10)
+    both_in, both_seen = threading.Barrier(2, timeout=10), threading.Barrier(2, timeout=10)
+    seen: list[int] = []
 
     def run():
         with budget.take(1):
             both_in.wait()  # a BrokenBarrierError if the second could not come in beside the first
-            assert budget.used == 2
+            seen.append(budget.used)
+            both_seen.wait()  # (neither leaves before both have looked)
 
     threads = [threading.Thread(target=run) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    assert seen == [2, 2]  # (checked here: an assertion in a thread fails no test)
     assert budget.used == 0
 
 
