@@ -106,3 +106,21 @@ def test_the_tiled_form_over_channels_last_operands(gpu_target, channels_last, t
     launcher(out, x, w)
     assert [("BLOCK_C" in src) for src in launcher.sources.values()] == [tiled]
     assert_close([out.cpu().numpy()], [want.cpu().numpy()], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_asymmetric_pads_bias_and_dilation_over_channels_last_input(gpu_target, fp16):
+    """The tiled form's window from its begins alone (the ends set the output's size), a bias after it,
+    a dilation: through the lowering, the input channels-last as a convolution leaves it."""
+    c = 6
+    nodes = [helper.make_node("Conv", ["x0", "w0"], ["x"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["x", "w", "b"], ["y"], group=c, pads=[2, 0, 1, 3], strides=[2, 1],
+                              dilations=[1, 2])]
+    inits = {"w0": randn(c, c, 3, 3) * 0.3, "w": randn(c, 1, 3, 3) * 0.3, "b": randn(c)}
+    feeds = {"x0": randn(2, c, 13, 10)}
+    model = make_model(nodes, feeds, ["y"], initializers=inits)
+    p = fusegraph.parse_onnx(model)
+    p.compile(gpu_target, fusegraph.CompileOptions(fp16=fp16))
+    assert [("BLOCK_C" in src) for name, src in p.executable.sources.items() if name.startswith("pool_")] == [True]
+    tol = 2e-2 if fp16 else 1e-4
+    assert_close(p.run(feeds), run_ort(model, feeds), rtol=tol, atol=tol)
