@@ -16,10 +16,10 @@ parent's hash of the Triton installation (`triton_key`, 0.9 s to compute there),
 takes as its own.
 
 Workers start when a target begins to compile (`prestart`: in the passes, with Triton's set-up, where
-there is a CUDA device), serve every compile of the process, and
-exit after `IDLE_S` without work or when the process ends (their stdin closes). `FUSEGRAPH_COMPILE_WORKERS`
-sets how many (0: threads alone); by default one a core where there are at least `MIN_CORES`, since
-on fewer the threads do not contend.
+there is a CUDA device), serve every compile of the process, and exit after `IDLE_S` without work or
+when the process ends (their stdin closes). `FUSEGRAPH_COMPILE_WORKERS` sets how many (0: threads
+alone); by default one a core where there are at least `MIN_CORES`, since on fewer the threads do not
+contend.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..asynchronous import cores
+from ...ir.limits import cores
+from .kernels import MODULE_PREFIX
 
 IDLE_S = 30.0
 MIN_CORES = 4
 _SCRIPT = str(Path(__file__).with_name("compile_worker.py"))
-_MODULE_PREFIX = "fusegraph_triton_"  # kernels.load_kernel's module names
 _pending = threading.local()  # the job the hook saw last, on the thread that launched the compile
 
 
@@ -192,7 +192,8 @@ class _Executor(concurrent.futures.Executor):
     """The threads of an AsyncCompileMode, each of whose compiles first runs in a worker."""
 
     def __init__(self, threads: concurrent.futures.Executor, pool: _Pool, target: list):
-        self.threads, self.pool, self.target = threads, pool, target
+        self.threads, self.pool = threads, pool
+        self.setting = {"target": target, "triton_key": _triton_key()}  # every job's, for the scope
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
         job = getattr(_pending, "job", None)
@@ -203,7 +204,7 @@ class _Executor(concurrent.futures.Executor):
         if job is not None:
             from triton import knobs
 
-            self.pool.run({**job, "target": self.target, "cache_dir": knobs.cache.dir, "triton_key": _triton_key()})
+            self.pool.run({**job, **self.setting, "cache_dir": knobs.cache.dir})
         return fn(*args, **kwargs)
 
 
@@ -255,7 +256,7 @@ def _job(fn: Any, compile: dict) -> dict | None:
     """A worker's job for one of fusegraph's generated kernels; None for any other kernel."""
     module = sys.modules.get(fn.module) if isinstance(fn.module, str) else fn.module
     path, name = getattr(module, "__file__", None), getattr(module, "__name__", "")
-    if not (path and name.startswith(_MODULE_PREFIX)):
+    if not (path and name.startswith(MODULE_PREFIX)):
         return None
     return {"path": path, "module": name, "name": fn.name, "spec": compile["specialization_data"]}
 

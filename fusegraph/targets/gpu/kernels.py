@@ -37,6 +37,7 @@ CACHE_ROOT = Path.home() / ".cache" / "fusegraph"  # generated sources and autot
 _lock = threading.Lock()
 _modules: dict[str, Any] = {}
 _kernels: dict[tuple[str, str], Any] = {}  # (source, name) -> Kernel: no hashing of the text per launch
+MODULE_PREFIX = "fusegraph_triton_"  # the generated modules' names (compile_pool sends only these to workers)
 _compiling: contextvars.ContextVar[Any] = contextvars.ContextVar("fusegraph_compile_all", default=None)
 # compile_all's calls for after its walk: (a library's first calls, the tuned steps' choices)
 _after_walk: contextvars.ContextVar[tuple[list, list] | None] = contextvars.ContextVar("fusegraph_after_walk", default=None)
@@ -286,7 +287,7 @@ def load_kernel(source: str, name: str) -> Kernel:
                 tmp = path.with_suffix(f".{os.getpid()}.tmp")
                 tmp.write_text(source)
                 os.replace(tmp, path)  # atomic: concurrent compiles never read half a file
-            spec = importlib.util.spec_from_file_location(f"fusegraph_triton_{digest}", path)
+            spec = importlib.util.spec_from_file_location(f"{MODULE_PREFIX}{digest}", path)
             module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
             sys.modules[spec.name] = module  # type: ignore[union-attr]
             spec.loader.exec_module(module)  # type: ignore[union-attr]

@@ -22,12 +22,13 @@ TILE = 1024      # output elements of a tile (BLOCK_W * BLOCK_C) at most
 MAX_BLOCK_C = 64
 
 
-def tiled_source(spec, name: str, params: list[str]) -> str:
+def tiled_source(spec, name: str, params: list[str], unrolled: bool) -> str:
     """The kernel `name` of `spec` (triton_pool.PoolSpec: a depthwise 2-D window, channels-last), its
-    parameters `params` (triton_pool's: sizes and strides as run-time arguments)."""
+    parameters `params` (triton_pool's: sizes and strides as run-time arguments); the horizontal taps
+    unrolled or looped over."""
     acc_t, out_t = tl_type(compute_type(spec.dtype)), tl_type(spec.dtype)
     (kh, kw), (s0, s1), (b0, b1), (d0, d1), rows = spec.lengths, spec.strides, spec.begins, spec.dilations, spec.rows
-    inner = "tl.static_range" if kh * kw <= 64 else "range"
+    inner = "tl.static_range" if unrolled else "range"
     lines = [f"@triton.jit\ndef {name}({', '.join(params)}, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):",
              f"{IND}blocks = (o2 + {rows - 1}) // {rows}",
              f"{IND}n = tl.program_id(0) // blocks",

@@ -114,7 +114,7 @@ def _params(spec: PoolSpec, extra: list[str]) -> list[str]:
 def pool_source(spec: PoolSpec, name: str) -> str:
     """The kernel(s) of `spec`: `name` (and `name`_combine for the split form)."""
     if spec.tiled:
-        return tiled_source(spec, name, _params(spec, _weights(spec)))
+        return tiled_source(spec, name, _params(spec, _weights(spec)), math.prod(spec.lengths) <= UNROLL_TAPS)
     return wide_pool_source(spec, name) if spec.wide else _loop_pool_source(spec, name)
 
 
