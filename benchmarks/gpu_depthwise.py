@@ -6,10 +6,11 @@ of the two the gpu target picks (lower_nn.depthwise). Needs CUDA, torch and torc
                                        [--batches 1,32] [--layout channels_last|contiguous] [--rows 1,2,4]
 
 Each model's depthwise convolutions (distinct shapes, found by running it once at 224x224) in fp16, at
-each batch: both engines (Triton's tiled form with each --rows, output rows a program) captured in a
-CUDA graph of 50 calls after warm-up, replayed in alternating rounds, best round reported in
-microseconds a call; plus the Triton output's relative error against
-cuDNN's and the seconds cuDNN's first call took (its plan for the shape, which the compile pays).
+each batch: cuDNN, aten's own CUDA kernel (`_conv_depthwise2d`, contiguous operands) and Triton's
+tiled form with each --rows (output rows a program), each captured in a CUDA graph of 50 calls after
+warm-up, replayed in alternating rounds, best round reported in microseconds a call; plus the Triton
+output's relative error against cuDNN's and the seconds cuDNN's and aten's first calls took (cuDNN's:
+its plan for the shape, which the compile pays).
 Writes benchmarks/results/gpu_depthwise-<host>.json.
 """
 
@@ -85,7 +86,15 @@ def measure(conv: tuple, batch: int, layout, rows: list[int]) -> dict:
     want = torch.nn.functional.conv2d(x, w, None, stride, pad, dil, groups)
     torch.cuda.synchronize()
     first_call_s = time.perf_counter() - t0
-    graphs = {"cudnn": graph_of(lambda: torch.nn.functional.conv2d(x, w, None, stride, pad, dil, groups))}
+    # every graph's operands and launchers live as long as its graph (`calls`): a replay reads them
+    calls = {"cudnn": lambda: torch.nn.functional.conv2d(x, w, None, stride, pad, dil, groups)}
+    # aten's own CUDA depthwise kernel (no cuDNN plan), over contiguous operands
+    xc, wc = x.contiguous(), w.contiguous()
+    t0 = time.perf_counter()
+    torch.ops.aten._conv_depthwise2d(xc, wc, w_shape[2:], None, stride, pad, dil)
+    torch.cuda.synchronize()
+    aten_first_call_s = time.perf_counter() - t0
+    calls["aten"] = lambda: torch.ops.aten._conv_depthwise2d(xc, wc, w_shape[2:], None, stride, pad, dil)
     errs, forms = {}, {}
     for r in rows:
         out = torch.empty_like(want, memory_format=layout)
@@ -94,14 +103,16 @@ def measure(conv: tuple, batch: int, layout, rows: list[int]) -> dict:
         launcher(out, x, w)
         errs[r] = ((out.float() - want.float()).abs().max() / want.float().abs().max()).item()
         forms[r] = "tiled" if any("BLOCK_C" in src for src in launcher.sources.values()) else "flat"
-        graphs[f"triton_rows{r}"] = graph_of(lambda launcher=launcher, out=out: launcher(out, x, w))
+        calls[f"triton_rows{r}"] = lambda launcher=launcher, out=out: launcher(out, x, w)
+    graphs = {name: graph_of(fn) for name, fn in calls.items()}
     best = {name: float("inf") for name in graphs}
     for _ in range(ROUNDS):
         for name, graph in graphs.items():
             best[name] = min(best[name], replay_us(graph))
-    triton = {name: round(us, 2) for name, us in best.items() if name != "cudnn"}
+    triton = {name: round(us, 2) for name, us in best.items() if name.startswith("triton")}
     return {"batch": batch, "input_chw": list(chw), "kernel": list(w_shape[2:]), "stride": list(stride),
-            "cudnn_us": round(best["cudnn"], 2), "triton_us": min(triton.values()), **triton,
+            "cudnn_us": round(best["cudnn"], 2), "aten_us": round(best["aten"], 2),
+            "aten_first_call_s": round(aten_first_call_s, 3), "triton_us": min(triton.values()), **triton,
             "ratio": round(min(triton.values()) / best["cudnn"], 3), "triton_form": forms[rows[0]],
             "rel_err": max(errs.values()), "cudnn_first_call_s": round(first_call_s, 3),
             "gpu_target_runs": "triton" if want.numel() <= DEPTHWISE_MAX_OUTPUTS else "cudnn"}
@@ -122,14 +133,14 @@ def main() -> None:
     for model in args.models.split(","):
         convs = depthwise_convs(model)
         for batch in (int(b) for b in args.batches.split(",")):
-            totals = {"cudnn_us": 0.0, "triton_us": 0.0}
+            totals = {"cudnn_us": 0.0, "aten_us": 0.0, "triton_us": 0.0}
             for conv in convs:
                 row = {"model": model, **measure(conv, batch, layout, [int(r) for r in args.rows.split(",")])}
                 rows.append(row)
                 for key in totals:
                     totals[key] += row[key]
             print(f"{model} batch {batch}: {len(convs)} depthwise convolutions, cuDNN {totals['cudnn_us']:.1f} us, "
-                  f"Triton (best rows each) {totals['triton_us']:.1f} us", flush=True)
+                  f"aten {totals['aten_us']:.1f} us, Triton (best rows each) {totals['triton_us']:.1f} us", flush=True)
     path = write_results("gpu_depthwise", {"layout": args.layout, "calls_a_graph": CALLS, "rounds": ROUNDS, "rows": rows})
     print(f"wrote {path}")
 
