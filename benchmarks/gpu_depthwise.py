@@ -76,7 +76,7 @@ def measure(conv: tuple, batch: int, layout, rows: list[int]) -> dict:
     import torch
 
     from fusegraph.ir.dtypes import DType
-    from fusegraph.targets.gpu.lower_nn import DEPTHWISE_MAX_OUTPUTS
+    from fusegraph.targets.gpu.lower_nn import DEPTHWISE_MAX_OUTPUTS, DEPTHWISE_MAX_TAPS
     from fusegraph.targets.gpu.triton_pool import PoolLauncher
 
     chw, w_shape, stride, pad, dil, groups = conv
@@ -115,7 +115,8 @@ def measure(conv: tuple, batch: int, layout, rows: list[int]) -> dict:
             "aten_first_call_s": round(aten_first_call_s, 3), "triton_us": min(triton.values()), **triton,
             "ratio": round(min(triton.values()) / best["cudnn"], 3), "triton_form": forms[rows[0]],
             "rel_err": max(errs.values()), "cudnn_first_call_s": round(first_call_s, 3),
-            "gpu_target_runs": "triton" if want.numel() <= DEPTHWISE_MAX_OUTPUTS else "cudnn"}
+            "gpu_target_runs": "triton" if (want.numel() <= DEPTHWISE_MAX_OUTPUTS
+                                            or w_shape[2] * w_shape[3] <= DEPTHWISE_MAX_TAPS) else "cudnn"}
 
 
 def main() -> None:
@@ -141,7 +142,8 @@ def main() -> None:
                     totals[key] += row[key]
             print(f"{model} batch {batch}: {len(convs)} depthwise convolutions, cuDNN {totals['cudnn_us']:.1f} us, "
                   f"aten {totals['aten_us']:.1f} us, Triton (best rows each) {totals['triton_us']:.1f} us", flush=True)
-    path = write_results("gpu_depthwise", {"layout": args.layout, "calls_a_graph": CALLS, "rounds": ROUNDS, "rows": rows})
+            path = write_results("gpu_depthwise", {"layout": args.layout, "calls_a_graph": CALLS, "rounds": ROUNDS,
+                                                   "rows": rows})  # after each model and batch
     print(f"wrote {path}")
 
 

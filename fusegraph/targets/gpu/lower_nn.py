@@ -177,26 +177,37 @@ class CudnnInto:
 
 
 DEPTHWISE_MAX_OUTPUTS = 1 << 19  # depthwise convolutions up to this many outputs run as Triton's kernels
+DEPTHWISE_MAX_TAPS = 9  # and larger 2-D ones with windows of up to this many taps (3x3), ...
+DEPTHWISE_LARGE_ROWS = 4  # ... in the tiled form, this many output rows a program
 
 
 def depthwise(step) -> bool:
     """Whether the convolution `step` is depthwise (one input and one output channel a group, 1 to 3
-    float spatial dims) and small enough for Triton's window kernel (triton_pool.py), not cuDNN. On the
-    H200 in fp16 the kernel beat cuDNN at batch 1 (MobileNetV3-Large's 12: 36 against 46 us,
-    ConvNeXt-T's 7x7s 33 against 49) and lost at batch 32 (317 against 141 us; the smallest output
-    there, 1.15 M elements, 6.9 against 6.4 us), while cuDNN's plan for each new shape cost the compile
-    0.2-1.3 s. Past DEPTHWISE_MAX_OUTPUTS outputs cuDNN's faster kernels are worth their plans."""
+    float spatial dims) and runs as Triton's window kernel (triton_pool.py), not cuDNN: when it has at
+    most DEPTHWISE_MAX_OUTPUTS outputs, or 2 spatial dims and a window of at most DEPTHWISE_MAX_TAPS
+    (then DEPTHWISE_LARGE_ROWS output rows a program). cuDNN's plan for each new shape costs the
+    compile 0.2-1.3 s. On the H200 in fp16 (`benchmarks/gpu_depthwise.py`): at batch 1 the kernel, one
+    row a program, beat cuDNN (MobileNetV3-Large's 12: 36 against 46 us, ConvNeXt-T's 7x7s 33 against
+    49); at batch 32 one row lost (MobileNetV3-Large 317 against 141 us), four rows matched cuDNN on
+    3x3 windows (MobileNetV3-Large's 8: 102 against 92 us, EfficientNet-B0's 6: 118 against 116) but
+    not on larger ones (a 5x5 / 2 of EfficientNet-B0: 558 against 30 us; ConvNeXt-T's 7x7s 389
+    against 153). With its 3x3s on Triton MobileNetV3-Large's batch-32 compile took 5.1-5.9 s instead
+    of 6.3-7.5, EfficientNet-B0's 6.3 instead of 8.5, their runs 0.5-0.7 % longer."""
     x, w = step.inputs[0].shape, step.inputs[1].shape
-    return (x.ndim in (3, 4, 5) and x.dtype.value in FLOATS and step.ins.op.group == x.lens[1] > 1
-            and w.lens[0] == x.lens[1] and w.lens[1] == 1 and step.ins.shape.elements <= DEPTHWISE_MAX_OUTPUTS)
+    if not (x.ndim in (3, 4, 5) and x.dtype.value in FLOATS and step.ins.op.group == x.lens[1] > 1
+            and w.lens[0] == x.lens[1] and w.lens[1] == 1):
+        return False
+    return step.ins.shape.elements <= DEPTHWISE_MAX_OUTPUTS or (x.ndim == 4 and math.prod(w.lens[2:]) <= DEPTHWISE_MAX_TAPS)
 
 
 def _triton_depthwise(ctx, step, begins, strides, dils):
+    from .triton_depthwise import ROWS
     from .triton_pool import PoolLauncher
 
     lengths = step.inputs[1].shape.lens[2:]
+    rows = ROWS if step.ins.shape.elements <= DEPTHWISE_MAX_OUTPUTS else DEPTHWISE_LARGE_ROWS
     launcher = PoolLauncher("depthwise", step.inputs[0].shape.dtype, lengths, strides, begins, dils,
-                            ctx.constant(np.ones(1, dtype=np.float32)), ctx.scratch)  # (no counts)
+                            ctx.constant(np.ones(1, dtype=np.float32)), ctx.scratch, rows=rows)  # (no counts)
     ctx.kernels.append(launcher)
     return launcher
 

@@ -17,7 +17,7 @@ rng = np.random.default_rng(23)
 CASES = {  # name: (input shape, weight shape, Conv attributes)
     "3x3": ((2, 8, 9, 7), (16, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
     "strided": ((2, 8, 11, 10), (12, 8, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
-    "depthwise": ((2, 16, 9, 9), (16, 1, 5, 5), {"group": 16, "pads": [2, 2, 2, 2]}),
+    "depthwise": ((2, 16, 9, 9), (16, 1, 7, 7), {"group": 16, "pads": [3, 3, 3, 3]}),
     "grouped_dilated": ((1, 8, 12, 12), (8, 2, 3, 3), {"group": 4, "dilations": [2, 2], "pads": [2, 2, 2, 2]}),
     "asymmetric_pads": ((1, 4, 8, 8), (6, 4, 3, 3), {"pads": [0, 1, 2, 1]}),
     "1d": ((2, 6, 17), (10, 6, 5), {"pads": [2, 2], "strides": [2]}),
@@ -55,7 +55,7 @@ def test_cudnn_writes_the_arena_buffer(gpu_target, case):
     the program holds its two allocations (activations, weights) and nothing else."""
     import torch
 
-    from fusegraph.targets.gpu.lower_nn import DEPTHWISE_MAX_OUTPUTS, CudnnInto
+    from fusegraph.targets.gpu.lower_nn import DEPTHWISE_MAX_OUTPUTS, DEPTHWISE_MAX_TAPS, CudnnInto
 
     taken = []
     original = CudnnInto._takes
@@ -66,8 +66,9 @@ def test_cudnn_writes_the_arena_buffer(gpu_target, case):
 
     x_shape, w_shape, attrs = CASES[case]
     big = {1: (2048,), 2: (64, 64), 3: (16, 16, 16)}[len(x_shape) - 2]  # outputs of 0.25-1 MiB in fp16
-    batch = 16 if case == "depthwise" else 4  # (a smaller depthwise one is Triton's: lower_nn.depthwise)
-    assert case != "depthwise" or batch * w_shape[0] * 64 * 64 > DEPTHWISE_MAX_OUTPUTS
+    batch = 16 if case == "depthwise" else 4  # (a smaller depthwise one, or a 3x3, is Triton's: lower_nn.depthwise)
+    assert case != "depthwise" or (batch * w_shape[0] * 64 * 64 > DEPTHWISE_MAX_OUTPUTS
+                                   and 7 * 7 > DEPTHWISE_MAX_TAPS)
     model, x = conv_relu_model((batch, x_shape[1], *big), w_shape, attrs, output_is_conv=False)
     feed = torch.from_numpy(x["x"]).cuda()
     torch.cuda.synchronize()

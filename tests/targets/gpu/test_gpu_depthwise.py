@@ -1,8 +1,8 @@
 """Depthwise convolutions (one input and one output channel a group) of up to DEPTHWISE_MAX_OUTPUTS
-outputs run on the gpu target as Triton window kernels (triton_pool.py's "depthwise" forms), not
-cuDNN: against ONNX Runtime over 1 to 3 spatial dims, strides, asymmetric pads, dilations, windows past
-the unrolled size, fp16, and a channels-last input; larger ones, and grouped convolutions that are
-not depthwise, stay cuDNN's."""
+outputs, and larger 2-D ones of small windows, run on the gpu target as Triton window kernels
+(triton_pool.py's "depthwise" forms), not cuDNN: against ONNX Runtime over 1 to 3 spatial dims,
+strides, asymmetric pads, dilations, windows past the unrolled size, fp16, and a channels-last input;
+larger ones of large windows, and grouped convolutions that are not depthwise, stay cuDNN's."""
 
 from __future__ import annotations
 
@@ -60,19 +60,30 @@ def test_depthwise_in_fp16_and_channels_last(gpu_target, after_conv):
     assert_close(p.run(feeds), run_ort(model, feeds), rtol=2e-2, atol=2e-2)
 
 
-def test_past_the_output_limit_cudnn_runs_it(gpu_target, monkeypatch):
+def test_past_the_output_limit_windows_of_few_taps_stay_triton(gpu_target, monkeypatch):
+    """Up to DEPTHWISE_MAX_OUTPUTS outputs: Triton's kernel, one output row a program (tiled form over
+    the channels-last buffers of fp16). Past it: a 2-D window of up to DEPTHWISE_MAX_TAPS taps stays
+    Triton's, DEPTHWISE_LARGE_ROWS rows a program; a larger window is cuDNN's."""
     from fusegraph.targets.gpu import lower_nn
 
-    monkeypatch.setattr(lower_nn, "DEPTHWISE_MAX_OUTPUTS", 2 * 8 * 9 * 9 - 1)
     model, feeds = conv_model((2, 8, 9, 9), (3, 3), pads=[1, 1, 1, 1])
-    p = fusegraph.parse_onnx(model)
-    p.compile(gpu_target)
-    assert not any(name.startswith("pool_") for name in p.executable.sources)
-    assert_close(p.run(feeds), run_ort(model, feeds), rtol=1e-4, atol=1e-4)
+    want = run_ort(model, feeds)
+
+    def compiled():
+        p = fusegraph.parse_onnx(model)
+        p.compile(gpu_target, fusegraph.CompileOptions(fp16=True))
+        assert_close(p.run(feeds), want, rtol=2e-2, atol=2e-2)
+        return [src for name, src in p.executable.sources.items() if name.startswith("pool_")]
+
     monkeypatch.setattr(lower_nn, "DEPTHWISE_MAX_OUTPUTS", 2 * 8 * 9 * 9)
-    p = fusegraph.parse_onnx(model)
-    p.compile(gpu_target)
-    assert any(name.startswith("pool_") for name in p.executable.sources)
+    (small,) = compiled()
+    assert "BLOCK_C" in small and "acc1 " not in small
+    monkeypatch.setattr(lower_nn, "DEPTHWISE_MAX_OUTPUTS", 2 * 8 * 9 * 9 - 1)
+    (large,) = compiled()
+    rows = lower_nn.DEPTHWISE_LARGE_ROWS
+    assert "BLOCK_C" in large and f"acc{rows - 1} " in large and f"acc{rows} " not in large
+    monkeypatch.setattr(lower_nn, "DEPTHWISE_MAX_TAPS", 8)
+    assert compiled() == []
 
 
 def test_a_channel_multiplier_is_not_depthwise(gpu_target):
