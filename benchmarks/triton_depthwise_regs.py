@@ -10,7 +10,7 @@ timing on the device at all.
     python benchmarks/triton_depthwise_regs.py [--channels 72,144] [--windows 3,5] [--strides 1,2]
                                                [--rows 1,2,4] [--size 56] [--batch 32] [--dtype float16]
 
-Prints one line per shape: registers a thread, spill stores and loads in bytes, and the tile
+Prints one line per shape: registers a thread, its stack in bytes (spilled registers), and the tile
 (BLOCK_W x BLOCK_C, from triton_depthwise.tiled_grid). Needs triton (no GPU, no torch device).
 """
 
