@@ -9,6 +9,7 @@ timing on the device at all.
 
     python benchmarks/triton_depthwise_regs.py [--channels 72,144] [--windows 3,5] [--strides 1,2]
                                                [--rows 1,2,4] [--size 56] [--batch 32] [--dtype float16]
+                                               [--tile 1024]
 
 Prints one line per shape: registers a thread, its stack in bytes (spilled registers), and the tile
 (BLOCK_W x BLOCK_C, from triton_depthwise.tiled_grid). Needs triton (no GPU, no torch device).
@@ -85,7 +86,12 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=56, help="input height and width")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
+    ap.add_argument("--tile", type=int, default=None, help="output elements a tile at most (triton_depthwise.TILE)")
     args = ap.parse_args()
+    if args.tile:
+        from fusegraph.targets.gpu import triton_depthwise
+
+        triton_depthwise.TILE = args.tile
     ints = lambda text: [int(v) for v in text.split(",")]  # noqa: E731
     for c in ints(args.channels):
         for k in ints(args.windows):
