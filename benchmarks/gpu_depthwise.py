@@ -4,6 +4,7 @@ of the two the gpu target picks (lower_nn.depthwise). Needs CUDA, torch and torc
 
     python benchmarks/gpu_depthwise.py [--models mobilenet_v3_large,efficientnet_b0,convnext_tiny]
                                        [--batches 1,32] [--layout channels_last|contiguous] [--rows 1,2,4]
+                                       [--tile 1024]
 
 Each model's depthwise convolutions (distinct shapes, found by running it once at 224x224) in fp16, at
 each batch: cuDNN, aten's own CUDA kernel (`_conv_depthwise2d`, contiguous operands) and Triton's
@@ -125,7 +126,12 @@ def main() -> None:
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--layout", choices=["channels_last", "contiguous"], default="channels_last")
     parser.add_argument("--rows", default="1,2,4", help="the tiled form's output rows a program, each timed")
+    parser.add_argument("--tile", type=int, default=None, help="the tiled form's output elements a tile at most "
+                        "(triton_depthwise.TILE; benchmarks/triton_depthwise_regs.py says which spill)")
     args = parser.parse_args()
+    from fusegraph.targets.gpu import triton_depthwise
+
+    triton_depthwise.TILE = args.tile or triton_depthwise.TILE
     import torch
 
     torch.backends.cudnn.benchmark = False  # as the gpu target runs cuDNN (executable._LibraryFlags)
@@ -142,8 +148,8 @@ def main() -> None:
                     totals[key] += row[key]
             print(f"{model} batch {batch}: {len(convs)} depthwise convolutions, cuDNN {totals['cudnn_us']:.1f} us, "
                   f"aten {totals['aten_us']:.1f} us, Triton (best rows each) {totals['triton_us']:.1f} us", flush=True)
-            path = write_results("gpu_depthwise", {"layout": args.layout, "calls_a_graph": CALLS, "rounds": ROUNDS,
-                                                   "rows": rows})  # after each model and batch
+            path = write_results("gpu_depthwise", {"layout": args.layout, "tile": triton_depthwise.TILE, "calls_a_graph": CALLS,
+                                                   "rounds": ROUNDS, "rows": rows})  # after each model and batch
     print(f"wrote {path}")
 
 
