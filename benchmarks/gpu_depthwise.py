@@ -1,6 +1,6 @@
 """Depthwise convolutions on the GPU: cuDNN (as the gpu target calls it: heuristics, no benchmarking)
 against fusegraph's Triton window kernel (triton_pool.py), per convolution of real models, and which
-of the two the gpu target picks (lower_nn.depthwise). Needs CUDA, torch and torchvision.
+of the two the gpu target picks (lower_nn.triton_depthwise_rows). Needs CUDA, torch and torchvision.
 
     python benchmarks/gpu_depthwise.py [--models mobilenet_v3_large,efficientnet_b0,convnext_tiny]
                                        [--batches 1,32] [--layout channels_last|contiguous] [--rows 1,2,4]
@@ -77,7 +77,7 @@ def measure(conv: tuple, batch: int, layout, rows: list[int]) -> dict:
     import torch
 
     from fusegraph.ir.dtypes import DType
-    from fusegraph.targets.gpu.lower_nn import DEPTHWISE_MAX_OUTPUTS, DEPTHWISE_MAX_TAPS
+    from fusegraph.targets.gpu.lower_nn import triton_depthwise_rows
     from fusegraph.targets.gpu.triton_pool import PoolLauncher
 
     chw, w_shape, stride, pad, dil, groups = conv
@@ -116,8 +116,7 @@ def measure(conv: tuple, batch: int, layout, rows: list[int]) -> dict:
             "aten_first_call_s": round(aten_first_call_s, 3), "triton_us": min(triton.values()), **triton,
             "ratio": round(min(triton.values()) / best["cudnn"], 3), "triton_form": forms[rows[0]],
             "rel_err": max(errs.values()), "cudnn_first_call_s": round(first_call_s, 3),
-            "gpu_target_runs": "triton" if (want.numel() <= DEPTHWISE_MAX_OUTPUTS
-                                            or w_shape[2] * w_shape[3] <= DEPTHWISE_MAX_TAPS) else "cudnn"}
+            "gpu_target_runs": "triton" if triton_depthwise_rows(tuple(w_shape[2:]), want.numel()) else "cudnn"}
 
 
 def main() -> None:
@@ -131,7 +130,8 @@ def main() -> None:
     args = parser.parse_args()
     from fusegraph.targets.gpu import triton_depthwise
 
-    triton_depthwise.TILE = args.tile or triton_depthwise.TILE
+    if args.tile:
+        triton_depthwise.TILE = args.tile
     import torch
 
     torch.backends.cudnn.benchmark = False  # as the gpu target runs cuDNN (executable._LibraryFlags)

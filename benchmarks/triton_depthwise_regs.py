@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import re
 import subprocess
 import sys
@@ -92,14 +93,12 @@ def main() -> None:
         from fusegraph.targets.gpu import triton_depthwise
 
         triton_depthwise.TILE = args.tile
-    ints = lambda text: [int(v) for v in text.split(",")]  # noqa: E731
-    for c in ints(args.channels):
-        for k in ints(args.windows):
-            for s in ints(args.strides):
-                for r in ints(args.rows):
-                    got = compile_one(c, k, s, r, args.size, args.batch, args.dtype)
-                    print(f"C {c:5d}  {k}x{k} / {s}  rows {r}  tile {got['tile']:>6s}  registers {got['registers']}  "
-                          f"stack (spills) {got['stack_bytes']} bytes", flush=True)
+    grid = itertools.product(*([int(v) for v in text.split(",")]
+                               for text in (args.channels, args.windows, args.strides, args.rows)))
+    for c, k, s, r in grid:
+        got = compile_one(c, k, s, r, args.size, args.batch, args.dtype)
+        print(f"C {c:5d}  {k}x{k} / {s}  rows {r}  tile {got['tile']:>6s}  registers {got['registers']}  "
+              f"stack (spills) {got['stack_bytes']} bytes", flush=True)
 
 
 if __name__ == "__main__":

@@ -116,8 +116,9 @@ def convolution(ctx, step):
     padding = list(pb) if symmetric else [0] * nsp  # asymmetric pads are applied before, by F.pad
     if tiles_the_input(step):
         return _patch_matmul
-    if depthwise(step):
-        return _triton_depthwise(ctx, step, pb, strides, dils)
+    rows = depthwise_rows(step)
+    if rows:
+        return _triton_depthwise(ctx, step, pb, strides, dils, rows)
     into = CudnnInto(strides, padding, dils, op.group)
 
     def run(out, x, w):
@@ -181,11 +182,11 @@ DEPTHWISE_MAX_TAPS = 9  # and larger 2-D ones with windows of up to this many ta
 DEPTHWISE_LARGE_ROWS = 4  # ... in the tiled form, this many output rows a program
 
 
-def depthwise(step) -> bool:
-    """Whether the convolution `step` is depthwise (one input and one output channel a group, 1 to 3
-    float spatial dims) and runs as Triton's window kernel (triton_pool.py), not cuDNN: when it has at
-    most DEPTHWISE_MAX_OUTPUTS outputs, or 2 spatial dims and a window of at most DEPTHWISE_MAX_TAPS
-    (then DEPTHWISE_LARGE_ROWS output rows a program). cuDNN's plan for each new shape costs the
+def triton_depthwise_rows(window: tuple[int, ...], outputs: int) -> int:
+    """The output rows a program of Triton's window kernel (triton_pool.py) for a depthwise convolution
+    of `window` (its spatial dims) and `outputs` elements, or 0 where cuDNN runs it: Triton's with at
+    most DEPTHWISE_MAX_OUTPUTS outputs (triton_depthwise.ROWS rows), or in 2 spatial dims with a window
+    of at most DEPTHWISE_MAX_TAPS (DEPTHWISE_LARGE_ROWS rows). cuDNN's plan for each new shape costs the
     compile 0.2-1.3 s. On the H200 in fp16 (`benchmarks/gpu_depthwise.py`): at batch 1 the kernel, one
     row a program, beat cuDNN (MobileNetV3-Large's 12: 36 against 46 us, ConvNeXt-T's 7x7s 33 against
     49); at batch 32 one row lost (MobileNetV3-Large 317 against 141 us), four rows matched cuDNN on
@@ -193,19 +194,27 @@ def depthwise(step) -> bool:
     not on larger ones (a 5x5 / 2 of EfficientNet-B0: 558 against 30 us; ConvNeXt-T's 7x7s 389
     against 153). With its 3x3s on Triton MobileNetV3-Large's batch-32 compile took 5.1-5.9 s instead
     of 6.3-7.5, EfficientNet-B0's 6.3 instead of 8.5, their runs 0.5-0.7 % longer."""
+    from .triton_depthwise import ROWS
+
+    if outputs <= DEPTHWISE_MAX_OUTPUTS:
+        return ROWS
+    return DEPTHWISE_LARGE_ROWS if len(window) == 2 and math.prod(window) <= DEPTHWISE_MAX_TAPS else 0
+
+
+def depthwise_rows(step) -> int:
+    """triton_depthwise_rows for the convolution `step` if it is depthwise (one input and one output
+    channel a group, 1 to 3 float spatial dims), else 0."""
     x, w = step.inputs[0].shape, step.inputs[1].shape
     if not (x.ndim in (3, 4, 5) and x.dtype.value in FLOATS and step.ins.op.group == x.lens[1] > 1
             and w.lens[0] == x.lens[1] and w.lens[1] == 1):
-        return False
-    return step.ins.shape.elements <= DEPTHWISE_MAX_OUTPUTS or (x.ndim == 4 and math.prod(w.lens[2:]) <= DEPTHWISE_MAX_TAPS)
+        return 0
+    return triton_depthwise_rows(tuple(w.lens[2:]), step.ins.shape.elements)
 
 
-def _triton_depthwise(ctx, step, begins, strides, dils):
-    from .triton_depthwise import ROWS
+def _triton_depthwise(ctx, step, begins, strides, dils, rows: int):
     from .triton_pool import PoolLauncher
 
     lengths = step.inputs[1].shape.lens[2:]
-    rows = ROWS if step.ins.shape.elements <= DEPTHWISE_MAX_OUTPUTS else DEPTHWISE_LARGE_ROWS
     launcher = PoolLauncher("depthwise", step.inputs[0].shape.dtype, lengths, strides, begins, dils,
                             ctx.constant(np.ones(1, dtype=np.float32)), ctx.scratch, rows=rows)  # (no counts)
     ctx.kernels.append(launcher)

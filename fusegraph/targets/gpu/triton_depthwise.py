@@ -9,7 +9,7 @@ rather than rows * kh.
 On the H200 in fp16 one row a program ran ConvNeXt-T's four 7x7s at batch 1 in 33 us (cuDNN 49, the
 small form 46) and MobileNetV3-Large's 12 in 36 (cuDNN 46, the small form 34), and at batch 32 2.3x
 cuDNN's time; four rows a program matched cuDNN on 3x3 windows at batch 32 and lost on 5x5 and 7x7
-ones (`benchmarks/gpu_depthwise.py --rows 1,4`; lower_nn.depthwise picks the rows).
+ones (`benchmarks/gpu_depthwise.py --rows 1,4`; lower_nn.triton_depthwise_rows picks the rows).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ A depthwise convolution is a window summed with its channel's weights (the small
 channels-last operands in 2-D the tiled one of triton_depthwise.py): cuDNN built a plan for each new
 shape on the thread that first called it, 0.2-1.3 s of the compile each (5.4 s for
 MobileNetV3-Large's 12 at batch 32 on the H200, issue 23), and kept it for that thread alone; a
-kernel here compiles with the others, in parallel. Which ones run here: lower_nn.depthwise.
+kernel here compiles with the others, in parallel. Which ones run here:
+lower_nn.triton_depthwise_rows.
 
 Two forms, by window size:
 * small windows (up to UNROLL_TAPS taps): each program computes BLOCK outputs, looping over the taps

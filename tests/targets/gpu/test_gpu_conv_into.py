@@ -66,7 +66,8 @@ def test_cudnn_writes_the_arena_buffer(gpu_target, case):
 
     x_shape, w_shape, attrs = CASES[case]
     big = {1: (2048,), 2: (64, 64), 3: (16, 16, 16)}[len(x_shape) - 2]  # outputs of 0.25-1 MiB in fp16
-    batch = 16 if case == "depthwise" else 4  # (a smaller depthwise one, or a 3x3, is Triton's: lower_nn.depthwise)
+    # (a smaller depthwise one, or a 3x3, is Triton's: lower_nn.triton_depthwise_rows)
+    batch = 16 if case == "depthwise" else 4
     assert case != "depthwise" or (batch * w_shape[0] * 64 * 64 > DEPTHWISE_MAX_OUTPUTS
                                    and 7 * 7 > DEPTHWISE_MAX_TAPS)
     model, x = conv_relu_model((batch, x_shape[1], *big), w_shape, attrs, output_is_conv=False)
