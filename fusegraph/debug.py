@@ -9,6 +9,8 @@ FUSEGRAPH_CACHE_DIR=DIR        where the cpu target keeps compiled kernels (defa
 FUSEGRAPH_SIGN_KEY=KEY         the HMAC key compiled files are signed and checked with when none is given
 FUSEGRAPH_GPU_GEMM=MODE        the gpu target's GEMM epilogue choice when GpuTarget(gemm=...) is not given:
                                auto (timed), triton (the Triton template only) or library (cuBLAS only)
+FUSEGRAPH_COMPILE_WORKERS=N    the gpu target's Triton compile worker processes (0: compiles in threads
+                               alone; default: one a core on 4 cores or more, none under Triton's interpreter)
 """
 
 from __future__ import annotations
@@ -43,6 +45,22 @@ def sign_key() -> str | None:
 
 def gpu_gemm() -> str | None:
     return os.environ.get("FUSEGRAPH_GPU_GEMM") or None
+
+
+def compile_workers() -> int | None:
+    """FUSEGRAPH_COMPILE_WORKERS as a count (a value that is no number: 0); None when unset."""
+    setting = os.environ.get("FUSEGRAPH_COMPILE_WORKERS", "").strip()
+    if not setting:
+        return None
+    try:
+        return max(0, int(setting))
+    except ValueError:
+        return 0
+
+
+def triton_interpreter() -> bool:
+    """Whether Triton's interpreter runs the kernels (TRITON_INTERPRET, Triton's own variable)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def native_programs() -> bool:

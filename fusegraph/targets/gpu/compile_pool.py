@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ... import debug
 from ...ir.limits import cores
 from .kernels import MODULE_PREFIX
 
@@ -48,13 +49,10 @@ _pending = threading.local()  # the job the hook saw last, on the thread that la
 
 def workers_wanted() -> int:
     """How many compile workers this process uses (0: compiles stay in threads)."""
-    setting = os.environ.get("FUSEGRAPH_COMPILE_WORKERS", "").strip()
-    if setting:
-        try:
-            return max(0, int(setting))
-        except ValueError:
-            return 0
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    setting = debug.compile_workers()
+    if setting is not None:
+        return setting
+    if debug.triton_interpreter():
         return 0
     n = cores()
     return n if n >= MIN_CORES else 0
