@@ -18,7 +18,6 @@ Prints one line per shape: registers a thread, its stack in bytes (spilled regis
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import itertools
 import re
 import subprocess
@@ -37,25 +36,21 @@ def compile_one(channels: int, window: int, stride: int, rows: int, size: int, b
     from triton.compiler import ASTSource
 
     from fusegraph.ir.dtypes import DType
+    from fusegraph.targets.gpu.kernels import load_kernel
     from fusegraph.targets.gpu.triton_depthwise import tiled_grid
     from fusegraph.targets.gpu.triton_pool import PoolSpec, pool_source
 
     dtype = DType[dtype_name]
     pad, out = window // 2, (size + 2 * (window // 2) - window) // stride + 1
     spec = PoolSpec("depthwise", dtype, (window, window), (stride, stride), (pad, pad), (1, 1), (0, 2, 3, 1), True, rows)
-    folder = Path(tempfile.mkdtemp(prefix="dw_regs_"))
-    path = folder / "kernel.py"
-    path.write_text(pool_source(spec, "dw"))
-    module_spec = importlib.util.spec_from_file_location(f"dw_regs_{folder.name}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)  # type: ignore[union-attr]
+    fn = load_kernel(pool_source(spec, "dw"), "dw").fn  # as the gpu target loads it
     _, meta = tiled_grid((batch, channels, out, out), rows)
     c, k = channels, window
     ints = {"numel": batch * c * out * out, "o0": batch, "o1": c, "o2": out, "o3": out, "n0": size, "n1": size,
             "xs0": c * size * size, "xs1": 1, "xs2": size * c, "xs3": c, "os0": c * out * out, "os1": 1,
             "os2": out * c, "os3": c, "ws0": k * k, "ws2": k, "ws3": 1}
     signature, constants, attrs = {}, {"BLOCK_W": meta["BLOCK_W"], "BLOCK_C": meta["BLOCK_C"]}, {}
-    for i, arg in enumerate(module.dw.arg_names):  # as Triton's launcher specializes them
+    for i, arg in enumerate(fn.arg_names):  # as Triton's launcher specializes them
         if arg in constants:
             signature[arg] = "constexpr"
         elif arg.endswith("_ptr"):
@@ -67,12 +62,14 @@ def compile_one(channels: int, window: int, stride: int, rows: int, size: int, b
             signature[arg] = "i32"
             if ints[arg] % 16 == 0:
                 attrs[(i,)] = [["tt.divisibility", 16]]
-    kernel = triton.compile(ASTSource(module.dw, signature, constants, attrs), target=GPUTarget("cuda", 90, 32),
+    kernel = triton.compile(ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", 90, 32),
                             options={"num_warps": meta["num_warps"]})
-    cubin = folder / "kernel.cubin"
-    cubin.write_bytes(kernel.asm["cubin"])
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    usage = subprocess.run([str(tool), "--dump-resource-usage", str(cubin)], capture_output=True, text=True).stdout
+    with tempfile.TemporaryDirectory() as folder:
+        cubin = Path(folder) / "kernel.cubin"
+        cubin.write_bytes(kernel.asm["cubin"])
+        tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        usage = subprocess.run([str(tool), "--dump-resource-usage", str(cubin)], capture_output=True,
+                               text=True).stdout
     found = {key: int(m.group(1)) for key in ("REG", "STACK") if (m := re.search(rf"{key}:(\d+)", usage))}
     return {"registers": found.get("REG"), "stack_bytes": found.get("STACK"),
             "tile": f"{meta['BLOCK_W']}x{meta['BLOCK_C']}", "output": out}
