@@ -51,6 +51,8 @@ class EpilogueGemm:
         self.body = literal_exponents(self.body, user.inputs)
         self.var_types = [mm.shape.dtype if r == "acc" else x.shape.dtype for r, x in zip(self.roles, user.inputs)]
         self.out_type = user.shape.dtype
+        # the depth of the sums: a 1x1 convolution's input channels (weights [M, C, 1, 1]), a dot's last dim
+        self.k = mm.inputs[1].shape.lens[1] if self.conv else mm.inputs[0].shape.lens[-1]
         self.tuning: dict[str, dict] = {}
         self.run = None
         self.chosen = None  # the chosen candidate's launcher
@@ -107,10 +109,12 @@ class EpilogueGemm:
         configs = {cfg.name(): cfg for cfg in tuner.configs(m, n, k, ro.element_size())}
         background = kernels.async_compiling()  # a static program's warm-up: K-constant kernels compile there
         to_time = tuner.to_time(m, n, k, ro.element_size())
-        # one config to consider (a latency-bound problem) leaves nothing to choose among the templates:
-        # a static program's warm-up compiles its K-constant kernel at once, times it against the
-        # library, and keeps it, with no generic kernel (LR-ASPP b1: 86 GEMM kernels for 34 problems)
-        final_only = background and len(to_time) == 1
+        # one config to consider (a latency-bound problem) leaves nothing to choose among the templates,
+        # and a generic kernel no other problem would share saves no compile: a static program's
+        # warm-up then compiles the K-constant kernels at once, times them against the library, and
+        # keeps the chosen one, with no generic kernel (LR-ASPP b1: 86 GEMM kernels for 34 problems)
+        # and no second compile after the choice
+        final_only = background and (len(to_time) == 1 or not self.shares_kernels())
         known = tuner.decided(key)
         if known in configs:  # chosen before (recorded with the program, or cached): its kernel alone
             try:
@@ -137,6 +141,20 @@ class EpilogueGemm:
         final.compile(*args)  # in the background of the warm-up's run; the timed kernel runs this call
         self._keep(key, name, final, launchers)
         return run if name in tuner.timings.get(key, {}) else final
+
+    def family(self) -> tuple:
+        """What the template's source depends on besides K and the operands' layouts: runners of one
+        family with different K share each config's generic kernel."""
+        return (type(self), self.conv, self.split, self.body, tuple(self.var_types), tuple(self.roles),
+                tuple(self.acc), self.in_type, self.out_type)
+
+    def shares_kernels(self) -> bool:
+        """Whether another GEMM of the program, of this runner's family, sums over another K: only
+        then does timing the generic form (one kernel per config for every K) save compiles. The
+        layers of a transformer repeat one K per family (GPT-2 b1 on the H200 waited 0.8 s after its
+        last choice for the chosen K-constant kernels' compiles and launchers)."""
+        family = self.family()
+        return any(isinstance(r, EpilogueGemm) and r.k != self.k and r.family() == family for r in self.ctx.kernels)
 
     def _keep(self, key, name, run, launchers):
         self.run, self.chosen = run, launchers[name]

@@ -39,8 +39,10 @@ _modules: dict[str, Any] = {}
 _kernels: dict[tuple[str, str], Any] = {}  # (source, name) -> Kernel: no hashing of the text per launch
 MODULE_PREFIX = "fusegraph_triton_"  # the generated modules' names (compile_pool sends only these to workers)
 _compiling: contextvars.ContextVar[Any] = contextvars.ContextVar("fusegraph_compile_all", default=None)
-# compile_all's calls for after its walk: (a library's first calls, the tuned steps' choices)
-_after_walk: contextvars.ContextVar[tuple[list, list] | None] = contextvars.ContextVar("fusegraph_after_walk", default=None)
+# compile_all's calls for after its walk, in this order: a library's first calls, the tuned steps'
+# choices that may submit a compile, those that submit none (after_walk)
+_after_walk: contextvars.ContextVar[tuple[list, list, list] | None] = contextvars.ContextVar(
+    "fusegraph_after_walk", default=None)
 # Called on every generated module once it is imported (tests use it to give Triton's CPU
 # interpreter numpy forms of the libdevice functions it lacks).
 MODULE_HOOKS: list[Callable[[Any], None]] = []
@@ -166,19 +168,19 @@ def _async_compiles(launch: bool) -> Iterator[bool]:
     _set_up_done()
     with quick_gil_handoff(), ThreadPoolExecutor(cores()) as pool, executor(pool) as compiles:
         mode = AsyncCompileMode(_WithLauncher(compiles), ignore_errors=True)
-        token, later = _compiling.set(None if launch else mode), _after_walk.set(None if launch else ([], []))
+        token, later = _compiling.set(None if launch else mode), _after_walk.set(None if launch else ([], [], []))
         try:
             with mode:
                 yield True
-                first_calls, choices = _after_walk.get() or ([], [])
+                first_calls, choices, last = _after_walk.get() or ([], [], [])
                 _compiling.set(None)  # launches run again (waiting for their kernels' compiles)
                 if first_calls:  # each releases the GIL: the compile threads run on
                     with phases.span("library first calls while compiling"):
                         for call in first_calls:
                             _quietly(call)()
-                if choices:
+                if choices or last:
                     with phases.span("choices while compiling"):
-                        for call in choices:
+                        for call in choices + last:
                             _quietly(call)()
         finally:
             _compiling.reset(token)
@@ -213,7 +215,7 @@ def quick_gil_handoff() -> Iterator[None]:
                 sys.setswitchinterval(_handoff[1])
 
 
-def after_walk(call: Callable[[], Any], library: bool = False) -> None:
+def after_walk(call: Callable[[], Any], library: bool = False, compiles: bool = True) -> None:
     """Inside compile_all(): call `call` when the scope's body is done (the warm-up's walk over the
     steps), while the kernels it submitted compile, with launches running as in compile_async();
     elsewhere, now. A tuned step makes its choice there: its candidates' kernels are timed as their
@@ -222,14 +224,18 @@ def after_walk(call: Callable[[], Any], library: bool = False) -> None:
     graph per shape: 0.7 s on the H200) no longer holds the walk, and the next steps' compiles, back.
     `library`: a call that waits for no kernel (a library's first call, which builds its plan for the
     shapes: cuDNN's depthwise convolutions took 0.2-1.3 s each on the H200, 5.4 s for MobileNetV3's 12
-    at batch 32), made before the choices, which wait for their candidates' compiles. The step's
-    buffers hold nothing meaningful in that walk, so calling it late changes no result. What fails
-    there fails again, with its error, where it is used."""
+    at batch 32), made before the choices, which wait for their candidates' compiles.
+    `compiles=False`: a choice that submits no compile once made (attention's: its candidates are
+    libraries' and a kernel compiled in the walk), made after those that may (a GEMM's chosen
+    K-constant kernel), whose compiles then overlap its timing: GPT-2 b1 on the H200 made two of its
+    GEMM choices, and so began their kernels' compiles, after 1.5 s of its attention's choice
+    (cuDNN's first calls). The step's buffers hold nothing meaningful in that walk, so calling it
+    late changes no result. What fails there fails again, with its error, where it is used."""
     calls = _after_walk.get()
     if calls is None or not compiling_all():  # (outside compile_all, or in its choices already)
         call()
     else:
-        calls[0 if library else 1].append(call)
+        calls[0 if library else 1 if compiles else 2].append(call)
 
 
 def async_compiling() -> bool:

@@ -55,7 +55,10 @@ class TunedAttention:
     graph capture) on the step's own tensors: scaled_dot_product_attention as torch dispatches it
     (the first candidate: the choice where nothing is timed, Triton's interpreter), each of its fused
     backends forced, and triton_attention's short-sequence kernel. torch picks a backend by what the
-    inputs allow, not by speed: on Swin's 49-token windows its choice (cuDNN) is the slowest."""
+    inputs allow, not by speed: on Swin's 49-token windows its choice (cuDNN) is the slowest. Each
+    SDPA candidate's first call (cuDNN builds its graph for the shapes then) is made with the
+    libraries' first calls right after the walk, while the GEMMs' candidates compile: the choice
+    itself, made after the GEMMs' (it compiles nothing), then times warm candidates."""
 
     BACKENDS = ("cudnn", "flash", "efficient")
 
@@ -90,7 +93,11 @@ class TunedAttention:
             self.run = run
             self.tuning[key] = {"name": name}
         elif kernels.compiling_all():  # the pass that only compiles: the choice after it (kernels.after_walk)
-            kernels.after_walk(lambda: self._choose(q, k, v, bias, dead))
+            known = self.tuner.decided(key)
+            for c in candidates[:-1] if q.is_cuda else ():  # the libraries' first calls, with the others'
+                if known in (None, c.name):
+                    kernels.after_walk(lambda c=c: c.make()(q, k, v, bias, dead), library=True)
+            kernels.after_walk(lambda: self._choose(q, k, v, bias, dead), compiles=False)
             return unwritten_output
         return run
 

@@ -159,6 +159,21 @@ def test_library_first_calls_come_before_the_choices(compile_all):
     assert log == ["cudnn plan 1", "cudnn plan 2", "choice"]
 
 
+def test_choices_that_compile_nothing_come_after_those_that_may(compile_all):
+    """after_walk(compiles=False): a choice that submits no compile (attention's) runs after the
+    choices that may submit one (a GEMM's chosen kernel), whichever was registered first, so those
+    compiles overlap its timing; the library's first calls still come first."""
+    from fusegraph.targets.gpu import kernels
+
+    log = []
+    with compile_all():
+        kernels.after_walk(lambda: log.append("attention"), compiles=False)
+        kernels.after_walk(lambda: log.append("gemm 1"))
+        kernels.after_walk(lambda: log.append("cudnn plan"), library=True)
+        kernels.after_walk(lambda: log.append("gemm 2"))
+    assert log == ["cudnn plan", "gemm 1", "gemm 2", "attention"]
+
+
 def test_a_library_convolution_runs_after_the_walk_and_right(gpu_target):
     """A grouped convolution (the library's: cuDNN on a GPU) in compile_all's walk writes nothing;
     it runs when the walk is done (its plan for the shapes built while the kernels compile), and the

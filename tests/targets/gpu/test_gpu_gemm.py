@@ -143,42 +143,90 @@ def test_the_generic_template_takes_k_as_an_argument(target_of):
     assert all(k_form(source) == "argument" for source in launcher.sources.values())
 
 
-@pytest.mark.gpu
-def test_tuning_times_generic_kernels_after_the_walk_and_the_first_run_runs_k_constant_ones(target_of, monkeypatch,
-                                                                                                tmp_path):
-    """Two FFN blocks of one problem (large enough that tuning times several configs): the choices
-    made after the compile-all walk time the generic kernels and submit the chosen K-constant kernel,
-    which compiles with the others and the second block takes too; the warm-up's first run then runs
-    K-constant kernels only, waiting for none. (A third block writes the graph's float32 output: a
-    problem of its own.)"""
+def ffn_chain(widths: list[int], residual: bool) -> tuple:
+    """Blocks y = gelu(x @ w + b) [+ x] over an [8, 512, widths[0]] input, block i from widths[i] to
+    widths[i + 1] (the last block writes the graph's float32 output: a problem of its own), and the
+    problems each is more than autotune.SMALL_MACS, so that tuning times several configs."""
+    nodes, inits = [], {}
+    names = ["h"] + [f"y{i}" for i in range(1, len(widths) - 1)] + ["y"]
+    for i, (src, dst) in enumerate(zip(names, names[1:])):
+        gelu = f"g{i}" if residual else dst
+        nodes += [helper.make_node("MatMul", [src, f"w{i}"], [f"m{i}"]), helper.make_node("Add", [f"m{i}", f"b{i}"], [f"mb{i}"]),
+                  helper.make_node("Gelu", [f"mb{i}"], [gelu])]
+        nodes += [helper.make_node("Add", [gelu, src], [dst])] if residual else []
+        inits |= {f"w{i}": randn(widths[i], widths[i + 1]) * 0.06, f"b{i}": randn(widths[i + 1])}
+    x = {"h": randn(8, 512, widths[0])}
+    return make_model(nodes, x, ["y"], initializers=inits, opset=20), x
+
+
+def spy_launches(monkeypatch) -> tuple[list[bool], list[bool]]:
+    """(generic? of each GemmLauncher made, generic? of each launch in the compile scopes after the
+    walk: the timings, the first run)."""
     from fusegraph.targets.gpu import kernels
     from fusegraph.targets.gpu.triton_gemm import GemmLauncher
 
-    monkeypatch.setattr(kernels, "CACHE_ROOT", tmp_path)  # no choice cached by another test: timed here
+    built: list[bool] = []
+    ran: list[bool] = []
+    init, call = GemmLauncher.__init__, GemmLauncher.__call__
 
-    nodes, inits = [], {}
-    for i, (src, dst) in enumerate((("h", "y1"), ("y1", "y2"), ("y2", "y"))):
-        nodes += [helper.make_node("MatMul", [src, f"w{i}"], [f"m{i}"]), helper.make_node("Add", [f"m{i}", f"b{i}"], [f"mb{i}"]),
-                  helper.make_node("Gelu", [f"mb{i}"], [f"g{i}"]), helper.make_node("Add", [f"g{i}", src], [dst])]
-        inits |= {f"w{i}": randn(256, 256) * 0.06, f"b{i}": randn(256)}
-    x = {"h": randn(8, 512, 256)}  # 4096 x 256 x 256: more than autotune.SMALL_MACS
-    model = make_model(nodes, x, ["y"], initializers=inits, opset=20)
-    ran: list[bool] = []  # generic? for each launch in the compile scopes (the timings, the first run)
-    call = GemmLauncher.__call__
+    def made(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        built.append(self.generic)
 
-    def spy(self, *args):
+    def launched(self, *args):
         if kernels.async_compiling() and not kernels.compiling_all():
             ran.append(self.generic)
         return call(self, *args)
 
-    monkeypatch.setattr(GemmLauncher, "__call__", spy)
-    p = compile_check(target_of("triton"), model, x, fp16=True)
-    assert len(p.executable.tuning) == 2  # blocks 0 and 1 share one problem
+    monkeypatch.setattr(GemmLauncher, "__init__", made)
+    monkeypatch.setattr(GemmLauncher, "__call__", launched)
+    return built, ran
+
+
+def choice_times(p, problem: str) -> list[float]:
+    """Where the tunings of `problem` began, each checked to lie in the choices after the walk."""
     log = p.executable.compile_log
     choices = next((t0, t1) for name, lane, t0, t1 in log if name == "choices while compiling")
-    tunes = [t0 for name, lane, t0, t1 in log if name.startswith("tune dot 4096x256x256")]
-    assert len(tunes) == 2 and all(choices[0] <= t0 <= choices[1] for t0 in tunes)
-    assert any(ran[:-3]) and ran[-3:] == [False, False, False]  # timed generic; the first run's three K-constant
+    tunes = [t0 for name, lane, t0, t1 in log if name.startswith(f"tune dot {problem}")]
+    assert all(choices[0] <= t0 <= choices[1] for t0 in tunes)
+    return tunes
+
+
+@pytest.mark.gpu
+def test_tuning_times_generic_kernels_after_the_walk_and_the_first_run_runs_k_constant_ones(target_of, monkeypatch,
+                                                                                                tmp_path):
+    """GEMMs of one epilogue over two K (256 and 512: each config's generic kernel serves both),
+    two blocks of one problem among them, and the block that writes the graph's float32 output: the choices made after the compile-all walk time the
+    generic kernels and submit the chosen K-constant kernels, which compile with the others and the
+    second block of the problem takes too; the warm-up's first run then runs K-constant kernels
+    only, waiting for none."""
+    from fusegraph.targets.gpu import kernels
+
+    monkeypatch.setattr(kernels, "CACHE_ROOT", tmp_path)  # no choice cached by another test: timed here
+    model, x = ffn_chain([256, 256, 256, 512, 256, 256], residual=False)
+    built, ran = spy_launches(monkeypatch)
+    p = compile_check(target_of("triton"), model, x, fp16=True)
+    assert len(p.executable.tuning) == 4  # blocks 0 and 1 share one problem
+    assert len(choice_times(p, "4096x256x256")) == 2  # theirs, and the output's (float16 -> float32)
+    assert any(built) and any(ran[:-5]) and ran[-5:] == [False] * 5  # timed generic; the first run's K-constant
+    sources = [s for n, s in p.executable.sources.items() if n.startswith("mm_")]
+    assert sources and all(k_form(source) == "constant" for source in sources)
+
+
+@pytest.mark.gpu
+def test_gemms_of_one_k_in_their_epilogue_time_and_keep_k_constant_kernels(target_of, monkeypatch, tmp_path):
+    """A transformer's layers repeat one K for each epilogue: a generic kernel would serve no other
+    problem, so tuning builds none; it times the K-constant kernels after the walk and keeps the
+    chosen one (no compile after the choice), which the first run runs."""
+    from fusegraph.targets.gpu import kernels
+
+    monkeypatch.setattr(kernels, "CACHE_ROOT", tmp_path)
+    model, x = ffn_chain([256, 256, 256, 256], residual=True)
+    built, ran = spy_launches(monkeypatch)
+    p = compile_check(target_of("triton"), model, x, fp16=True)
+    assert len(p.executable.tuning) == 2  # blocks 0 and 1 share one problem; the last writes float32
+    assert len(choice_times(p, "4096x256x256")) == 2
+    assert built and ran and not any(built) and not any(ran)
     sources = [s for n, s in p.executable.sources.items() if n.startswith("mm_")]
     assert len(sources) == 2 and all(k_form(source) == "constant" for source in sources)
 
