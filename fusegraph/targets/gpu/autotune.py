@@ -70,6 +70,11 @@ def checked_mode(mode: str) -> str:
 # won by one of these two small tiles or by the library (the other by a 64x128 tile, where the
 # 64x64's timing was a 16x outlier: measure.py now times such a one again).
 SMALL_MACS = 2**27
+# A problem of more than this many multiply-adds times its configs' generic kernels even where no other
+# problem would share them (gemm_runner.EpilogueGemm.shares_kernels): on the H200 Segformer-B0 b1's
+# 16384x256x1024 convolution waited 4.4 s for its seven configs' K-constant kernels, 0.3 s for the
+# generic ones (the library won)
+GENERIC_MACS = 2**30
 SMALL_CONFIGS = (GemmConfig(64, 64, 32, 8, 4, 4), GemmConfig(64, 32, 64, 8, 4, 4))
 # Hopper-friendly tiles (Inductor's mm configs and the matmul tutorial's), smallest last
 DEFAULT_CONFIGS = (

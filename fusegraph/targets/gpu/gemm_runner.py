@@ -97,7 +97,7 @@ class EpilogueGemm:
         timed one meanwhile; elsewhere (the dynamic mode's runs) the generic kernel stays, as a
         recorded choice's does there. A problem with one config to consider (latency-bound) times
         that config's K-constant kernel in a static program's warm-up: no generic one."""
-        from .autotune import LIBRARY, Candidate, candidate_errors
+        from .autotune import GENERIC_MACS, LIBRARY, Candidate, candidate_errors
 
         ro, ra, rb, rops = self.rows(out, a, w, ops)
         m, (k, n) = math.prod(ro.shape[:-1]), rb.shape
@@ -110,11 +110,11 @@ class EpilogueGemm:
         background = kernels.async_compiling()  # a static program's warm-up: K-constant kernels compile there
         to_time = tuner.to_time(m, n, k, ro.element_size())
         # one config to consider (a latency-bound problem) leaves nothing to choose among the templates,
-        # and a generic kernel no other problem would share saves no compile: a static program's
+        # and a generic kernel no other problem would share saves no compile (up to GENERIC_MACS): a static program's
         # warm-up then compiles the K-constant kernels at once, times them against the library, and
         # keeps the chosen one, with no generic kernel (LR-ASPP b1: 86 GEMM kernels for 34 problems)
         # and no second compile after the choice
-        final_only = background and (len(to_time) == 1 or not self.shares_kernels())
+        final_only = background and (len(to_time) == 1 or (m * n * k <= GENERIC_MACS and not self.shares_kernels()))
         known = tuner.decided(key)
         if known in configs:  # chosen before (recorded with the program, or cached): its kernel alone
             try:
