@@ -144,9 +144,8 @@ def test_the_generic_template_takes_k_as_an_argument(target_of):
 
 
 def ffn_chain(widths: list[int], residual: bool) -> tuple:
-    """Blocks y = gelu(x @ w + b) [+ x] over an [8, 512, widths[0]] input, block i from widths[i] to
-    widths[i + 1] (the last block writes the graph's float32 output: a problem of its own), and the
-    problems each is more than autotune.SMALL_MACS, so that tuning times several configs."""
+    """Blocks y = gelu(x @ w + b) [+ x] over [8, 512, widths[0]], block i widths[i] -> widths[i + 1] (the
+    last writes the float32 output), each problem past autotune.SMALL_MACS: several configs timed."""
     nodes, inits = [], {}
     names = ["h"] + [f"y{i}" for i in range(1, len(widths) - 1)] + ["y"]
     for i, (src, dst) in enumerate(zip(names, names[1:])):
@@ -160,13 +159,11 @@ def ffn_chain(widths: list[int], residual: bool) -> tuple:
 
 
 def spy_launches(monkeypatch) -> tuple[list[bool], list[bool]]:
-    """(generic? of each GemmLauncher made, generic? of each launch in the compile scopes after the
-    walk: the timings, the first run)."""
+    """(generic? of each GemmLauncher made, of each launch after the walk: the timings, the first run)."""
     from fusegraph.targets.gpu import kernels
     from fusegraph.targets.gpu.triton_gemm import GemmLauncher
 
-    built: list[bool] = []
-    ran: list[bool] = []
+    built, ran = [], []
     init, call = GemmLauncher.__init__, GemmLauncher.__call__
 
     def made(self, *args, **kwargs):
