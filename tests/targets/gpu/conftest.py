@@ -45,3 +45,12 @@ def gpu_target():
     from fusegraph.targets.gpu.interpreter import interpreted_target
 
     return interpreted_target()
+
+
+@pytest.fixture(scope="session")
+def target_of(gpu_target):
+    """GpuTarget(gemm=...) where `gpu_target` runs: on the GPU, or through Triton's interpreter."""
+    from fusegraph.targets.gpu import GpuTarget
+    from fusegraph.targets.gpu.interpreter import interpreted_target
+
+    return lambda gemm: interpreted_target(gemm=gemm) if gpu_target.device == "cpu" else GpuTarget(gemm=gemm)

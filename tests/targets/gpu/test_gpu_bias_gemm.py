@@ -20,13 +20,6 @@ def randn(*shape):
     return rng.standard_normal(shape).astype(np.float32)
 
 
-def target_of(gpu_target, gemm: str):
-    from fusegraph.targets.gpu import GpuTarget
-    from fusegraph.targets.gpu.interpreter import interpreted_target
-
-    return interpreted_target(gemm=gemm) if gpu_target.device == "cpu" else GpuTarget(gemm=gemm)
-
-
 CASES = {
     "conv_bias_relu": ([n("Conv", ["x", "w", "b"], ["c"]), n("Relu", ["c"], ["y"])],
                        {"x": (2, 8, 5, 6)}, {"w": (16, 8, 1, 1), "b": (16,)}, "conv_gemm"),
@@ -44,12 +37,12 @@ CASES = {
 @pytest.mark.parametrize("fp16", [False, True])
 @pytest.mark.parametrize("gemm", ["library", "triton"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_both_candidates_against_ort(case, gemm, fp16, gpu_target):
+def test_both_candidates_against_ort(case, gemm, fp16, target_of):
     nodes, inputs, inits, kind = CASES[case]
     feeds = {k: randn(*s) for k, s in inputs.items()}
     model = make_model(nodes, feeds, ["y"], initializers={k: randn(*s) * 0.3 for k, s in inits.items()})
     p = fusegraph.parse_onnx(model)
-    p.compile(target_of(gpu_target, gemm), fusegraph.CompileOptions(fp16=fp16))
+    p.compile(target_of(gemm), fusegraph.CompileOptions(fp16=fp16))
     tol = 2e-2 if fp16 else 1e-4
     assert_close(p.run(feeds), run_ort(model, feeds), rtol=tol, atol=tol)
     kinds = [s.kind for s in p.executable.plan.steps]
@@ -61,13 +54,13 @@ def test_both_candidates_against_ort(case, gemm, fp16, gpu_target):
 
 @pytest.mark.gpu  # Triton 3.6's interpreter computes bf16 tl.dot wrongly: CUDA only
 @pytest.mark.parametrize("case", ["conv_bias_relu", "matmul_add_rows_split"])
-def test_the_templates_in_bfloat16(case, gpu_target):
+def test_the_templates_in_bfloat16(case, target_of):
     # small bf16 programs reach the templates by default (workspace.py)
     nodes, inputs, inits, _ = CASES[case]
     feeds = {k: randn(*s) for k, s in inputs.items()}
     model = make_model(nodes, feeds, ["y"], initializers={k: randn(*s) * 0.3 for k, s in inits.items()})
     p = fusegraph.parse_onnx(model)
     fusegraph.quantize_bf16(p)
-    p.compile(target_of(gpu_target, "triton"))
+    p.compile(target_of("triton"))
     assert_close(p.run(feeds), run_ort(model, feeds), rtol=6e-2, atol=6e-2)
     assert all(c["name"] != "library" for c in p.executable.tuning.values())
