@@ -5,6 +5,7 @@ template configs on the step's own tensors; later calls run the chosen one."""
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -110,11 +111,12 @@ class EpilogueGemm:
         background = kernels.async_compiling()  # a static program's warm-up: K-constant kernels compile there
         to_time = tuner.to_time(m, n, k, ro.element_size())
         # one config to consider (a latency-bound problem) leaves nothing to choose among the templates,
-        # and a generic kernel no other problem would share saves no compile (up to GENERIC_MACS): a static program's
-        # warm-up then compiles the K-constant kernels at once, times them against the library, and
-        # keeps the chosen one, with no generic kernel (LR-ASPP b1: 86 GEMM kernels for 34 problems)
-        # and no second compile after the choice
-        final_only = background and (len(to_time) == 1 or (m * n * k <= GENERIC_MACS and not self.shares_kernels()))
+        # and a generic kernel no other problem would share saves no compile (up to GENERIC_MACS): a
+        # static program's warm-up then compiles the K-constant kernels at once, times them against
+        # the library, and keeps the chosen one, with no generic kernel (LR-ASPP b1: 86 GEMM kernels
+        # for 34 problems) and no second compile after the choice
+        alone = m * n * k <= GENERIC_MACS and not self.shares_kernels
+        final_only = background and (len(to_time) == 1 or alone)
         known = tuner.decided(key)
         if known in configs:  # chosen before (recorded with the program, or cached): its kernel alone
             try:
@@ -148,11 +150,13 @@ class EpilogueGemm:
         return (type(self), self.conv, self.split, self.body, tuple(self.var_types), tuple(self.roles),
                 tuple(self.acc), self.in_type, self.out_type)
 
+    @functools.cached_property
     def shares_kernels(self) -> bool:
         """Whether another GEMM of the program, of this runner's family, sums over another K: only
         then does timing the generic form (one kernel per config for every K) save compiles. The
         layers of a transformer repeat one K per family (GPT-2 b1 on the H200 waited 0.8 s after its
-        last choice for the chosen K-constant kernels' compiles and launchers)."""
+        last choice for the chosen K-constant kernels' compiles and launchers). Asked once the
+        program is lowered (at the warm-up), when ctx.kernels holds every runner."""
         family = self.family()
         return any(isinstance(r, EpilogueGemm) and r.k != self.k and r.family() == family for r in self.ctx.kernels)
 

@@ -94,8 +94,8 @@ class TunedAttention:
             self.tuning[key] = {"name": name}
         elif kernels.compiling_all():  # the pass that only compiles: the choice after it (kernels.after_walk)
             known = self.tuner.decided(key)
-            for c in candidates[:-1] if q.is_cuda else ():  # the libraries' first calls, with the others'
-                if known in (None, c.name):
+            for c in candidates if q.is_cuda else ():  # the SDPA candidates' first calls, with the libraries'
+                if c.name.startswith("sdpa") and known in (None, c.name):
                     kernels.after_walk(lambda c=c: c.make()(q, k, v, bias, dead), library=True)
             kernels.after_walk(lambda: self._choose(q, k, v, bias, dead), compiles=False)
             return unwritten_output
