@@ -128,10 +128,20 @@ FALLBACKS = {
 
 @pytest.mark.parametrize("case", list(FALLBACKS))
 def test_forms_oneDNN_cannot_take_keep_quant_dot(case):
+    """Kept as quant_dot, exact: the ref target's integer product bit for bit, and ONNX Runtime's where
+    the CPU has VNNI. On a host without it (no AVX-512, no VNNI) ORT's result was 7.4 off (69 %) at 86
+    of these 240 outputs, where fusegraph's cpu and ref targets and a numpy int64 product after the
+    spec's DynamicQuantizeLinear agreed (likely its u8 x s8 kernel's saturating int16 pair sums, as
+    oneDNN's there: onednn/quant.py)."""
+    from fusegraph.targets.cpu.onednn.quant import has_vnni
+
     model, feeds = _model(np.random.default_rng(5), **FALLBACKS[case])
     p = _compiled(model)
     assert _ops(p) == ["quant_dot"]
-    np.testing.assert_array_equal(p.run(feeds)[0], run_ort(model, feeds, optimize=False)[0])
+    got = p.run(feeds)[0]
+    np.testing.assert_array_equal(got, _compiled(model, "ref").run(feeds)[0])
+    if has_vnni():
+        np.testing.assert_array_equal(got, run_ort(model, feeds, optimize=False)[0])
 
 
 def test_rewrite_keeps_the_model_semantics_on_ref(sums_exact):
