@@ -21,14 +21,18 @@ IND = "    "
 ROWS = 1         # output rows a program (benchmarks/gpu_depthwise.py --rows times others)
 TILE = 1024      # output elements of a tile (BLOCK_W * BLOCK_C) at most
 MAX_BLOCK_C = 64
+ROLLED_ROWS_TAPS = 25  # one output row a program, windows past this many taps loop over their rows
 
 
 def tiled_source(spec, name: str, params: list[str], unrolled: bool) -> str:
     """The kernel `name` of `spec` (triton_pool.PoolSpec: a depthwise 2-D window, channels-last), its
     parameters `params` (triton_pool's: sizes and strides as run-time arguments); the horizontal taps
-    unrolled or looped over."""
+    unrolled or looped over. With one output row a program, a window of more than ROLLED_ROWS_TAPS
+    taps loops over its rows (its rows' taps unrolled): ConvNeXt-T's 7x7 kernel, wholly unrolled, took
+    4.7 s to compile for sm_90 on the 2-core VM and about 4 s on the H200 machine, the last of
+    ConvNeXt-T b1's cold compile (5.4 s); looped, 0.9 s on the VM."""
     acc_t, out_t = tl_type(compute_type(spec.dtype)), tl_type(spec.dtype)
-    (kh, kw), (s0, s1), (b0, b1), (d0, d1), rows = spec.lengths, spec.strides, spec.begins, spec.dilations, spec.rows
+    (kh, kw), s0, d0, rows = spec.lengths, spec.strides[0], spec.dilations[0], spec.rows
     inner = "tl.static_range" if unrolled else "range"
     lines = [f"@triton.jit\ndef {name}({', '.join(params)}, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):",
              f"{IND}blocks = (o2 + {rows - 1}) // {rows}",
@@ -39,27 +43,38 @@ def tiled_source(spec, name: str, params: list[str], unrolled: bool) -> str:
              f"{IND}cm = c < o1",
              f"{IND}xb = x_ptr + n * xs0 + c[None, :] * xs1",
              *[f"{IND}acc{r} = tl.zeros([BLOCK_W, BLOCK_C], {acc_t})" for r in range(rows)]]
-    readers: dict[int, list[tuple[int, int]]] = {}  # input row (from oh0 * stride - pad) -> (output row, tap row)
-    for r in range(rows):
-        for k0 in range(kh):
-            readers.setdefault(r * s0 + k0 * d0, []).append((r, k0))
-    for rel, uses in sorted(readers.items()):
-        lines += [f"{IND}ih = oh0 * {s0} - {b0} + {rel} + tl.zeros([BLOCK_W], tl.int32)  # (a vector: the interpreter's masks)",
-                  f"{IND}row_ok = (ih >= 0) & (ih < n0)",
-                  f"{IND}for k1 in {inner}({kw}):",
-                  f"{IND * 2}iw = ow * {s1} - {b1} + k1 * {d1}",
-                  f"{IND * 2}ok = row_ok & (iw >= 0) & (iw < n1)",
-                  f"{IND * 2}v = tl.load(xb + (ih * xs2 + iw * xs3)[:, None], mask=ok[:, None] & cm[None, :], other=0.0)",
-                  f"{IND * 2}v = v.to({acc_t})"]
-        for r, k0 in uses:
-            lines += [f"{IND * 2}wv = tl.load(w_ptr + c * ws0 + {k0} * ws2 + k1 * ws3, mask=cm, other=0.0)",
-                      f"{IND * 2}acc{r} += v * wv.to({acc_t})[None, :]"]
+    if rows == 1 and kh * kw > ROLLED_ROWS_TAPS:  # one output row: the window's rows a loop
+        lines += [f"{IND}for k0 in range({kh}):", *_input_row(f"k0 * {d0}", [(0, "k0")], IND * 2, inner, spec, acc_t)]
+    else:  # each input row the tile's output rows read, once
+        readers: dict[int, list[tuple[int, str]]] = {}  # input row (from oh0 * stride - pad) -> (output row, tap row)
+        for r in range(rows):
+            for k0 in range(kh):
+                readers.setdefault(r * s0 + k0 * d0, []).append((r, str(k0)))
+        for rel, uses in sorted(readers.items()):
+            lines += _input_row(str(rel), uses, IND, inner, spec, acc_t)
     lines += [f"{IND}out = out_ptr + n * os0 + ow[:, None] * os3 + c[None, :] * os1",
               f"{IND}oh = oh0 + tl.zeros([BLOCK_W], tl.int32)"]
     for r in range(rows):
         lines.append(f"{IND}tl.store(out + (oh0 + {r}) * os2, acc{r}.to({out_t}), "
                      f"mask=((ow < o3) & (oh + {r} < o2))[:, None] & cm[None, :])")
     return HEADER + "\n".join(lines) + "\n"
+
+
+def _input_row(rel: str, uses: list[tuple[int, str]], ind: str, inner: str, spec, acc_t: str) -> list[str]:
+    """The lines (indented `ind`) reading input row `rel` (from oh0 * stride - pad) tap by tap across
+    the window, each tap added into the output rows `uses` names (output row, window row)."""
+    kw, s0, s1, b0, b1, d1 = spec.lengths[1], *spec.strides, *spec.begins, spec.dilations[1]
+    lines = [f"{ind}ih = oh0 * {s0} - {b0} + {rel} + tl.zeros([BLOCK_W], tl.int32)  # (a vector: the interpreter's masks)",
+             f"{ind}row_ok = (ih >= 0) & (ih < n0)",
+             f"{ind}for k1 in {inner}({kw}):",
+             f"{ind}{IND}iw = ow * {s1} - {b1} + k1 * {d1}",
+             f"{ind}{IND}ok = row_ok & (iw >= 0) & (iw < n1)",
+             f"{ind}{IND}v = tl.load(xb + (ih * xs2 + iw * xs3)[:, None], mask=ok[:, None] & cm[None, :], other=0.0)",
+             f"{ind}{IND}v = v.to({acc_t})"]
+    for r, k0 in uses:
+        lines += [f"{ind}{IND}wv = tl.load(w_ptr + c * ws0 + {k0} * ws2 + k1 * ws3, mask=cm, other=0.0)",
+                  f"{ind}{IND}acc{r} += v * wv.to({acc_t})[None, :]"]
+    return lines
 
 
 def tiled_grid(out_shape, rows: int) -> tuple[tuple[int, int, int], dict]:

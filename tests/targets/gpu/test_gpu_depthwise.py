@@ -119,6 +119,28 @@ def test_the_tiled_form_over_channels_last_operands(gpu_target, channels_last, t
     assert_close([out.cpu().numpy()], [want.cpu().numpy()], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("k, rows, looped", [(7, 1, True), (5, 1, False), (7, 2, False)])
+def test_large_windows_of_one_output_row_loop_over_their_rows(gpu_target, k, rows, looped):
+    """One output row a program, a window past ROLLED_ROWS_TAPS loops over its rows (a 7x7 wholly
+    unrolled took seconds to compile); dilated, strided and padded, as torch's convolution."""
+    import torch
+
+    from fusegraph.ir.dtypes import DType
+    from fusegraph.targets.gpu.triton_pool import PoolLauncher
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    x = torch.from_numpy(randn(2, 5, 17, 12)).to(dev).to(memory_format=torch.channels_last)
+    w = torch.from_numpy(randn(5, 1, k, k)).to(dev)
+    want = torch.nn.functional.conv2d(x, w, None, (2, 1), (3, 4), (2, 1), 5)
+    out = torch.empty(want.shape, device=dev).to(memory_format=torch.channels_last)
+    launcher = PoolLauncher("depthwise", DType.float32, (k, k), (2, 1), (3, 4), (2, 1), torch.ones(1, device=dev),
+                            None, rows=rows)
+    launcher(out, x, w)
+    (src,) = launcher.sources.values()
+    assert ("for k0 in range" in src) == looped and "BLOCK_C" in src
+    assert_close([out.cpu().numpy()], [want.cpu().numpy()], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("fp16", [False, True])
 def test_asymmetric_pads_bias_and_dilation_over_channels_last_input(gpu_target, fp16):
     """The tiled form's window from its begins alone (the ends set the output's size), a bias after it,
