@@ -1,5 +1,5 @@
-"""Registers and spills of fusegraph's tiled depthwise kernel (triton_depthwise.py) per convolution
-shape, compiled by Triton for an sm_90a GPU (the H200) on any machine, with no GPU: Triton's own
+"""Registers, spills and compile time of fusegraph's tiled depthwise kernel (triton_depthwise.py) per
+convolution shape, compiled by Triton for an sm_90a GPU (the H200) on any machine, with no GPU: Triton's own
 compile (its bundled ptxas, its specialization of the integer arguments divisible by 16) and its
 bundled cuobjdump's resource usage of the binary. A kernel that spills runs many times slower (an
 EfficientNet-B0 5x5 / 2 at 144 channels and four rows a program: 558 us against 62 at one row on the
@@ -9,20 +9,24 @@ timing on the device at all.
 
     python benchmarks/triton_depthwise_regs.py [--channels 72,144] [--windows 3,5] [--strides 1,2]
                                                [--rows 1,2,4] [--size 56] [--batch 32] [--dtype float16]
-                                               [--tile 1024]
+                                               [--tile 1024] [--unrolled]
 
-Prints one line per shape: registers a thread, its stack in bytes (spilled registers), and the tile
-(BLOCK_W x BLOCK_C, from triton_depthwise.tiled_grid). Needs triton (no GPU, no torch device).
+Prints one line per shape: registers a thread, its stack in bytes (spilled registers), the tile
+(BLOCK_W x BLOCK_C, from triton_depthwise.tiled_grid) and the seconds Triton took to compile it into
+an empty cache (`--unrolled`: with every tap unrolled, as before windows of one output row past
+triton_depthwise.ROLLED_ROWS_TAPS taps looped over their rows). Needs triton (no GPU, no torch device).
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -62,8 +66,11 @@ def compile_one(channels: int, window: int, stride: int, rows: int, size: int, b
             signature[arg] = "i32"
             if ints[arg] % 16 == 0:
                 attrs[(i,)] = [["tt.divisibility", 16]]
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="dw_regs_")  # a compile, not a cache hit
+    t0 = time.perf_counter()
     kernel = triton.compile(ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", 90, 32),
                             options={"num_warps": meta["num_warps"]})
+    seconds = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as folder:
         cubin = Path(folder) / "kernel.cubin"
         cubin.write_bytes(kernel.asm["cubin"])
@@ -72,7 +79,7 @@ def compile_one(channels: int, window: int, stride: int, rows: int, size: int, b
                                text=True).stdout
     found = {key: int(m.group(1)) for key in ("REG", "STACK") if (m := re.search(rf"{key}:(\d+)", usage))}
     return {"registers": found.get("REG"), "stack_bytes": found.get("STACK"),
-            "tile": f"{meta['BLOCK_W']}x{meta['BLOCK_C']}", "output": out}
+            "tile": f"{meta['BLOCK_W']}x{meta['BLOCK_C']}", "output": out, "compile_s": seconds}
 
 
 def main() -> None:
@@ -85,17 +92,20 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
     ap.add_argument("--tile", type=int, default=None, help="output elements a tile at most (triton_depthwise.TILE)")
+    ap.add_argument("--unrolled", action="store_true", help="every tap unrolled (no rows loop)")
     args = ap.parse_args()
-    if args.tile:
-        from fusegraph.targets.gpu import triton_depthwise
+    from fusegraph.targets.gpu import triton_depthwise
 
+    if args.tile:
         triton_depthwise.TILE = args.tile
+    if args.unrolled:
+        triton_depthwise.ROLLED_ROWS_TAPS = sys.maxsize
     grid = itertools.product(*([int(v) for v in text.split(",")]
                                for text in (args.channels, args.windows, args.strides, args.rows)))
     for c, k, s, r in grid:
         got = compile_one(c, k, s, r, args.size, args.batch, args.dtype)
         print(f"C {c:5d}  {k}x{k} / {s}  rows {r}  tile {got['tile']:>6s}  registers {got['registers']}  "
-              f"stack (spills) {got['stack_bytes']} bytes", flush=True)
+              f"stack (spills) {got['stack_bytes']} bytes  compile {got['compile_s']:.2f} s", flush=True)
 
 
 if __name__ == "__main__":

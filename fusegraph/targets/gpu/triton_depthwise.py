@@ -29,8 +29,10 @@ def tiled_source(spec, name: str, params: list[str], unrolled: bool) -> str:
     parameters `params` (triton_pool's: sizes and strides as run-time arguments); the horizontal taps
     unrolled or looped over. With one output row a program, a window of more than ROLLED_ROWS_TAPS
     taps loops over its rows (its rows' taps unrolled): ConvNeXt-T's 7x7 kernel, wholly unrolled, took
-    5.25 s to compile for sm_90 on the 2-core VM and about 4 s on the H200 machine, the last of
-    ConvNeXt-T b1's cold compile (5.4 s; 2.9 s with the flat form); looped, 0.52 s on the VM."""
+    4.1-4.6 s to compile for sm_90 on the 2-core VM (255 registers a thread and 56 bytes of spills at
+    ConvNeXt-T's 16x64 tiles) and about 4 s on the H200 machine, the last of ConvNeXt-T b1's cold
+    compile (5.4 s; 2.9 s with the flat form); looped, 1.0 s on the VM, 72 registers, no spills
+    (`benchmarks/triton_depthwise_regs.py --windows 7 --rows 1 [--unrolled]`)."""
     acc_t, out_t = tl_type(compute_type(spec.dtype)), tl_type(spec.dtype)
     (kh, kw), s0, d0, rows = spec.lengths, spec.strides[0], spec.dilations[0], spec.rows
     inner = "tl.static_range" if unrolled else "range"
