@@ -32,7 +32,12 @@ def tiled_source(spec, name: str, params: list[str], unrolled: bool) -> str:
     4.1-4.6 s to compile for sm_90 on the 2-core VM (255 registers a thread and 56 bytes of spills at
     ConvNeXt-T's 16x64 tiles) and about 4 s on the H200 machine, the last of ConvNeXt-T b1's cold
     compile (5.4 s; 2.9 s with the flat form); looped, 1.0 s on the VM, 72 registers, no spills
-    (`benchmarks/triton_depthwise_regs.py --windows 7 --rows 1 [--unrolled]`)."""
+    (`benchmarks/triton_depthwise_regs.py --windows 7 --rows 1 [--unrolled]`). With several output rows
+    and undilated window rows, such a window loops over the input rows the tile reads, each output row
+    taking a loaded row where its window has it (its weights masked elsewhere): the 96-channel 7x7 at
+    four rows and 8x64 tiles, 130 registers and 1.2 s (unrolled: 255, 24 bytes of spills, 6.4 s). No
+    rule runs it yet (lower_nn keeps such convolutions on cuDNN); `benchmarks/gpu_depthwise.py --rows`
+    times it."""
     acc_t, out_t = tl_type(compute_type(spec.dtype)), tl_type(spec.dtype)
     (kh, kw), s0, d0, rows = spec.lengths, spec.strides[0], spec.dilations[0], spec.rows
     inner = "tl.static_range" if unrolled else "range"
@@ -45,15 +50,20 @@ def tiled_source(spec, name: str, params: list[str], unrolled: bool) -> str:
              f"{IND}cm = c < o1",
              f"{IND}xb = x_ptr + n * xs0 + c[None, :] * xs1",
              *[f"{IND}acc{r} = tl.zeros([BLOCK_W, BLOCK_C], {acc_t})" for r in range(rows)]]
-    if rows == 1 and kh * kw > ROLLED_ROWS_TAPS:  # one output row: the window's rows a loop
-        lines += [f"{IND}for k0 in range({kh}):", *_input_row(f"k0 * {d0}", [(0, "k0")], IND * 2, inner, spec, acc_t)]
+    rolled = kh * kw > ROLLED_ROWS_TAPS
+    if rolled and rows == 1:  # one output row: the window's rows a loop
+        lines += [f"{IND}for k0 in range({kh}):",
+                  *_input_row(f"k0 * {d0}", [(0, "k0", None)], IND * 2, inner, spec, acc_t)]
+    elif rolled and d0 == 1:  # a loop over the input rows the tile reads, each added where a window takes it
+        uses = [(r, f"(rel - {r * s0})", f"(rel >= {r * s0}) & (rel < {r * s0 + kh})") for r in range(rows)]
+        lines += [f"{IND}for rel in range({(rows - 1) * s0 + kh}):", *_input_row("rel", uses, IND * 2, inner, spec, acc_t)]
     else:  # each input row the tile's output rows read, once
-        readers: dict[int, list[tuple[int, str]]] = {}  # input row (from oh0 * stride - pad) -> (output row, tap row)
+        readers: dict[int, list] = {}  # input row (from oh0 * stride - pad) -> (output row, tap row, None)
         for r in range(rows):
             for k0 in range(kh):
-                readers.setdefault(r * s0 + k0 * d0, []).append((r, str(k0)))
-        for rel, uses in sorted(readers.items()):
-            lines += _input_row(str(rel), uses, IND, inner, spec, acc_t)
+                readers.setdefault(r * s0 + k0 * d0, []).append((r, str(k0), None))
+        for rel, taken in sorted(readers.items()):
+            lines += _input_row(str(rel), taken, IND, inner, spec, acc_t)
     lines += [f"{IND}out = out_ptr + n * os0 + ow[:, None] * os3 + c[None, :] * os1",
               f"{IND}oh = oh0 + tl.zeros([BLOCK_W], tl.int32)"]
     for r in range(rows):
@@ -62,9 +72,10 @@ def tiled_source(spec, name: str, params: list[str], unrolled: bool) -> str:
     return HEADER + "\n".join(lines) + "\n"
 
 
-def _input_row(rel: str, uses: list[tuple[int, str]], ind: str, inner: str, spec, acc_t: str) -> list[str]:
+def _input_row(rel: str, uses: list[tuple[int, str, str | None]], ind: str, inner: str, spec, acc_t: str) -> list[str]:
     """The lines (indented `ind`) reading input row `rel` (from oh0 * stride - pad) tap by tap across
-    the window, each tap added into the output rows `uses` names (output row, window row)."""
+    the window, each tap added into the output rows `uses` names (output row, window row, and the
+    condition under which that window takes the row, None for always)."""
     kw, s0, s1, b0, b1, d1 = spec.lengths[1], *spec.strides, *spec.begins, spec.dilations[1]
     lines = [f"{ind}ih = oh0 * {s0} - {b0} + {rel} + tl.zeros([BLOCK_W], tl.int32)  # (a vector: the interpreter's masks)",
              f"{ind}row_ok = (ih >= 0) & (ih < n0)",
@@ -73,8 +84,9 @@ def _input_row(rel: str, uses: list[tuple[int, str]], ind: str, inner: str, spec
              f"{ind}{IND}ok = row_ok & (iw >= 0) & (iw < n1)",
              f"{ind}{IND}v = tl.load(xb + (ih * xs2 + iw * xs3)[:, None], mask=ok[:, None] & cm[None, :], other=0.0)",
              f"{ind}{IND}v = v.to({acc_t})"]
-    for r, k0 in uses:
-        lines += [f"{ind}{IND}wv = tl.load(w_ptr + c * ws0 + {k0} * ws2 + k1 * ws3, mask=cm, other=0.0)",
+    for r, k0, taken in uses:
+        mask = "cm" if taken is None else f"cm & {taken}"
+        lines += [f"{ind}{IND}wv = tl.load(w_ptr + c * ws0 + {k0} * ws2 + k1 * ws3, mask={mask}, other=0.0)",
                   f"{ind}{IND}acc{r} += v * wv.to({acc_t})[None, :]"]
     return lines
 

@@ -119,10 +119,13 @@ def test_the_tiled_form_over_channels_last_operands(gpu_target, channels_last, t
     assert_close([out.cpu().numpy()], [want.cpu().numpy()], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("k, rows, looped", [(7, 1, True), (5, 1, False), (7, 2, False)])
-def test_large_windows_of_one_output_row_loop_over_their_rows(gpu_target, k, rows, looped):
-    """One output row a program, a window past ROLLED_ROWS_TAPS loops over its rows (a 7x7 wholly
-    unrolled took seconds to compile); dilated, strided and padded, as torch's convolution."""
+@pytest.mark.parametrize("k, rows, dilation, looped", [(7, 1, (2, 1), True), (5, 1, (2, 1), False), (7, 2, (2, 1), False),
+                                                    (7, 3, (1, 2), True)])
+def test_large_windows_loop_over_their_input_rows(gpu_target, k, rows, dilation, looped):
+    """Windows past ROLLED_ROWS_TAPS loop over the input rows they read (a 7x7 wholly unrolled took
+    seconds to compile, and spilled): one output row a program at any dilation, several where the
+    window's rows are not dilated (each output row takes a loaded row where its window has it);
+    strided and padded, as torch's convolution."""
     import torch
 
     from fusegraph.ir.dtypes import DType
@@ -131,13 +134,13 @@ def test_large_windows_of_one_output_row_loop_over_their_rows(gpu_target, k, row
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     x = torch.from_numpy(randn(2, 5, 17, 12)).to(dev).to(memory_format=torch.channels_last)
     w = torch.from_numpy(randn(5, 1, k, k)).to(dev)
-    want = torch.nn.functional.conv2d(x, w, None, (2, 1), (3, 4), (2, 1), 5)
+    want = torch.nn.functional.conv2d(x, w, None, (2, 1), (3, 4), dilation, 5)
     out = torch.empty(want.shape, device=dev).to(memory_format=torch.channels_last)
-    launcher = PoolLauncher("depthwise", DType.float32, (k, k), (2, 1), (3, 4), (2, 1), torch.ones(1, device=dev),
+    launcher = PoolLauncher("depthwise", DType.float32, (k, k), (2, 1), (3, 4), dilation, torch.ones(1, device=dev),
                             None, rows=rows)
     launcher(out, x, w)
     (src,) = launcher.sources.values()
-    assert ("for k0 in range" in src) == looped and "BLOCK_C" in src
+    assert ("for k0 in range" in src or "for rel in range" in src) == looped and "BLOCK_C" in src
     assert_close([out.cpu().numpy()], [want.cpu().numpy()], rtol=1e-4, atol=1e-4)
 
 
