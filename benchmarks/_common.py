@@ -77,6 +77,16 @@ def median_time(fn: Callable[[], Any], repeat: int) -> float:
     return statistics.median(times)
 
 
+def write_compile_log(executable: Any, path: str | Path) -> None:
+    """Every span of the executable's compile_log, in ms from its start, as JSON at `path` (which
+    kernel compiles, choices and first calls kept the compile waiting); nothing without a log."""
+    log = getattr(executable, "compile_log", ())
+    if log:
+        start = min(t0 for _, _, t0, _ in log)
+        Path(path).write_text(json.dumps([[name, lane, round((t0 - start) / 1e6, 2), round((t1 - start) / 1e6, 2)]
+                                          for name, lane, t0, t1 in log], indent=0))
+
+
 def phase_summary(executable: Any) -> dict:
     """The executable's compile_log in seconds: each main-thread phase; the GEMM timings ("tune",
     [problems, summed s]) and the warm-up's slow steps ("step", [steps, summed s]); the kernel compiles of the compile threads ([compiles, summed s, s from the

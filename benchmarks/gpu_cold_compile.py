@@ -116,7 +116,7 @@ def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None,
     import torch
 
     import fusegraph
-    from benchmarks._common import phase_summary
+    from benchmarks._common import phase_summary, write_compile_log
     from fusegraph.targets.gpu import GpuTarget
 
     onnx_model, dims, feeds = load_row(model, batch)
@@ -139,10 +139,8 @@ def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None,
         stats.sort_stats("cumulative").print_stats(45)
         stats.sort_stats("tottime").print_stats(25)
         Path(profile_to).write_text(text.getvalue())
-    if log_to and getattr(program.executable, "compile_log", ()):  # every span of the compile, in ms from its start: which kernels kept it waiting
-        start = min(t0 for _, _, t0, _ in program.executable.compile_log)
-        Path(log_to).write_text(json.dumps([[name, lane, round((t0 - start) / 1e6, 2), round((t1 - start) / 1e6, 2)]
-                                            for name, lane, t0, t1 in program.executable.compile_log], indent=0))
+    if log_to:
+        write_compile_log(program.executable, log_to)
     err = None
     if batch == 1:
         import onnxruntime as ort

@@ -13,7 +13,8 @@ with fp16=True, contenders alternated with CUDA events) and followed by fusegrap
 once, recording those cold compile times (`cold_compile_s`, taken N at a time: CPU and GPU shared;
 `--prepare-only` stops there, `--cold FILE` attaches an earlier prepare's times; `--fresh` gives each
 row's process empty caches of its own, fusegraph's, Triton's and inductor's: `--prepare 1 --fresh
---prepare-only` is each row's compile on a new machine, one at a time),
+--prepare-only` is each row's compile on a new machine, one at a time; `--logs` writes each row's
+fusegraph compile log into --out-dir, which phases and kernels its compile waited on),
 then times the rows one by one: their compiles (`compile_s`) find Triton's and inductor's caches
 warm; fusegraph's autotuning cache is the children's own, so each row's GEMM choices are timed again
 on a quiet GPU, never taken from timings made while other compiles ran.
@@ -211,11 +212,12 @@ def check_rows(rows: list[tuple[str, int]]) -> None:
 
 
 def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | None,
-            fresh: bool = False, fp16_io: bool = False) -> dict[str, dict]:
+            fresh: bool = False, fp16_io: bool = False, logs: bool = False) -> dict[str, dict]:
     """Compile every row in `jobs` processes at once (see the module's docstring); their cold compile
     times (or the error a row's compile raised) by "name:batch", written to gpu_models_cold-<host>.json
     as each row finishes. `fresh`: each row's process with empty caches of its own (fusegraph's,
-    Triton's, inductor's), as a new machine has; else the rows share them."""
+    Triton's, inductor's), as a new machine has; else the rows share them. `logs` (with `out_dir`):
+    each row's fusegraph compile log there too, <name>_<batch>_log.json."""
     from benchmarks._common import write_results
 
     home = tempfile.mkdtemp(prefix="gpu_models_prepare_")  # the children's fusegraph autotuning cache
@@ -224,6 +226,7 @@ def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | N
     def one(row: tuple[str, int]) -> dict:
         args = [sys.executable, __file__, "--rows", f"{row[0]}:{row[1]}", "--modes", modes, "--compile-only"]
         args += ["--fp16-io"] if fp16_io else []
+        args += ["--log-dir", out_dir] if logs and out_dir else []
         own = env
         if fresh:
             new = tempfile.mkdtemp(prefix="gpu_models_fresh_")
@@ -242,8 +245,9 @@ def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | N
             name, batch = futures[done]
             result = done.result()
             payload["rows"][f"{name}:{batch}"] = result.get("compile_s", result.get("error"))
-            if result.get("fusegraph_phases_s"):
-                payload.setdefault("fusegraph_phases_s", {})[f"{name}:{batch}"] = result["fusegraph_phases_s"]
+            for field in ("fusegraph_phases_s", "fusegraph_parse_s"):
+                if result.get(field):
+                    payload.setdefault(field, {})[f"{name}:{batch}"] = result[field]
             payload["seconds"] = round(time.perf_counter() - t0, 1)
             path = write_results("gpu_models_cold", payload)
             if out_dir:
@@ -270,6 +274,8 @@ def main() -> None:
     ap.add_argument("--fresh", action="store_true", help="(for --prepare) each row with empty caches of its own")
     ap.add_argument("--cold", default=None, help="a gpu_models_cold JSON of an earlier --prepare: its times")
     ap.add_argument("--compile-only", action="store_true", help="(for --prepare) print each row's compile times")
+    ap.add_argument("--logs", action="store_true", help="(for --prepare, with --out-dir) each row's compile log there")
+    ap.add_argument("--log-dir", default=None, help="(for --compile-only) write each row's compile log here")
     ap.add_argument("--fp16-io", action="store_true",
                     help="fusegraph with float16 inputs and outputs, as the torch contenders (CompileOptions.fp16_io)")
     args = ap.parse_args()
@@ -293,13 +299,14 @@ def main() -> None:
     deadline = time.perf_counter() + args.deadline
     if args.compile_only:
         for name, batch in rows:
+            log_to = str(Path(args.log_dir) / f"{name}_{batch}_log.json") if args.log_dir else None
             print(json.dumps(measure_row(name, batch, deadline, args.modes.split(","), compile_only=True,
-                                         fp16_io=args.fp16_io)), flush=True)
+                                         fp16_io=args.fp16_io, log_to=log_to)), flush=True)
         return
     os.environ.setdefault("TRITON_CACHE_DIR", str(Path.home() / ".triton" / "cache"))  # shared with --prepare's
     cold = json.loads(Path(args.cold).read_text())["rows"] if args.cold else {}
     if args.prepare:
-        cold = prepare(rows, args.prepare, args.modes, args.out_dir, args.fresh, args.fp16_io)
+        cold = prepare(rows, args.prepare, args.modes, args.out_dir, args.fresh, args.fp16_io, args.logs)
         if args.prepare_only:
             return
     payload = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": []}

@@ -41,7 +41,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import fusegraph  # noqa: E402
-from benchmarks._common import phase_summary, write_results  # noqa: E402
+from benchmarks._common import phase_summary, write_compile_log, write_results  # noqa: E402
 
 ROWS = "resnet50:1,resnet50:32,bert:1,bert:32,yolo:1,yolo:16"
 ROUNDS, PER_ROUND, WARMUP = 5, 12, 10
@@ -272,9 +272,10 @@ def time_alternating(fns: dict, rounds: int = ROUNDS) -> dict[str, list[float]]:
 
 
 def measure_row(name: str, batch: int, deadline: float, modes: list[str], inspect=None,
-                compile_only: bool = False, fp16_io: bool = False) -> dict:
+                compile_only: bool = False, fp16_io: bool = False, log_to: str | None = None) -> dict:
     """One row; `inspect(row, executable, inputs, names)`, if given, runs once the timing is done.
     `compile_only`: the row with its compile times alone (a run that fills the compile caches).
+    `log_to`: a path for every span of fusegraph's compile log (_common.write_compile_log).
     `fp16_io`: fusegraph compiled with CompileOptions(fp16_io=True), fed float16 inputs and giving
     float16 outputs, as the torch contenders are (else float32 ones, as the ONNX graph declares)."""
     row: dict = {"model": name, "batch": batch, "dtype": "float16", "fp16_io": fp16_io}
@@ -294,10 +295,13 @@ def measure_row(name: str, batch: int, deadline: float, modes: list[str], inspec
     base = memory_base()
     t0 = time.perf_counter()
     program = fusegraph.parse_onnx(onnx_bytes)
+    row["fusegraph_parse_s"] = round(time.perf_counter() - t0, 3)
     program.compile(fusegraph.get_target("gpu"), fusegraph.CompileOptions(fp16=True, fp16_io=fp16_io))
     compile_s["fusegraph"] = time.perf_counter() - t0
     exe = program.executable
     row["fusegraph_phases_s"] = phase_summary(exe)  # where its compile went (Executable.compile_log)
+    if log_to:
+        write_compile_log(exe, log_to)
     feeds = {n: x.to(dev).half() if fp16_io and x.is_floating_point() else x.to(dev) for n, x in zip(names, inputs)}
     out = exe.run_device(feeds)[0]
     torch.cuda.synchronize()
