@@ -76,17 +76,21 @@ SMALL_MACS = 2**27
 # generic ones (the library won)
 GENERIC_MACS = 2**30
 SMALL_CONFIGS = (GemmConfig(64, 64, 32, 8, 4, 4), GemmConfig(64, 32, 64, 8, 4, 4))
-# Hopper-friendly tiles (Inductor's mm configs and the matmul tutorial's), smallest last. Not 128x256x64
-# (8 warps, 3 stages): in the H200 tuner's recorded timings (benchmarks/results) of 24 problems of 7
-# rows (ResNet-50 and BERT-base b32, GPT-2 and Segformer-B0 b1, MobileNetV3-L, Llama-small and
-# RegNetY-400MF b32) it won none, at 1.10-3.3x the winner's time, and it was the slowest config to
-# compile (1.7-1.8 s for sm_90 on the 2-core VM, the others 0.4-1.6 s): `benchmarks/gpu_config_wins.py`.
-# (The exhaustive grid keeps it.)
+# Hopper-friendly tiles (Inductor's mm configs and the matmul tutorial's), smallest last
 DEFAULT_CONFIGS = (
-    GemmConfig(128, 128, 32, 8, 4, 4), GemmConfig(128, 128, 64, 8, 8, 3),
+    GemmConfig(128, 128, 32, 8, 4, 4), GemmConfig(128, 128, 64, 8, 8, 3), GemmConfig(128, 256, 64, 8, 8, 3),
     GemmConfig(64, 128, 32, 8, 4, 4), GemmConfig(128, 64, 32, 8, 4, 4), GemmConfig(64, 128, 64, 8, 4, 3),
     *SMALL_CONFIGS, GemmConfig(32, 64, 64, 8, 4, 4),
 )
+# Tiles larger than 128x128 (128x256x64, 8 warps, 3 stages) are timed only for problems past this
+# many multiply-adds: in the H200 tuner's timings recorded in benchmarks/results, 39 smaller problems
+# of 9 rows (ResNet-50's convolutions, Llama-small, MobileNetV3-L and RegNetY-400MF at b32; GPT-2,
+# DenseNet-121, LR-ASPP, MobileNetV3-L and Segformer-B0 at b1; 16 of them latency-bound, timed before
+# SMALL_MACS) timed it, and it won none, at 1.04-23x the fastest template's time; in the one larger
+# (BERT-base b32's 4096x3072x768 with its GELU) it tied the fastest template (the library won). It is
+# the slowest config to compile: 1.7-1.8 s for sm_90 on the 2-core VM, the others 0.4-1.6 s.
+# (`benchmarks/gpu_config_wins.py` lists every config's wins past SMALL_MACS.)
+BIG_TILE_MACS = 2**33
 SMALL_TILE = 64 * 32  # elements of the smallest default tiles (64x32, 32x64)
 H100_SMS = 132  # multiprocessors of an H100/H200 SXM: the tile counts' scale where none is measured
 # how candidates are timed, part of the cache's identity: choices timed another way are timed again
@@ -140,7 +144,8 @@ def worth_timing(m: int, n: int, k: int, sms: int) -> list[GemmConfig]:
         return -(-m // c.block_m) * -(-n // c.block_n)
 
     most = max(tiles(c) for c in fitted)
-    kept = [c for c in fitted if tiles(c) >= min(sms // 2, most // 2)]
+    kept = [c for c in fitted if tiles(c) >= min(sms // 2, most // 2)
+            and (c.block_m * c.block_n <= 128 * 128 or m * n * k > BIG_TILE_MACS)]
     if any(c.block_m * c.block_n > SMALL_TILE and tiles(c) >= 4 * sms for c in kept):
         kept = [c for c in kept if c.block_m * c.block_n > SMALL_TILE]
     return kept
