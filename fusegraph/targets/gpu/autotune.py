@@ -91,6 +91,10 @@ DEFAULT_CONFIGS = (
 # the slowest config to compile: 1.7-1.8 s for sm_90 on the 2-core VM, the others 0.4-1.6 s.
 # (`benchmarks/gpu_config_wins.py` lists every config's wins past SMALL_MACS.)
 BIG_TILE_MACS = 2**33
+# Tiles of fewer rows than this (32x64x64) are timed only for problems of fewer rows or columns: in
+# the recorded timings of 39 problems past SMALL_MACS of 128 rows or more and 64 columns or more, it
+# won none, at 1.05-2.85x the fastest template's time (`benchmarks/gpu_config_wins.py`)
+MIN_TILE_ROWS = 64
 SMALL_TILE = 64 * 32  # elements of the smallest default tiles (64x32, 32x64)
 H100_SMS = 132  # multiprocessors of an H100/H200 SXM: the tile counts' scale where none is measured
 # how candidates are timed, part of the cache's identity: choices timed another way are timed again
@@ -130,9 +134,11 @@ def fit_configs(configs: list[GemmConfig] | tuple[GemmConfig, ...], m: int, n: i
 def worth_timing(m: int, n: int, k: int, sms: int) -> list[GemmConfig]:
     """The default configs (fitted to the problem) that tuning times on a device of `sms`
     multiprocessors: a latency-bound problem (SMALL_MACS) the one small tile `small_tile` picks; a
-    larger one without the tiles too large to fill half the device (when others do), and without the
-    smallest tiles when a larger one still fills four waves. Each config left out is a kernel a fresh
-    machine does not compile (every config of every epilogue is one; MobileNet-V3 b1 compiled 205). In
+    larger one without the tiles too large to fill half the device (when others do), without the
+    smallest tiles when a larger one still fills four waves, without tiles past 128x128 below
+    BIG_TILE_MACS, and without 32-row tiles where both sides reach MIN_TILE_ROWS. Each config left
+    out is a kernel a fresh machine does not compile (every config of every epilogue is one;
+    MobileNet-V3 b1 compiled 205). In
     the H200 tuner's timings of DenseNet-121 b1, ConvNeXt-T b1 and DeiT-S b32 a config left out won 1
     of 75 problems (see SMALL_MACS) and was 1.03-2.3x the winner in the others; none of ResNet-50 b32's
     16 template picks is left out."""
@@ -145,7 +151,8 @@ def worth_timing(m: int, n: int, k: int, sms: int) -> list[GemmConfig]:
 
     most = max(tiles(c) for c in fitted)
     kept = [c for c in fitted if tiles(c) >= min(sms // 2, most // 2)
-            and (c.block_m * c.block_n <= 128 * 128 or m * n * k > BIG_TILE_MACS)]
+            and (c.block_m * c.block_n <= 128 * 128 or m * n * k > BIG_TILE_MACS)
+            and (c.block_m >= MIN_TILE_ROWS or min(m, n) < MIN_TILE_ROWS)]
     if any(c.block_m * c.block_n > SMALL_TILE and tiles(c) >= 4 * sms for c in kept):
         kept = [c for c in kept if c.block_m * c.block_n > SMALL_TILE]
     return kept

@@ -271,6 +271,8 @@ def test_tuning_times_the_configs_that_can_win_the_problem():
     assert "64x32x64" not in big and "32x64x64" not in big and len(big) == 6
     # tiles past 128x128 only for the largest problems (BERT-base b32's 4096x3072x768), not for its 1.6e9
     assert "128x256x64" not in big and "128x256x64" in names(4096, 3072, 768)
+    # 32-row tiles only for problems of fewer than 64 rows or columns (the narrow one below keeps its)
+    assert "32x64x64" not in names(6272, 208, 208) and "32x64x64" in names(48, 4096, 4096)
     # 1568x512x2048: 128x128 tiles make 52 blocks on 132 multiprocessors, while 64x32 ones make 400
     mid = names(1568, 512, 2048)
     assert "128x128x64" not in mid and "64x128x64" in mid and "64x32x64" in mid
