@@ -6,6 +6,7 @@ dropped, recorded on the executable and saved with it."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -281,6 +282,25 @@ def test_tuning_times_the_configs_that_can_win_the_problem():
     # exhaustive tuning times the whole grid; a recorded choice may name any default config
     assert Tuner(H200, exhaustive=True).to_time(196, 128, 512, 2) == Tuner(H200, exhaustive=True).configs(196, 128, 512, 2)
     assert len(Tuner(H200).configs(196, 128, 512, 2)) > 2
+
+
+def test_the_configs_tuning_times_keep_every_recorded_winner():
+    """worth_timing's rules leave out no config that won a problem in the H200 tuner's timings kept in
+    benchmarks/results (within 1 %: ties): each rule that trims the configs, checked against every
+    recorded problem past SMALL_MACS (small_tile's pick has its own test above)."""
+    from benchmarks.gpu_config_wins import recorded
+    from fusegraph.targets.gpu.autotune import H100_SMS, LIBRARY, SMALL_MACS, worth_timing
+
+    checked = 0
+    for (row, problem), times in recorded(Path(__file__).parents[3] / "benchmarks" / "results").items():
+        m, n, k = map(int, problem.split()[1].split("x"))
+        if m * n * k <= SMALL_MACS:
+            continue
+        kept = {c.name() for c in worth_timing(m, n, k, H100_SMS)} | {LIBRARY}
+        best_kept = min((us for name, us in times.items() if name in kept), default=float("inf"))
+        assert best_kept <= 1.01 * min(times.values()), (row, problem, min(times, key=times.__getitem__))
+        checked += 1
+    assert checked >= 50
 
 
 def test_choices_are_exported_and_reused_when_loaded(target_of):
