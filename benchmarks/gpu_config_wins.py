@@ -45,6 +45,12 @@ def recorded(folder: Path) -> dict[tuple[str, str], dict[str, float]]:
     return {key: {name: statistics.median(us) for name, us in times.items()} for key, times in samples.items()}
 
 
+def problem_dims(problem: str) -> tuple[int, int, int]:
+    """(M, N, K) of a tuned problem's key ("dot 128x2304x768 float16->float16 ...")."""
+    m, n, k = map(int, problem.split()[1].split("x"))
+    return m, n, k
+
+
 def main() -> None:
     from fusegraph.targets.gpu.autotune import H100_SMS, LIBRARY, SMALL_MACS, worth_timing
 
@@ -53,7 +59,7 @@ def main() -> None:
     args = ap.parse_args()
     problems, today = {}, set()
     for (row, problem), times in recorded(Path(args.results)).items():
-        m, n, k = map(int, problem.split()[1].split("x"))
+        m, n, k = problem_dims(problem)
         if m * n * k > SMALL_MACS and len(times.keys() - {LIBRARY}) >= 2:
             problems[(row, problem)] = times
             today |= {c.name() for c in worth_timing(m, n, k, H100_SMS)}

@@ -288,12 +288,12 @@ def test_the_configs_tuning_times_keep_every_recorded_winner():
     """worth_timing's rules leave out no config that won a problem in the H200 tuner's timings kept in
     benchmarks/results (within 1 %: ties): each rule that trims the configs, checked against every
     recorded problem past SMALL_MACS (small_tile's pick has its own test above)."""
-    from benchmarks.gpu_config_wins import recorded
+    from benchmarks.gpu_config_wins import problem_dims, recorded
     from fusegraph.targets.gpu.autotune import H100_SMS, LIBRARY, SMALL_MACS, worth_timing
 
     checked = 0
     for (row, problem), times in recorded(Path(__file__).parents[3] / "benchmarks" / "results").items():
-        m, n, k = map(int, problem.split()[1].split("x"))
+        m, n, k = problem_dims(problem)
         if m * n * k <= SMALL_MACS:
             continue
         kept = {c.name() for c in worth_timing(m, n, k, H100_SMS)} | {LIBRARY}
