@@ -89,8 +89,10 @@ def write_compile_log(executable: Any, path: str | Path) -> None:
 
 def phase_summary(executable: Any) -> dict:
     """The executable's compile_log in seconds: each main-thread phase; the GEMM timings ("tune",
-    [problems, summed s]) and the warm-up's slow steps ("step", [steps, summed s]); the kernel compiles of the compile threads ([compiles, summed s, s from the
-    first's start to the last's end]). Empty for an executable without one (an older fusegraph)."""
+    [problems, summed s]) and the warm-up's slow steps ("step", [steps, summed s]); the kernel compiles
+    of the compile threads ([compiles, summed s, s from the first's start to the last's end]); their
+    compile workers' spans, waits for a thread and launcher builds ([how many, summed s, the longest
+    s]). Empty for an executable without one (an older fusegraph)."""
     log = getattr(executable, "compile_log", ())
     out: dict = {}
     compiles = [(t0, t1) for name, lane, t0, t1 in log if lane != "compile" and name.startswith("compile ")]
@@ -107,4 +109,8 @@ def phase_summary(executable: Any) -> dict:
     if compiles:
         out["kernel compiles"] = [len(compiles), round(sum(t1 - t0 for t0, t1 in compiles) / 1e9, 2),
                                   round((max(t1 for _, t1 in compiles) - min(t0 for t0, _ in compiles)) / 1e9, 2)]
+    for kind, key in (("worker ", "worker compiles"), ("queued ", "queued"), ("launcher", "launchers")):
+        took = [(t1 - t0) / 1e9 for name, lane, t0, t1 in log if lane != "compile" and name.startswith(kind)]
+        if took:  # [how many, summed s, the longest s]
+            out[key] = [len(took), round(sum(took), 2), round(max(took), 2)]
     return out

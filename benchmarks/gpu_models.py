@@ -305,6 +305,8 @@ def main() -> None:
         return
     os.environ.setdefault("TRITON_CACHE_DIR", str(Path.home() / ".triton" / "cache"))  # shared with --prepare's
     cold = json.loads(Path(args.cold).read_text())["rows"] if args.cold else {}
+    if args.out_dir:
+        Path(args.out_dir).mkdir(parents=True, exist_ok=True)
     if args.prepare:
         cold = prepare(rows, args.prepare, args.modes, args.out_dir, args.fresh, args.fp16_io, args.logs)
         if args.prepare_only:

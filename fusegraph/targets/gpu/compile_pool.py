@@ -33,15 +33,18 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ... import debug
 from ...ir.limits import cores
-from .kernels import MODULE_PREFIX
+from ...profile import phases
+from .kernels import MODULE_PREFIX, compile_lane
 
 IDLE_S = 30.0
+QUEUE_LANE = "compile queue"  # the compile log's lane of the jobs' waits for a thread
 MIN_CORES = 4
 _SCRIPT = str(Path(__file__).with_name("compile_worker.py"))
 _pending = threading.local()  # the job the hook saw last, on the thread that launched the compile
@@ -196,13 +199,21 @@ class _Executor(concurrent.futures.Executor):
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
         job = getattr(_pending, "job", None)
         _pending.job = None
-        return self.threads.submit(self._compile, job, fn, args, kwargs)
+        return self.threads.submit(self._compile, phases.current(), time.perf_counter_ns(), job, fn, args, kwargs)
 
-    def _compile(self, job: dict | None, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    def _compile(self, log: phases.PhaseLog | None, queued_ns: int, job: dict | None, fn: Callable[..., Any],
+                 args: tuple, kwargs: dict) -> Any:
+        """The job in a worker, then `fn` (Triton's compile, which loads the worker's binary). The log
+        gets the job's wait for a free thread (lane "compile queue") and its worker's span (a wait for a
+        free worker counts), each under the kernel's name."""
         if job is not None:
             from triton import knobs
 
+            start_ns = time.perf_counter_ns()
             self.pool.run({**job, **self.setting, "cache_dir": knobs.cache.dir})
+            if log is not None:
+                log.add(f"queued {job['name']}", QUEUE_LANE, queued_ns, start_ns)
+                log.add(f"worker {job['name']}", compile_lane(), start_ns, time.perf_counter_ns())
         return fn(*args, **kwargs)
 
 

@@ -258,10 +258,15 @@ class _WithLauncher(concurrent.futures.Executor):
         return self.compiles.submit(_compile_and_launcher, phases.current(), fn, *args, **kwargs)
 
 
+def compile_lane() -> str:
+    """The compile log's lane of this compile thread (their spans overlap: a lane each)."""
+    return f"compile thread {threading.current_thread().name.rsplit('_', 1)[-1]}"
+
+
 def _compile_and_launcher(log: phases.PhaseLog | None, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     from .binaries import build_launcher
 
-    lane = f"compile thread {threading.current_thread().name.rsplit('_', 1)[-1]}"  # their spans overlap
+    lane = compile_lane()
     t0 = time.perf_counter_ns()
     kernel = fn(*args, **kwargs)
     t1 = time.perf_counter_ns()

@@ -146,6 +146,25 @@ def test_the_executor_runs_each_compiles_job_first(monkeypatch):
     assert pool.jobs[0]["triton_key"] == compile_pool._triton_key()
 
 
+def test_the_executor_logs_each_jobs_wait_and_worker():
+    """In a compile log, a job's wait for a thread (one lane) and its worker's span (its thread's
+    lane), under the kernel's name: where a cold compile waited on one kernel, the log names it."""
+    _triton_for_cuda()
+    from fusegraph.profile import phases
+
+    pool = _RecordingPool()
+    with phases.recording() as log, concurrent.futures.ThreadPoolExecutor(1) as threads:
+        executor = compile_pool._Executor(threads, pool, ["cuda", 90, 32])
+        compile_pool._pending.job = {"name": "k"}
+        executor.submit(lambda: None).result()
+        executor.submit(lambda: None).result()  # no job: nothing logged
+    spans = {name: (lane, t0, t1) for name, lane, t0, t1 in log.spans}
+    assert set(spans) == {"queued k", "worker k"}
+    (queue_lane, q0, q1), (lane, w0, w1) = spans["queued k"], spans["worker k"]
+    assert queue_lane == compile_pool.QUEUE_LANE and lane.startswith("compile thread ")
+    assert q0 <= q1 == w0 <= w1
+
+
 @pytest.mark.parametrize("setting, cores, want", [("0", 16, 0), ("3", 16, 3), ("x", 16, 0), ("", 16, 16), ("", 2, 0)])
 def test_workers_wanted(monkeypatch, setting, cores, want):
     monkeypatch.setenv("FUSEGRAPH_COMPILE_WORKERS", setting)

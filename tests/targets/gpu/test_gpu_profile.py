@@ -77,7 +77,9 @@ def test_a_static_compile_logs_where_its_time_goes(gpu_target, monkeypatch, tmp_
     spans = {name: (t0, t1) for name, lane, t0, t1 in log if lane == "compile"}
     threads = [(name, t0, t1) for name, lane, t0, t1 in log if lane.startswith("compile thread")]
     compiles = [(t0, t1) for name, t0, t1 in threads if name.startswith("compile ")]
-    assert compiles and {name for name, _, _ in threads if not name.startswith("compile ")} <= {"launcher"}
+    assert compiles and {name for name, _, _ in threads if not name.startswith(("compile ", "worker "))} <= {"launcher"}
+    compiled = {(name.split(" ", 1)[1], lane) for name, lane, _, _ in log if name.startswith("compile ")}
+    assert {(name.split(" ", 1)[1], lane) for name, lane, _, _ in log if name.startswith("worker ")} <= compiled
     first, submit = spans["compile kernels"], spans["submit compiles"]
     assert first[0] <= submit[0] <= submit[1] <= first[1]
     assert min(t0 for t0, _ in compiles) >= first[0]
