@@ -29,7 +29,10 @@ cannot run it: the templates multiply exact float32 on the FMA units (never TF32
 does, and compile slowly (about 8 s each on the H200 machine, against 1 s for a float16 tensor-core
 one); on that machine cuBLAS won all 18 of ResNet-50's problems at batch 1 and all 3 of BERT-base's
 linear layers, while their compiles were most of ResNet-50 b1's 18.8 s cold compile (2.5-2.9 s
-without them). The "triton" mode and `exhaustive_tune` still time them.
+without them). The "triton" mode and `exhaustive_tune` still time them. So is a large matrix product
+(`library_alone`: a dot, not a convolution, of more than LIBRARY_MACS multiply-adds): there cuBLAS won
+every problem the H200 tuner recorded, and waiting for its templates' compiles was the longest part of
+transformer rows' cold compiles at batch 32.
 
 On a CPU device (Triton's interpreter) nothing meaningful can be timed: the choice is deterministic
 (the library path, or the first Triton config when the mode is "triton"), and nothing is cached.
@@ -95,6 +98,13 @@ BIG_TILE_MACS = 2**33
 # the recorded timings of 39 problems past SMALL_MACS of 128 rows or more and 64 columns or more, it
 # won none, at 1.05-2.85x the fastest template's time (`benchmarks/gpu_config_wins.py`)
 MIN_TILE_ROWS = 64
+# A float16 matrix product (a dot, not a convolution) of more than this many multiply-adds is the
+# library's (`library_alone`): in the H200 tuner's timings recorded in benchmarks/results, cuBLAS won all
+# 7 such problems (BERT-base, GPT-2 and ViT-B/16 at b32: QKV, FC1 with its GELU, FC2; 2^32.8-2^33.8) by
+# 11-28 % over the fastest template, while templates won 2 of the 3 dots between 2^31 and 2^32
+# (Llama-small b32's MLP) and most convolutions (ResNet-50 b32's, by up to 2.3x). Waiting for those
+# problems' template compiles held DistilBERT, RoBERTa and ViT-B/16 b32's choices 0.9-1.4 s on the H200.
+LIBRARY_MACS = 2**32
 SMALL_TILE = 64 * 32  # elements of the smallest default tiles (64x32, 32x64)
 H100_SMS = 132  # multiprocessors of an H100/H200 SXM: the tile counts' scale where none is measured
 # how candidates are timed, part of the cache's identity: choices timed another way are timed again
@@ -129,6 +139,11 @@ def fit_configs(configs: list[GemmConfig] | tuple[GemmConfig, ...], m: int, n: i
         seen.setdefault(dataclasses.replace(c, block_m=cap(c.block_m, m), block_n=cap(c.block_n, n),
                                             block_k=cap(c.block_k, k)), None)
     return list(seen)
+
+
+def library_alone(m: int, n: int, k: int, conv: bool) -> bool:
+    """Whether a float16 problem of this size is the library's without timing templates (LIBRARY_MACS)."""
+    return not conv and m * n * k > LIBRARY_MACS
 
 
 def worth_timing(m: int, n: int, k: int, sms: int) -> list[GemmConfig]:
@@ -278,15 +293,19 @@ class Tuner:
         """(name, run) of the chosen candidate, timed (when it is) on `args`. The library candidate,
         when present, comes first. Inside kernels.compile_all() nothing is chosen: the kernels of the
         candidates a choice would time are submitted for compiling, and the answer is (None, a run
-        for this one call). `library_first` (a float32 GEMM): in "auto" mode without exhaustive
-        tuning, the library alone unless it cannot run the problem (module docstring)."""
+        for this one call). `library_first` (a float32 GEMM, a large float16 product): in "auto" mode
+        without exhaustive tuning, the library alone unless it cannot run the problem (module docstring)."""
         library = [c for c in candidates if c.name == LIBRARY]
         templates = [c for c in candidates if c.name != LIBRARY]
-        if library_first and library and self.mode == "auto" and not self.exhaustive:
+        if library and self.takes_library(library_first):
             return self._preferring(key, library, templates, args)
         if self.mode == "triton" and templates:  # the library only for rows no template can address
             return self._preferring(key, templates, library, args)
         return self._choose_among(key, self._allowed(candidates), args)
+
+    def takes_library(self, library_first: bool) -> bool:
+        """Whether a `library_first` choice is the library's alone here (times no template)."""
+        return library_first and self.mode == "auto" and not self.exhaustive
 
     def _preferring(self, key: str, first: list[Candidate], rest: list[Candidate],
                     args: tuple) -> tuple[str | None, Callable[..., None]]:

@@ -134,7 +134,7 @@ class EpilogueGemm:
         candidates = [Candidate(LIBRARY, lambda: self._library(launchers))]
         candidates += [Candidate(cfg.name(), lambda cfg=cfg: self._triton(cfg, launchers, generic=not final_only))
                        for cfg in to_time]
-        name, run = tuner.choose(key, candidates, args, library_first=self.in_type == DType.float32)
+        name, run = tuner.choose(key, candidates, args, library_first=self.library_first)
         if name is None or name == LIBRARY:  # compile_all's pass, or the library's run
             return run if name is None else self._keep(key, name, run, launchers)
         if not background or final_only:  # the timed kernel stays (a dynamic program's run, the interpreter)
@@ -151,14 +151,24 @@ class EpilogueGemm:
                 tuple(self.acc), self.in_type, self.out_type)
 
     @functools.cached_property
+    def library_first(self) -> bool:
+        """Whether the tuner's "auto" mode takes the library without timing templates, unless it cannot
+        run the problem: a float32 GEMM, a large float16 product (autotune.library_alone)."""
+        from .autotune import library_alone
+
+        m = math.prod(self.mm_shape[:-1])  # (a dot's rows; a convolution is never the library's alone)
+        return self.in_type == DType.float32 or library_alone(m, self.mm_shape[-1], self.k, self.conv)
+
+    @functools.cached_property
     def shares_kernels(self) -> bool:
-        """Whether another GEMM of the program, of this runner's family, sums over another K: only
-        then does timing the generic form (one kernel per config for every K) save compiles. The
-        layers of a transformer repeat one K per family (GPT-2 b1 on the H200 waited 0.8 s after its
-        last choice for the chosen K-constant kernels' compiles and launchers). Asked once the
-        program is lowered (at the warm-up), when ctx.kernels holds every runner."""
-        family = self.family()
-        return any(isinstance(r, EpilogueGemm) and r.k != self.k and r.family() == family for r in self.ctx.kernels)
+        """Whether another GEMM of the program, of this runner's family, sums over another K (and times
+        templates): only then does timing the generic form (one kernel per config for every K) save
+        compiles. The layers of a transformer repeat one K per family (GPT-2 b1 on the H200 waited
+        0.8 s after its last choice for the chosen K-constant kernels' compiles and launchers). Asked
+        once the program is lowered (at the warm-up), when ctx.kernels holds every runner."""
+        family, tuner = self.family(), self.ctx.tuner
+        return any(isinstance(r, EpilogueGemm) and r.k != self.k and r.family() == family
+                   and not tuner.takes_library(r.library_first) for r in self.ctx.kernels)
 
     def _keep(self, key, name, run, launchers):
         self.run, self.chosen = run, launchers[name]

@@ -303,6 +303,50 @@ def test_the_configs_tuning_times_keep_every_recorded_winner():
     assert checked >= 50
 
 
+def test_the_products_left_to_the_library_were_the_librarys_in_every_recorded_timing():
+    """autotune.library_alone (no template timed for a large float16 dot) against the H200 tuner's
+    timings kept in benchmarks/results: every recorded problem it covers was won by the library (within
+    1 %: ties), and it covers no convolution."""
+    from benchmarks.gpu_config_wins import problem_dims, recorded
+    from fusegraph.targets.gpu.autotune import LIBRARY, library_alone
+
+    covered = 0
+    for (row, problem), times in recorded(Path(__file__).parents[3] / "benchmarks" / "results").items():
+        m, n, k = problem_dims(problem)
+        assert not library_alone(m, n, k, conv=True)
+        if library_alone(m, n, k, conv=problem.startswith("conv")):
+            assert times[LIBRARY] <= 1.01 * min(times.values()), (row, problem, min(times, key=times.__getitem__))
+            covered += 1
+    assert covered >= 7
+
+
+def test_a_large_half_product_is_the_librarys_and_shares_no_kernels():
+    """EpilogueGemm.library_first: a float16 dot past LIBRARY_MACS (not a convolution of that size) is
+    the library's in "auto" mode, and a runner of its family with another K then shares no generic
+    kernel with it (it compiles none); in "triton" mode it still times templates, so it shares them."""
+    from types import SimpleNamespace
+
+    from fusegraph.ir.dtypes import DType
+    from fusegraph.targets.gpu.autotune import LIBRARY_MACS, Tuner
+    from fusegraph.targets.gpu.gemm_runner import EpilogueGemm
+
+    def runner(rows, n, k, conv=False):
+        r = object.__new__(EpilogueGemm)
+        r.conv, r.split, r.body, r.var_types, r.roles, r.acc = conv, False, "x0", [DType.float32], ["acc"], [0]
+        r.in_type = r.out_type = DType.float16
+        r.mm_shape, r.k = ((rows // 4, 4, n) if not conv else (4, n, rows // 4)), k
+        return r
+
+    large, small = runner(4096, 3072, 768), runner(4096, 768, 3072 // 8)
+    assert 4096 * 3072 * 768 > LIBRARY_MACS and large.library_first and not small.library_first
+    assert not runner(4096, 3072, 768, conv=True).library_first
+    for mode, shared in (("auto", False), ("triton", True)):
+        ctx = SimpleNamespace(tuner=Tuner(H200, mode=mode, measure=None), kernels=[large, small])
+        large.ctx = small.ctx = ctx
+        small.__dict__.pop("shares_kernels", None)
+        assert small.shares_kernels is shared
+
+
 def test_choices_are_exported_and_reused_when_loaded(target_of):
     model, x = conv_silu_model()
     p = compile_check(target_of("triton"), model, x)
