@@ -88,47 +88,51 @@ def _extent(x: Any) -> int:
     return 1 + sum((n - 1) * s for n, s in zip(x.shape, x.stride()) if n > 0)
 
 
+SOURCE = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def attention_small(q_ptr, k_ptr, v_ptr, b_ptr, d_ptr, o_ptr, H, GROUP, L, S, scale,
+                    sqb, sqh, sql, skb, skh, sks, svb, svh, svs, sbb, sbh, sbl, sbs, sdb, sdh, sdl,
+                    sob, soh, sol, HAS_BIAS: tl.constexpr, HAS_DEAD: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_D: tl.constexpr, D: tl.constexpr):
+    pair = tl.program_id(0)
+    b = pair // H
+    h = pair % H
+    hk = h // GROUP
+    rows = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    keys = tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, BLOCK_D)
+    rmask, kmask, dmask = rows < L, keys < S, dims < D
+    q = tl.load(q_ptr + b * sqb + h * sqh + rows[:, None] * sql + dims[None, :],
+                mask=rmask[:, None] & dmask[None, :], other=0.0)
+    if HAS_DEAD:
+        dead = tl.load(d_ptr + b * sdb + h * sdh + rows * sdl, mask=rmask, other=0) != 0
+        q = tl.where(dead[:, None], tl.zeros_like(q), q)
+    k = tl.load(k_ptr + b * skb + hk * skh + keys[:, None] * sks + dims[None, :],
+                mask=kmask[:, None] & dmask[None, :], other=0.0)
+    v = tl.load(v_ptr + b * svb + hk * svh + keys[:, None] * svs + dims[None, :],
+                mask=kmask[:, None] & dmask[None, :], other=0.0)
+    s = tl.dot(q, tl.trans(k)) * scale
+    if HAS_BIAS:
+        s += tl.load(b_ptr + b * sbb + h * sbh + rows[:, None] * sbl + keys[None, :] * sbs,
+                     mask=rmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)
+    s = tl.where(kmask[None, :], s, float("-inf"))
+    p = tl.exp(s - tl.max(s, 1)[:, None])
+    o = tl.dot(p.to(v.dtype), v) / tl.sum(p, 1)[:, None]
+    tl.store(o_ptr + b * sob + h * soh + rows[:, None] * sol + dims[None, :], o.to(o_ptr.dtype.element_ty),
+             mask=rmask[:, None] & dmask[None, :])
+"""
+
+
 def kernel():
-    """The Triton kernel, defined at first use (Triton is imported lazily)."""
+    """The Triton kernel, a generated module (kernels.load_kernel) like the others: its compile goes
+    to a compile worker, not a thread that holds the GIL (Triton is imported lazily)."""
     global _kernel
     if _kernel is None:
-        import triton
-        import triton.language as tl
+        from .kernels import load_kernel
 
-        @triton.jit
-        def attention_small(q_ptr, k_ptr, v_ptr, b_ptr, d_ptr, o_ptr, H, GROUP, L, S, scale,
-                            sqb, sqh, sql, skb, skh, sks, svb, svh, svs, sbb, sbh, sbl, sbs, sdb, sdh, sdl,
-                            sob, soh, sol, HAS_BIAS: tl.constexpr, HAS_DEAD: tl.constexpr,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                            BLOCK_D: tl.constexpr, D: tl.constexpr):
-            pair = tl.program_id(0)
-            b = pair // H
-            h = pair % H
-            hk = h // GROUP
-            rows = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-            keys = tl.arange(0, BLOCK_N)
-            dims = tl.arange(0, BLOCK_D)
-            rmask, kmask, dmask = rows < L, keys < S, dims < D
-            q = tl.load(q_ptr + b * sqb + h * sqh + rows[:, None] * sql + dims[None, :],
-                        mask=rmask[:, None] & dmask[None, :], other=0.0)
-            if HAS_DEAD:
-                dead = tl.load(d_ptr + b * sdb + h * sdh + rows * sdl, mask=rmask, other=0) != 0
-                q = tl.where(dead[:, None], tl.zeros_like(q), q)
-            k = tl.load(k_ptr + b * skb + hk * skh + keys[:, None] * sks + dims[None, :],
-                        mask=kmask[:, None] & dmask[None, :], other=0.0)
-            v = tl.load(v_ptr + b * svb + hk * svh + keys[:, None] * svs + dims[None, :],
-                        mask=kmask[:, None] & dmask[None, :], other=0.0)
-            s = tl.dot(q, tl.trans(k)) * scale
-            if HAS_BIAS:
-                s += tl.load(b_ptr + b * sbb + h * sbh + rows[:, None] * sbl + keys[None, :] * sbs,
-                             mask=rmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)
-            s = tl.where(kmask[None, :], s, float("-inf"))
-            p = tl.exp(s - tl.max(s, 1)[:, None])
-            o = tl.dot(p.to(v.dtype), v) / tl.sum(p, 1)[:, None]
-            tl.store(o_ptr + b * sob + h * soh + rows[:, None] * sol + dims[None, :], o.to(o_ptr.dtype.element_ty),
-                     mask=rmask[:, None] & dmask[None, :])
-
-        from .kernels import Kernel
-
-        _kernel = Kernel(attention_small)
+        _kernel = load_kernel(SOURCE, "attention_small")
     return _kernel
