@@ -127,11 +127,15 @@ def main() -> None:
     parser.add_argument("--rows", default="1,2,4", help="the tiled form's output rows a program, each timed")
     parser.add_argument("--tile", type=int, default=None, help="the tiled form's output elements a tile at most "
                         "(triton_depthwise.TILE; benchmarks/triton_depthwise_regs.py says which spill)")
+    parser.add_argument("--unrolled", action="store_true", help="every tap unrolled (windows past "
+                        "triton_depthwise.ROLLED_ROWS_TAPS taps otherwise loop over their rows)")
     args = parser.parse_args()
     from fusegraph.targets.gpu import triton_depthwise
 
     if args.tile:
         triton_depthwise.TILE = args.tile
+    if args.unrolled:
+        triton_depthwise.ROLLED_ROWS_TAPS = sys.maxsize
     import torch
 
     torch.backends.cudnn.benchmark = False  # as the gpu target runs cuDNN (executable._LibraryFlags)
@@ -149,7 +153,8 @@ def main() -> None:
             print(f"{model} batch {batch}: {len(convs)} depthwise convolutions, cuDNN {totals['cudnn_us']:.1f} us, "
                   f"aten {totals['aten_us']:.1f} us, Triton (best rows each) {totals['triton_us']:.1f} us", flush=True)
             path = write_results("gpu_depthwise", {"layout": args.layout, "tile": triton_depthwise.TILE, "calls_a_graph": CALLS,
-                                                   "rounds": ROUNDS, "rows": rows})  # after each model and batch
+                                                   "rounds": ROUNDS, "unrolled": args.unrolled,
+                                                   "rows": rows})  # after each model and batch
     print(f"wrote {path}")
 
 

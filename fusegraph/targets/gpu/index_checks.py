@@ -34,7 +34,7 @@ from ...errors import ExecutionError
 from ...ir.op import Op
 from ...ops.indexing import check_range
 from .device import torch
-from .kernels import Kernel, compiling_all
+from .kernels import Kernel, compiling_all, load_kernel
 
 BLOCK = 64  # cells per flag tensor: cells are views, so blocks are added, never grown
 
@@ -153,6 +153,28 @@ class IndexChecks:
 
 
 _wrap_kernel = None
+WRAP_SOURCE = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def wrap_indices(idx_ptr, out_ptr, cell_ptr, numel, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < numel
+    i = tl.load(idx_ptr + offs, mask=live, other=0)
+    inside = tl.minimum(tl.maximum(i, -n), n - 1)
+    tl.store(out_ptr + offs, tl.where(inside < 0, inside + n, inside), mask=live)
+    bad = live & ((i < -n) | (i >= n))
+    tl.store(cell_ptr + offs * 0, tl.full([BLOCK], 1, tl.uint8), mask=bad)
+"""
+
+
+def wrap_kernel() -> Kernel:
+    """The index-wrapping kernel, a generated module (its compile goes to a compile worker)."""
+    global _wrap_kernel
+    if _wrap_kernel is None:
+        _wrap_kernel = load_kernel(WRAP_SOURCE, "wrap_indices")
+    return _wrap_kernel
 
 
 def wrapped(idx: Any, n: int, cell: Any) -> Any:
@@ -160,27 +182,11 @@ def wrapped(idx: Any, n: int, cell: Any) -> Any:
     index was outside: what the wrapper's clamp, comparison, any, or and remainder do in five
     kernels, in one Triton kernel (an embedding lookup was seven kernels with its gather and copy;
     GPT-2 has two such lookups a run)."""
-    global _wrap_kernel
     t = torch()
-    if _wrap_kernel is None:
-        import triton
-        import triton.language as tl
-
-        @triton.jit
-        def wrap_indices(idx_ptr, out_ptr, cell_ptr, numel, n, BLOCK: tl.constexpr):
-            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-            live = offs < numel
-            i = tl.load(idx_ptr + offs, mask=live, other=0)
-            inside = tl.minimum(tl.maximum(i, -n), n - 1)
-            tl.store(out_ptr + offs, tl.where(inside < 0, inside + n, inside), mask=live)
-            bad = live & ((i < -n) | (i >= n))
-            tl.store(cell_ptr + offs * 0, tl.full([BLOCK], 1, tl.uint8), mask=bad)
-
-        _wrap_kernel = Kernel(wrap_indices)
     idx = idx.contiguous()
     block = 1024
     # in the pass that only compiles, the kernel is submitted and the positions read as 0 (a wait for
     # its compile there was GPT-2's first lookup: 0.67 s on the H200)
     out = t.zeros_like(idx) if compiling_all() else t.empty_like(idx)
-    _wrap_kernel[((idx.numel() + block - 1) // block,)](idx, out, cell.view(t.uint8), idx.numel(), n, BLOCK=block)
+    wrap_kernel()[((idx.numel() + block - 1) // block,)](idx, out, cell.view(t.uint8), idx.numel(), n, BLOCK=block)
     return out
