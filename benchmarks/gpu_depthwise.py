@@ -4,14 +4,16 @@ of the two the gpu target picks (lower_nn.triton_depthwise_rows). Needs CUDA, to
 
     python benchmarks/gpu_depthwise.py [--models mobilenet_v3_large,efficientnet_b0,convnext_tiny]
                                        [--batches 1,32] [--layout channels_last|contiguous] [--rows 1,2,4]
-                                       [--tile 1024]
+                                       [--tile 1024] [--block-c 64] [--unrolled]
 
 Each model's depthwise convolutions (distinct shapes, found by running it once at 224x224) in fp16, at
 each batch: cuDNN, aten's own CUDA kernel (`_conv_depthwise2d`, contiguous operands) and Triton's
 tiled form with each --rows (output rows a program), each captured in a CUDA graph of 50 calls after
 warm-up, replayed in alternating rounds, best round reported in microseconds a call; plus the Triton
 output's relative error against cuDNN's and the seconds cuDNN's and aten's first calls took (cuDNN's:
-its plan for the shape, which the compile pays).
+its plan for the shape, which the compile pays). `--unrolled` unrolls every tap of the tiled form
+(windows past triton_depthwise.ROLLED_ROWS_TAPS taps otherwise loop over their rows), `--block-c`
+caps its channels a tile (triton_depthwise.MAX_BLOCK_C; fewer make more programs of a small layer).
 Writes benchmarks/results/gpu_depthwise-<host>.json.
 """
 
@@ -129,6 +131,8 @@ def main() -> None:
                         "(triton_depthwise.TILE; benchmarks/triton_depthwise_regs.py says which spill)")
     parser.add_argument("--unrolled", action="store_true", help="every tap unrolled (windows past "
                         "triton_depthwise.ROLLED_ROWS_TAPS taps otherwise loop over their rows)")
+    parser.add_argument("--block-c", type=int, default=None, help="the tiled form's channels a tile at most "
+                        "(triton_depthwise.MAX_BLOCK_C)")
     args = parser.parse_args()
     from fusegraph.targets.gpu import triton_depthwise
 
@@ -136,6 +140,8 @@ def main() -> None:
         triton_depthwise.TILE = args.tile
     if args.unrolled:
         triton_depthwise.ROLLED_ROWS_TAPS = sys.maxsize
+    if args.block_c:
+        triton_depthwise.MAX_BLOCK_C = args.block_c
     import torch
 
     torch.backends.cudnn.benchmark = False  # as the gpu target runs cuDNN (executable._LibraryFlags)
@@ -154,6 +160,7 @@ def main() -> None:
                   f"aten {totals['aten_us']:.1f} us, Triton (best rows each) {totals['triton_us']:.1f} us", flush=True)
             path = write_results("gpu_depthwise", {"layout": args.layout, "tile": triton_depthwise.TILE, "calls_a_graph": CALLS,
                                                    "rounds": ROUNDS, "unrolled": args.unrolled,
+                                                   "max_block_c": triton_depthwise.MAX_BLOCK_C,
                                                    "rows": rows})  # after each model and batch
     print(f"wrote {path}")
 
