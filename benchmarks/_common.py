@@ -92,7 +92,8 @@ def phase_summary(executable: Any) -> dict:
     [problems, summed s]) and the warm-up's slow steps ("step", [steps, summed s]); the kernel compiles
     of the compile threads ([compiles, summed s, s from the first's start to the last's end]); their
     compile workers' spans, waits for a thread and launcher builds ([how many, summed s, the longest
-    s]). Empty for an executable without one (an older fusegraph)."""
+    s]), and the kernel whose worker finished last. Empty for an executable without one (an older
+    fusegraph)."""
     log = getattr(executable, "compile_log", ())
     out: dict = {}
     compiles = [(t0, t1) for name, lane, t0, t1 in log if lane != "compile" and name.startswith("compile ")]
@@ -113,4 +114,9 @@ def phase_summary(executable: Any) -> dict:
         took = [(t1 - t0) / 1e9 for name, lane, t0, t1 in log if lane != "compile" and name.startswith(kind)]
         if took:  # [how many, summed s, the longest s]
             out[key] = [len(took), round(sum(took), 2), round(max(took), 2)]
+    workers = [(t1, t0, name) for name, lane, t0, t1 in log if name.startswith("worker ")]
+    if workers:  # the kernel whose worker finished last: [its name, s from the log's start to its start, to its end]
+        start = min(t0 for _, _, t0, _ in log)
+        t1, t0, name = max(workers)
+        out["last worker"] = [name.split(" ", 1)[1], round((t0 - start) / 1e9, 2), round((t1 - start) / 1e9, 2)]
     return out
