@@ -29,10 +29,10 @@ cannot run it: the templates multiply exact float32 on the FMA units (never TF32
 does, and compile slowly (about 8 s each on the H200 machine, against 1 s for a float16 tensor-core
 one); on that machine cuBLAS won all 18 of ResNet-50's problems at batch 1 and all 3 of BERT-base's
 linear layers, while their compiles were most of ResNet-50 b1's 18.8 s cold compile (2.5-2.9 s
-without them). The "triton" mode and `exhaustive_tune` still time them. So is a large matrix product
-(`library_alone`: a dot, not a convolution, of more than LIBRARY_MACS multiply-adds): there cuBLAS won
-every problem the H200 tuner recorded, and waiting for its templates' compiles was the longest part of
-transformer rows' cold compiles at batch 32.
+without them). A large float16 product is the library's in the same way (`library_alone`: a dot,
+not a convolution, of more than LIBRARY_MACS multiply-adds): there cuBLAS won every problem the H200
+tuner recorded, and waiting for its templates' compiles was the longest part of transformer rows'
+choices at batch 32. The "triton" mode and `exhaustive_tune` still time the templates of both.
 
 On a CPU device (Triton's interpreter) nothing meaningful can be timed: the choice is deterministic
 (the library path, or the first Triton config when the mode is "triton"), and nothing is cached.
