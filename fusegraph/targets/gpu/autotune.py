@@ -303,9 +303,22 @@ class Tuner:
             return self._preferring(key, templates, library, args)
         return self._choose_among(key, self._allowed(candidates), args)
 
+    def choose_first(self, key: str, first: list[Candidate], rest: list[Candidate],
+                     args: tuple = ()) -> tuple[str | None, Callable[..., None]]:
+        """`choose` among `first` alone, `rest` only where none of them builds and runs, in "auto" mode
+        without exhaustive tuning; elsewhere `choose` among all of them."""
+        if self.prefers_first():
+            return self._preferring(key, first, rest, args)
+        return self.choose(key, first + rest, args)
+
+    def prefers_first(self) -> bool:
+        """Whether a choice with a preferred side (`choose_first`, `library_first`) takes it alone here:
+        in "auto" mode without exhaustive tuning."""
+        return self.mode == "auto" and not self.exhaustive
+
     def takes_library(self, library_first: bool) -> bool:
         """Whether a `library_first` choice is the library's alone here (times no template)."""
-        return library_first and self.mode == "auto" and not self.exhaustive
+        return library_first and self.prefers_first()
 
     def _preferring(self, key: str, first: list[Candidate], rest: list[Candidate],
                     args: tuple) -> tuple[str | None, Callable[..., None]]:

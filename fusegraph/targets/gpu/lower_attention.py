@@ -50,6 +50,21 @@ def attention(ctx, step):
     return run
 
 
+# Heads of at most this many dims, over at most triton_attention.MAX_KEYS keys in half precision, take
+# the Triton kernel without timing torch's SDPA (in "auto" mode without exhaustive tuning): it won every
+# such choice the H200 tuner recorded (DistilBERT b1, GPT-2 b1 and b32, Llama-small b32: 64-dim heads,
+# 128 keys; 1.7-2.3x faster than the fastest SDPA backend), and SDPA's first calls, where cuDNN builds
+# its graph, took 0.6-0.7 s of those rows' cold compiles at b32 on the H200
+SMALL_ALONE_DIM = 64
+
+
+def small_alone(q, k) -> bool:
+    """Whether attention over q, k takes triton_attention's kernel alone, untimed (SMALL_ALONE_DIM)."""
+    from .triton_attention import fits
+
+    return fits(q, k) and q.shape[-1] <= SMALL_ALONE_DIM
+
+
 class TunedAttention:
     """The attention kernel of one step, chosen by the tuner at its first call (while compiling, before
     graph capture) on the step's own tensors: scaled_dot_product_attention as torch dispatches it
@@ -58,7 +73,9 @@ class TunedAttention:
     inputs allow, not by speed: on Swin's 49-token windows its choice (cuDNN) is the slowest. Each
     SDPA candidate's first call (cuDNN builds its graph for the shapes then) is made with the
     libraries' first calls right after the walk, while the GEMMs' candidates compile: the choice
-    itself, made after the GEMMs' (it compiles nothing), then times warm candidates."""
+    itself, made after the GEMMs' (it compiles nothing), then times warm candidates. Where the
+    short-sequence kernel takes the heads (`small_alone`) it is chosen untimed, and SDPA's candidates
+    are neither called nor timed unless it fails."""
 
     BACKENDS = ("cudnn", "flash", "efficient")
 
@@ -84,19 +101,27 @@ class TunedAttention:
         form = None if bias is None else (tuple(bias.shape), tuple(s == 0 for s in bias.stride()), bias.dtype)
         key = (f"attention q{tuple(q.shape)}{order(q)} k{tuple(k.shape)}{order(k)} v{order(v)} {q.dtype} "
                f"bias{form} dead{None if dead is None else tuple(dead.shape)} scale={self.scale} gqa={self.gqa}")
+        args = (q, k, v, bias, dead)
         candidates = [Candidate("sdpa", lambda: self._sdpa(None))]
         if q.is_cuda:
             candidates += [Candidate(f"sdpa-{b}", lambda b=b: self._sdpa(b)) for b in self.BACKENDS]
-            candidates.append(Candidate("small", self._small))
-        name, run = self.tuner.choose(key, candidates, (q, k, v, bias, dead))
+        small = [Candidate("small", self._small)] if q.is_cuda else []
+        # the Triton kernel alone where it takes the heads (SMALL_ALONE_DIM), SDPA only where it fails;
+        # a recorded or cached choice of an SDPA backend stands
+        alone = bool(small) and small_alone(q, k) and self.tuner.prefers_first() and (
+            self.tuner.decided(key) in (None, "small"))
+        if alone:
+            name, run = self.tuner.choose_first(key, small, candidates, args)
+        else:
+            name, run = self.tuner.choose(key, candidates + small, args)
         if name is not None:
             self.run = run
             self.tuning[key] = {"name": name}
         elif kernels.compiling_all():  # the pass that only compiles: the choice after it (kernels.after_walk)
             known = self.tuner.decided(key)
-            for c in candidates if q.is_cuda else ():  # the SDPA candidates' first calls, with the libraries'
-                if c.name.startswith("sdpa") and known in (None, c.name):
-                    kernels.after_walk(lambda c=c: c.make()(q, k, v, bias, dead), library=True)
+            for c in candidates if q.is_cuda and not alone else ():  # the SDPA candidates' first calls,
+                if known in (None, c.name):  # with the libraries'
+                    kernels.after_walk(lambda c=c: c.make()(*args), library=True)
             kernels.after_walk(lambda: self._choose(q, k, v, bias, dead), compiles=False)
             return unwritten_output
         return run

@@ -100,6 +100,23 @@ def test_a_model_whose_attention_runs_the_small_kernel_matches_onnxruntime(gpu_t
     assert chosen
 
 
+@pytest.mark.parametrize("shape, kv, dtype, alone", [
+    ((32, 12, 128, 64), (32, 12, 128, 64), "float16", True),    # GPT-2, DistilBERT b32: small won 2x
+    ((64, 3, 49, 32), (64, 3, 49, 32), "float16", True),        # Swin's windows
+    ((32, 8, 128, 64), (32, 4, 128, 64), "bfloat16", True),     # grouped-query heads
+    ((2, 12, 128, 128), (2, 12, 128, 128), "float16", False),   # heads past SMALL_ALONE_DIM: timed
+    ((2, 12, 128, 64), (2, 12, 256, 64), "float16", False),     # keys past MAX_KEYS: SDPA's
+    ((2, 12, 128, 64), (2, 12, 128, 64), "float32", False),     # float32: SDPA's
+])
+def test_which_heads_take_the_small_kernel_untimed(shape, kv, dtype, alone):
+    import torch
+
+    from fusegraph.targets.gpu.lower_attention import small_alone
+
+    q, k = torch.zeros(shape, dtype=getattr(torch, dtype)), torch.zeros(kv, dtype=getattr(torch, dtype))
+    assert small_alone(q, k) is alone
+
+
 def test_small_attention_reads_dead_rows_as_zero_queries(device):
     """Rows marked dead (every key masked) weigh all keys alike: the mean of v, as the zeroed query
     gives SDPA (lower_attention.zero_rows); per batch row and per query row."""
@@ -168,3 +185,7 @@ def test_the_small_kernel_compiles_with_the_other_kernels(gpu_target, monkeypatc
 
     if compile_pool.workers_wanted():  # a generated module: its compile runs in a worker, off the GIL
         assert any(name == "worker attention_small" for name, _, _, _ in log)
+    # 32-dim heads over 40 keys: the small kernel's, untimed, and SDPA never called
+    assert list(p.executable.tuning.values()) == [{"name": "small"}]
+    assert not any(name.startswith("tune attention") for name, _, _, _ in log)
+    assert not any(name == "library first calls while compiling" for name, _, _, _ in log)
