@@ -366,6 +366,9 @@ def test_a_large_half_product_is_the_librarys_and_shares_no_kernels():
     large, small = runner(4096, 3072, 768), runner(4096, 768, 3072 // 8)
     assert 4096 * 3072 * 768 > LIBRARY_MACS and large.library_first and not small.library_first
     assert not runner(4096, 3072, 768, conv=True).library_first
+    int8 = runner(4096, 3072, 768)
+    int8.in_type = DType.int8  # (a quantized GEMM: its library is another, untried at this size)
+    assert not int8.library_first
     for mode, shared in (("auto", False), ("triton", True)):
         ctx = SimpleNamespace(tuner=Tuner(H200, mode=mode, measure=None), kernels=[large, small])
         large.ctx = small.ctx = ctx
