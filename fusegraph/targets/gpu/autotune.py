@@ -105,6 +105,11 @@ MIN_TILE_ROWS = 64
 # (Llama-small b32's MLP) and most convolutions (ResNet-50 b32's, by up to 2.3x). Waiting for those
 # problems' template compiles held DistilBERT, RoBERTa and ViT-B/16 b32's choices 0.9-1.4 s on the H200.
 LIBRARY_MACS = 2**32
+# Configs a new choice does not time (a recorded or cached choice may still name them): 128x64x32 (4
+# warps, 4 stages) won 3 of the 56 recorded problems past SMALL_MACS that timed it, two of them 48 or 64
+# columns wide, where 128x128x32 fitted to the problem is the same tile, and the third (MobileNetV3-L
+# b32's 6272x112x480) by 0.9 % over 64x128x64 (`benchmarks/gpu_config_wins.py`)
+UNTIMED = (GemmConfig(128, 64, 32, 8, 4, 4),)
 SMALL_TILE = 64 * 32  # elements of the smallest default tiles (64x32, 32x64)
 H100_SMS = 132  # multiprocessors of an H100/H200 SXM: the tile counts' scale where none is measured
 # how candidates are timed, part of the cache's identity: choices timed another way are timed again
@@ -151,14 +156,15 @@ def worth_timing(m: int, n: int, k: int, sms: int) -> list[GemmConfig]:
     multiprocessors: a latency-bound problem (SMALL_MACS) the one small tile `small_tile` picks; a
     larger one without the tiles too large to fill half the device (when others do), without the
     smallest tiles when a larger one still fills four waves, without tiles past 128x128 below
-    BIG_TILE_MACS, and without 32-row tiles where both sides reach MIN_TILE_ROWS. Each config left
+    BIG_TILE_MACS, without 32-row tiles where both sides reach MIN_TILE_ROWS, and never the UNTIMED
+    ones. Each config left
     out is a kernel a fresh machine does not compile (every config of every epilogue is one;
     MobileNet-V3 b1 compiled 205). In the H200 tuner's timings of DenseNet-121 b1, ConvNeXt-T b1 and
     DeiT-S b32 a config left out won 1 of 75 problems (see SMALL_MACS) and was 1.03-2.3x the winner in
     the others; none of ResNet-50 b32's 16 template picks is left out."""
     if m * n * k <= SMALL_MACS:
         return [small_tile(m, n, k)]
-    fitted = fit_configs(DEFAULT_CONFIGS, m, n, k)
+    fitted = fit_configs([c for c in DEFAULT_CONFIGS if c not in UNTIMED], m, n, k)
 
     def tiles(c: GemmConfig) -> int:
         return -(-m // c.block_m) * -(-n // c.block_n)
