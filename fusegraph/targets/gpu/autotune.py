@@ -157,9 +157,8 @@ def worth_timing(m: int, n: int, k: int, sms: int) -> list[GemmConfig]:
     larger one without the tiles too large to fill half the device (when others do), without the
     smallest tiles when a larger one still fills four waves, without tiles past 128x128 below
     BIG_TILE_MACS, without 32-row tiles where both sides reach MIN_TILE_ROWS, and never the UNTIMED
-    ones. Each config left
-    out is a kernel a fresh machine does not compile (every config of every epilogue is one;
-    MobileNet-V3 b1 compiled 205). In the H200 tuner's timings of DenseNet-121 b1, ConvNeXt-T b1 and
+    ones. Each config left out is a kernel a fresh machine does not compile (every config of every
+    epilogue is one; MobileNet-V3 b1 compiled 205). In the H200 tuner's timings of DenseNet-121 b1, ConvNeXt-T b1 and
     DeiT-S b32 a config left out won 1 of 75 problems (see SMALL_MACS) and was 1.03-2.3x the winner in
     the others; none of ResNet-50 b32's 16 template picks is left out."""
     if m * n * k <= SMALL_MACS:
