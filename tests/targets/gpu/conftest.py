@@ -34,6 +34,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _interpreter_first():
+    """Without a GPU, Triton's interpreter set up before any test here imports Triton (which reads
+    TRITON_INTERPRET once): a test that imports Triton's NVIDIA backend first would otherwise leave
+    the later tests' kernels compiled for a GPU there is not, whichever file runs first."""
+    if _has("torch") and _has("triton") and not cuda_available():
+        from fusegraph.targets.gpu.interpreter import use_interpreter
+
+        use_interpreter()
+
+
 @pytest.fixture(scope="session")
 def gpu_target():
     if not (_has("torch") and _has("triton")):
