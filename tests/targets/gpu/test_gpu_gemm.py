@@ -221,7 +221,8 @@ def test_recorded_choices_and_modes_decide_without_timing(cache_root):
 
 def test_a_float32_gemm_is_the_librarys_unless_it_cannot_run_it(cache_root):
     """library_first (a float32 GEMM): in "auto" mode the library alone, untimed; the templates are
-    timed only where it fails, or when asked for (exhaustive tuning, "triton" mode)."""
+    timed only where it fails, or when asked for (exhaustive tuning, "triton" mode). choose_first
+    prefers any first side so."""
     from fusegraph.targets.gpu.autotune import Candidate, Tuner
 
     times = {"library": 3.0, "64x64x32": 1.0, "128x128x32": 2.0}
@@ -245,32 +246,13 @@ def test_a_float32_gemm_is_the_librarys_unless_it_cannot_run_it(cache_root):
     without = [Candidate("library", failing_library), *candidates(log)[1:]]
     tuner = Tuner(H200, measure=measure)
     assert tuner.choose("k4", without, library_first=True)[0] == "64x64x32" and tuner.timed == 1
-
-
-def test_choose_first_takes_the_first_side_alone_unless_it_fails(cache_root):
-    """Tuner.choose_first (attention's short-sequence kernel): in "auto" mode the first side alone,
-    untimed, the rest only where it fails; with exhaustive tuning or another mode, timed among all."""
-    from fusegraph.targets.gpu.autotune import Candidate, Tuner
-
-    times = {"library": 3.0, "64x64x32": 1.0, "128x128x32": 2.0}
-    log: list[str] = []
-
-    def measure(run):
-        run()
-        return times[log[-1]]
-
-    def no_timing(run):
-        raise AssertionError("not timed")
-
+    # choose_first (attention's short-sequence kernel) the same way, with any first side
     library, *templates = candidates(log)
-    assert Tuner(H200, measure=no_timing).choose_first("k", [library], templates)[0] == "library"
-    assert Tuner(H200, measure=measure, exhaustive=True).choose_first("k2", [library], templates)[0] == "64x64x32"
-
-    def failing():
-        raise RuntimeError("no kernel for this form")
-
+    assert Tuner(H200, measure=no_timing).choose_first("k5", [library], templates)[0] == "library"
+    assert Tuner(H200, measure=measure, exhaustive=True).choose_first("k6", [library], templates)[0] == "64x64x32"
     tuner = Tuner(H200, measure=measure)
-    assert tuner.choose_first("k3", [Candidate("small", failing)], templates)[0] == "64x64x32" and tuner.timed == 1
+    assert tuner.choose_first("k7", [Candidate("small", failing_library)], templates)[0] == "64x64x32"
+    assert tuner.timed == 1
 
 
 def test_exhaustive_grid_is_wider_and_fits_the_problem():
