@@ -101,9 +101,10 @@ MIN_TILE_ROWS = 64
 # A float16 matrix product (a dot, not a convolution) of more than this many multiply-adds is the
 # library's (`library_alone`): in the H200 tuner's timings recorded in benchmarks/results, cuBLAS won all
 # 7 such problems (BERT-base, GPT-2 and ViT-B/16 at b32: QKV, FC1 with its GELU, FC2; 2^32.8-2^33.8) by
-# 11-28 % over the fastest template, while templates won 2 of the 3 dots between 2^31 and 2^32
-# (Llama-small b32's MLP) and most convolutions (ResNet-50 b32's, by up to 2.3x). Waiting for those
-# problems' template compiles held DistilBERT, RoBERTa and ViT-B/16 b32's choices 0.9-1.4 s on the H200.
+# 11-28 % over the fastest template, while templates won 3 of the 4 dots between 2^31 and 2^32
+# (GPT-2 b32's attention output, Llama-small b32's MLP) and most convolutions (ResNet-50 b32's, by up
+# to 2.3x). Waiting for those problems' template compiles held DistilBERT, RoBERTa and ViT-B/16 b32's
+# choices 0.9-1.4 s on the H200.
 LIBRARY_MACS = 2**32
 # Configs a new choice does not time (a recorded or cached choice may still name them): 128x64x32 (4
 # warps, 4 stages) won 3 of the 56 recorded problems past SMALL_MACS that timed it, two of them 48 or 64
