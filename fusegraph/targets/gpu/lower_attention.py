@@ -53,7 +53,7 @@ def attention(ctx, step):
 # Heads of at most this many dims, over at most triton_attention.MAX_KEYS keys in half precision, take
 # the Triton kernel without timing torch's SDPA (in "auto" mode without exhaustive tuning): it won every
 # such choice the H200 tuner recorded (DistilBERT b1, GPT-2 b1 and b32, Llama-small b32: 64-dim heads,
-# 128 keys; 1.7-2.3x faster than the fastest SDPA backend), and SDPA's first calls, where cuDNN builds
+# 128 keys; 1.7-2.2x faster than the fastest SDPA backend), and SDPA's first calls, where cuDNN builds
 # its graph, took 0.57-0.74 s of those rows' cold compiles at b32 on the H200
 SMALL_ALONE_DIM = 64
 
