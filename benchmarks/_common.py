@@ -120,3 +120,25 @@ def phase_summary(executable: Any) -> dict:
         t1, t0, name = max(workers)
         out["last worker"] = [name.split(" ", 1)[1], round((t0 - start) / 1e9, 2), round((t1 - start) / 1e9, 2)]
     return out
+
+
+def add_depthwise_form_args(parser: Any) -> None:
+    """The tiled depthwise form's knobs (fusegraph.targets.gpu.triton_depthwise), for the tools that
+    time or compile it: --tile, --block-c, --warps, --unrolled."""
+    parser.add_argument("--tile", type=int, default=None, help="output elements a tile at most (triton_depthwise.TILE)")
+    parser.add_argument("--block-c", type=int, default=None, help="channels a tile at most (MAX_BLOCK_C)")
+    parser.add_argument("--warps", type=int, default=None, help="warps a program (WARPS)")
+    parser.add_argument("--unrolled", action="store_true",
+                        help="every tap unrolled (windows past ROLLED_ROWS_TAPS taps otherwise loop over their rows)")
+
+
+def set_depthwise_form(args: Any) -> dict:
+    """triton_depthwise's knobs set from `add_depthwise_form_args`' arguments; the form, as recorded."""
+    from fusegraph.targets.gpu import triton_depthwise as td
+
+    td.TILE = args.tile or td.TILE
+    td.MAX_BLOCK_C = args.block_c or td.MAX_BLOCK_C
+    td.WARPS = args.warps or td.WARPS
+    if args.unrolled:
+        td.ROLLED_ROWS_TAPS = sys.maxsize
+    return {"tile": td.TILE, "max_block_c": td.MAX_BLOCK_C, "warps": td.WARPS, "unrolled": args.unrolled}

@@ -4,7 +4,7 @@ of the two the gpu target picks (lower_nn.triton_depthwise_rows). Needs CUDA, to
 
     python benchmarks/gpu_depthwise.py [--models mobilenet_v3_large,efficientnet_b0,convnext_tiny]
                                        [--batches 1,32] [--layout channels_last|contiguous] [--rows 1,2,4]
-                                       [--tile 1024] [--block-c 64] [--unrolled]
+                                       [--tile 1024] [--block-c 64] [--warps 4] [--unrolled]
 
 Each model's depthwise convolutions (distinct shapes, found by running it once at 224x224) in fp16, at
 each batch: cuDNN, aten's own CUDA kernel (`_conv_depthwise2d`, contiguous operands) and Triton's
@@ -13,7 +13,8 @@ warm-up, replayed in alternating rounds, best round reported in microseconds a c
 output's relative error against cuDNN's and the seconds cuDNN's and aten's first calls took (cuDNN's:
 its plan for the shape, which the compile pays). `--unrolled` unrolls every tap of the tiled form
 (windows past triton_depthwise.ROLLED_ROWS_TAPS taps otherwise loop over their rows), `--block-c`
-caps its channels a tile (triton_depthwise.MAX_BLOCK_C; fewer make more programs of a small layer).
+caps its channels a tile (triton_depthwise.MAX_BLOCK_C; fewer make more programs of a small layer),
+`--warps` sets its warps a program (triton_depthwise.WARPS).
 Writes benchmarks/results/gpu_depthwise-<host>.json.
 """
 
@@ -26,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import write_results  # noqa: E402
+from benchmarks._common import add_depthwise_form_args, set_depthwise_form, write_results  # noqa: E402
 
 CALLS = 50   # calls a graph
 ROUNDS = 5   # alternating replays of each engine's graph
@@ -127,21 +128,9 @@ def main() -> None:
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--layout", choices=["channels_last", "contiguous"], default="channels_last")
     parser.add_argument("--rows", default="1,2,4", help="the tiled form's output rows a program, each timed")
-    parser.add_argument("--tile", type=int, default=None, help="the tiled form's output elements a tile at most "
-                        "(triton_depthwise.TILE; benchmarks/triton_depthwise_regs.py says which spill)")
-    parser.add_argument("--unrolled", action="store_true", help="every tap unrolled (windows past "
-                        "triton_depthwise.ROLLED_ROWS_TAPS taps otherwise loop over their rows)")
-    parser.add_argument("--block-c", type=int, default=None, help="the tiled form's channels a tile at most "
-                        "(triton_depthwise.MAX_BLOCK_C)")
+    add_depthwise_form_args(parser)
     args = parser.parse_args()
-    from fusegraph.targets.gpu import triton_depthwise
-
-    if args.tile:
-        triton_depthwise.TILE = args.tile
-    if args.unrolled:
-        triton_depthwise.ROLLED_ROWS_TAPS = sys.maxsize
-    if args.block_c:
-        triton_depthwise.MAX_BLOCK_C = args.block_c
+    form = set_depthwise_form(args)
     import torch
 
     torch.backends.cudnn.benchmark = False  # as the gpu target runs cuDNN (executable._LibraryFlags)
@@ -158,10 +147,8 @@ def main() -> None:
                     totals[key] += row[key]
             print(f"{model} batch {batch}: {len(convs)} depthwise convolutions, cuDNN {totals['cudnn_us']:.1f} us, "
                   f"aten {totals['aten_us']:.1f} us, Triton (best rows each) {totals['triton_us']:.1f} us", flush=True)
-            path = write_results("gpu_depthwise", {"layout": args.layout, "tile": triton_depthwise.TILE, "calls_a_graph": CALLS,
-                                                   "rounds": ROUNDS, "unrolled": args.unrolled,
-                                                   "max_block_c": triton_depthwise.MAX_BLOCK_C,
-                                                   "rows": rows})  # after each model and batch
+            path = write_results("gpu_depthwise", {"layout": args.layout, **form, "calls_a_graph": CALLS,
+                                                   "rounds": ROUNDS, "rows": rows})  # after each model and batch
     print(f"wrote {path}")
 
 

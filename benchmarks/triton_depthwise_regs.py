@@ -9,7 +9,7 @@ timing on the device at all.
 
     python benchmarks/triton_depthwise_regs.py [--channels 72,144] [--windows 3,5] [--strides 1,2]
                                                [--rows 1,2,4] [--size 56] [--batch 32] [--dtype float16]
-                                               [--tile 1024] [--unrolled]
+                                               [--tile 1024] [--block-c 64] [--warps 4] [--unrolled]
 
 Prints one line per shape: registers a thread, its stack in bytes (spilled registers), the tile
 (BLOCK_W x BLOCK_C, from triton_depthwise.tiled_grid) and the seconds Triton took to compile it into
@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import add_depthwise_form_args, set_depthwise_form  # noqa: E402
 
 POINTER = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32"}  # Triton's signature types
 
@@ -91,15 +93,9 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=56, help="input height and width")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
-    ap.add_argument("--tile", type=int, default=None, help="output elements a tile at most (triton_depthwise.TILE)")
-    ap.add_argument("--unrolled", action="store_true", help="every tap unrolled (no rows loop)")
+    add_depthwise_form_args(ap)
     args = ap.parse_args()
-    from fusegraph.targets.gpu import triton_depthwise
-
-    if args.tile:
-        triton_depthwise.TILE = args.tile
-    if args.unrolled:
-        triton_depthwise.ROLLED_ROWS_TAPS = sys.maxsize
+    set_depthwise_form(args)
     grid = itertools.product(*([int(v) for v in text.split(",")]
                                for text in (args.channels, args.windows, args.strides, args.rows)))
     for c, k, s, r in grid:

@@ -21,6 +21,7 @@ IND = "    "
 ROWS = 1         # output rows a program (benchmarks/gpu_depthwise.py --rows times others)
 TILE = 1024      # output elements of a tile (BLOCK_W * BLOCK_C) at most
 MAX_BLOCK_C = 64
+WARPS = 4        # warps a program (benchmarks/gpu_depthwise.py --warps times others)
 ROLLED_ROWS_TAPS = 25  # one output row a program, windows past this many taps loop over their rows
 
 
@@ -98,4 +99,4 @@ def tiled_grid(out_shape, rows: int) -> tuple[tuple[int, int, int], dict]:
     block_c = min(MAX_BLOCK_C, 1 << max(0, (c - 1).bit_length()))
     block_w = max(1, min(TILE // block_c, 1 << max(0, (ow - 1).bit_length())))
     grid = (n * -(-oh // rows), -(-ow // block_w), -(-c // block_c))
-    return grid, {"BLOCK_W": block_w, "BLOCK_C": block_c, "num_warps": 4}
+    return grid, {"BLOCK_W": block_w, "BLOCK_C": block_c, "num_warps": WARPS}
