@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import CompiledFileError, CompileError
+from ...ir.dtypes import DType
 from ...profile import phases
 from . import kernels
 from .measure import cuda_measure
@@ -147,9 +148,10 @@ def fit_configs(configs: list[GemmConfig] | tuple[GemmConfig, ...], m: int, n: i
     return list(seen)
 
 
-def library_alone(m: int, n: int, k: int, conv: bool) -> bool:
-    """Whether a float16 problem of this size is the library's without timing templates (LIBRARY_MACS)."""
-    return not conv and m * n * k > LIBRARY_MACS
+def library_alone(m: int, n: int, k: int, conv: bool, in_type: DType) -> bool:
+    """Whether this problem is the library's without timing templates: a float16 (bfloat16) dot past
+    LIBRARY_MACS; never a convolution, nor quantized operands (their library is another)."""
+    return not conv and in_type in (DType.float16, DType.bfloat16) and m * n * k > LIBRARY_MACS
 
 
 def worth_timing(m: int, n: int, k: int, sms: int) -> list[GemmConfig]:
@@ -159,9 +161,9 @@ def worth_timing(m: int, n: int, k: int, sms: int) -> list[GemmConfig]:
     smallest tiles when a larger one still fills four waves, without tiles past 128x128 below
     BIG_TILE_MACS, without 32-row tiles where both sides reach MIN_TILE_ROWS, and never the UNTIMED
     ones. Each config left out is a kernel a fresh machine does not compile (every config of every
-    epilogue is one; MobileNet-V3 b1 compiled 205). In the H200 tuner's timings of DenseNet-121 b1, ConvNeXt-T b1 and
-    DeiT-S b32 a config left out won 1 of 75 problems (see SMALL_MACS) and was 1.03-2.3x the winner in
-    the others; none of ResNet-50 b32's 16 template picks is left out."""
+    epilogue is one; MobileNet-V3 b1 compiled 205). In the H200 tuner's timings of DenseNet-121 b1,
+    ConvNeXt-T b1 and DeiT-S b32 a config left out won 1 of 75 problems (see SMALL_MACS) and was
+    1.03-2.3x the winner in the others; none of ResNet-50 b32's 16 template picks is left out."""
     if m * n * k <= SMALL_MACS:
         return [small_tile(m, n, k)]
     fitted = fit_configs([c for c in DEFAULT_CONFIGS if c not in UNTIMED], m, n, k)

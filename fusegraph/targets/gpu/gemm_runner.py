@@ -156,10 +156,8 @@ class EpilogueGemm:
         run the problem: a float32 GEMM, a large float16 product (autotune.library_alone)."""
         from .autotune import library_alone
 
-        if self.in_type == DType.float32:
-            return True
         m = math.prod(self.mm_shape[:-1])  # (a dot's rows; a convolution is never the library's alone)
-        return self.in_type in (DType.float16, DType.bfloat16) and library_alone(m, self.mm_shape[-1], self.k, self.conv)
+        return self.in_type == DType.float32 or library_alone(m, self.mm_shape[-1], self.k, self.conv, self.in_type)
 
     @functools.cached_property
     def shares_kernels(self) -> bool:

@@ -106,10 +106,10 @@ class TunedAttention:
         if q.is_cuda:
             candidates += [Candidate(f"sdpa-{b}", lambda b=b: self._sdpa(b)) for b in self.BACKENDS]
         small = [Candidate("small", self._small)] if q.is_cuda else []
+        known = self.tuner.decided(key)
         # the Triton kernel alone where it takes the heads (SMALL_ALONE_DIM), SDPA only where it fails;
         # a recorded or cached choice of an SDPA backend stands
-        alone = bool(small) and small_alone(q, k) and self.tuner.prefers_first() and (
-            self.tuner.decided(key) in (None, "small"))
+        alone = bool(small) and small_alone(q, k) and self.tuner.prefers_first() and known in (None, "small")
         if alone:
             name, run = self.tuner.choose_first(key, small, candidates, args)
         else:
@@ -118,7 +118,6 @@ class TunedAttention:
             self.run = run
             self.tuning[key] = {"name": name}
         elif kernels.compiling_all():  # the pass that only compiles: the choice after it (kernels.after_walk)
-            known = self.tuner.decided(key)
             for c in candidates if q.is_cuda and not alone else ():  # the SDPA candidates' first calls,
                 if known in (None, c.name):  # with the libraries'
                     kernels.after_walk(lambda c=c: c.make()(*args), library=True)

@@ -33,12 +33,16 @@ def tiled_source(spec, name: str, params: list[str], unrolled: bool) -> str:
     4.1-4.6 s to compile for sm_90 on the 2-core VM (255 registers a thread and 56 bytes of spills at
     ConvNeXt-T's 16x64 tiles) and about 4 s on the H200 machine, the last of ConvNeXt-T b1's cold
     compile (5.4 s; 2.9 s with the flat form); looped, 1.0 s on the VM, 72 registers, no spills
-    (`benchmarks/triton_depthwise_regs.py --windows 7 --rows 1 [--unrolled]`). With several output rows
-    and undilated window rows, such a window loops over the input rows the tile reads, each output row
-    taking a loaded row where its window has it (its weights masked elsewhere): the 96-channel 7x7 at
-    four rows and 8x64 tiles, 130 registers and 1.2 s (unrolled: 255, 24 bytes of spills, 6.4 s). No
-    rule runs it yet (lower_nn keeps such convolutions on cuDNN); `benchmarks/gpu_depthwise.py --rows`
-    times it."""
+    (`benchmarks/triton_depthwise_regs.py --windows 7 --rows 1 [--unrolled]`). The loop costs run time:
+    ConvNeXt-T b1 on the H200 compiled in 2.15 s against 4.14 unrolled and ran 0.5579 ms against 0.5163
+    (its four 7x7 shapes alone, 36.6 us against 33.5: `benchmarks/gpu_depthwise.py --unrolled`). With
+    several output rows and undilated window rows, such a window loops over the input rows the tile
+    reads, each output row taking a loaded row where its window has it (its weights masked elsewhere):
+    the 96-channel 7x7 at four rows and 8x64 tiles, 130 registers and 1.2 s (unrolled: 255, 24 bytes
+    of spills, 6.4 s); on the H200 at batch 32 (512-element tiles, the best of 1, 2 and 4 rows) Triton ran
+    ConvNeXt-T's four 7x7s in 801 us against cuDNN's
+    153, so no rule runs it (lower_nn keeps such convolutions on cuDNN); `benchmarks/gpu_depthwise.py
+    --rows` times it."""
     acc_t, out_t = tl_type(compute_type(spec.dtype)), tl_type(spec.dtype)
     (kh, kw), s0, d0, rows = spec.lengths, spec.strides[0], spec.dilations[0], spec.rows
     inner = "tl.static_range" if unrolled else "range"

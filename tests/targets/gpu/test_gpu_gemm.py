@@ -320,13 +320,15 @@ def test_the_products_left_to_the_library_were_the_librarys_in_every_recorded_ti
     timings kept in benchmarks/results: every recorded problem it covers was won by the library (within
     1 %: ties), and it covers no convolution."""
     from benchmarks.gpu_config_wins import problem_dims, recorded
+    from fusegraph.ir.dtypes import DType
     from fusegraph.targets.gpu.autotune import LIBRARY, library_alone
 
     covered = 0
     for (row, problem), times in recorded(Path(__file__).parents[3] / "benchmarks" / "results").items():
         m, n, k = problem_dims(problem)
-        assert not library_alone(m, n, k, conv=True)
-        if library_alone(m, n, k, conv=problem.startswith("conv")):
+        in_type = DType(problem.split()[2].split("->")[0])
+        assert not library_alone(m, n, k, True, in_type)
+        if library_alone(m, n, k, problem.startswith("conv"), in_type):
             assert times[LIBRARY] <= 1.01 * min(times.values()), (row, problem, min(times, key=times.__getitem__))
             covered += 1
     assert covered >= 7
