@@ -39,10 +39,9 @@ def tiled_source(spec, name: str, params: list[str], unrolled: bool) -> str:
     several output rows and undilated window rows, such a window loops over the input rows the tile
     reads, each output row taking a loaded row where its window has it (its weights masked elsewhere):
     the 96-channel 7x7 at four rows and 8x64 tiles, 130 registers and 1.2 s (unrolled: 255, 24 bytes
-    of spills, 6.4 s); on the H200 at batch 32 (512-element tiles, the best of 1, 2 and 4 rows) Triton ran
-    ConvNeXt-T's four 7x7s in 801 us against cuDNN's
-    153, so no rule runs it (lower_nn keeps such convolutions on cuDNN); `benchmarks/gpu_depthwise.py
-    --rows` times it."""
+    of spills, 6.4 s); on the H200 at batch 32 (512-element tiles, the best of 1, 2 and 4 rows) it ran
+    ConvNeXt-T's four 7x7s in 801 us against cuDNN's 153, so no rule runs it (lower_nn keeps such
+    convolutions on cuDNN); `benchmarks/gpu_depthwise.py --rows` times it."""
     acc_t, out_t = tl_type(compute_type(spec.dtype)), tl_type(spec.dtype)
     (kh, kw), s0, d0, rows = spec.lengths, spec.strides[0], spec.dilations[0], spec.rows
     inner = "tl.static_range" if unrolled else "range"
