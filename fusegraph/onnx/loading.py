@@ -11,7 +11,9 @@ file (a FIFO would block the read forever) is refused with ModelLoadError naming
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Mapping
 from pathlib import Path, PurePath
 
 import onnx
@@ -20,6 +22,7 @@ from onnx import external_data_helper
 
 from .. import files
 from ..errors import FusegraphError, ModelLoadError
+from .wire import split_weights
 
 ModelSource = str | os.PathLike | bytes | bytearray | memoryview | onnx.ModelProto
 
@@ -34,18 +37,50 @@ def regular_file(path: str | os.PathLike, what: str = "model file") -> Path:
         raise ModelLoadError(f"cannot read {what} {path}: {e.strerror or e}") from None
 
 
+@dataclasses.dataclass(frozen=True)
+class RawWeights:
+    """The main graph's initializers whose raw data `read_model` left out of the message: where each
+    lies in the model's bytes, by its index in graph.initializer (wire.py)."""
+    data: bytes = b""
+    spans: Mapping[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
+
+    def get(self, index: int) -> memoryview | None:
+        span = self.spans.get(index)
+        return None if span is None else memoryview(self.data)[span[0]:span[1]]
+
+
 def load_model(model: ModelSource, external_data_dir: str | os.PathLike | None = None) -> onnx.ModelProto:
     """Read an ONNX model from a path, bytes or a ModelProto, with clear errors for bad input. External
     data is read from the model's folder (a path) or `external_data_dir` (bytes, a ModelProto)."""
+    return _load(model, external_data_dir, split=False)[0]
+
+
+def read_model(model: ModelSource, external_data_dir: str | os.PathLike | None = None
+               ) -> tuple[onnx.ModelProto, RawWeights]:
+    """`load_model`'s model, but for a path or bytes the main graph's large initializers come without
+    their raw data, which RawWeights locates in the bytes (the parse copies each once, not thrice)."""
+    return _load(model, external_data_dir, split=True)
+
+
+def _parse(data: bytes, split: bool) -> tuple[onnx.ModelProto, RawWeights]:
+    cut = split_weights(data) if split else None
+    if cut is None:
+        return onnx.load_from_string(data), RawWeights()
+    return onnx.load_from_string(cut[0]), RawWeights(data, cut[1])
+
+
+def _load(model: ModelSource, external_data_dir: str | os.PathLike | None, split: bool
+          ) -> tuple[onnx.ModelProto, RawWeights]:
+    weights = RawWeights()
     try:
         if isinstance(model, onnx.ModelProto):
             proto, base = model, external_data_dir
         elif isinstance(model, (bytes, bytearray, memoryview)):
-            proto, base = onnx.load_from_string(bytes(model)), external_data_dir
+            (proto, weights), base = _parse(bytes(model), split), external_data_dir
         else:
             path = regular_file(model)
             with open(files.open_regular(path), "rb") as f:  # a FIFO swapped in since: refused, not waited on
-                proto = onnx.load_from_string(f.read())
+                proto, weights = _parse(f.read(), split)
             base = path.parent if external_data_dir is None else external_data_dir
         proto = _with_external_data(proto, None if base is None else Path(base))
     except FusegraphError:
@@ -56,7 +91,7 @@ def load_model(model: ModelSource, external_data_dir: str | os.PathLike | None =
         raise ModelLoadError(f"cannot read ONNX model: {e}") from None
     if not proto.HasField("graph") or (not proto.graph.node and not proto.graph.output):
         raise ModelLoadError("not a valid ONNX model: it has no graph (empty, truncated or not ONNX)")
-    return proto
+    return proto, weights
 
 
 def _external_tensors(proto: onnx.ModelProto) -> list[onnx.TensorProto]:
@@ -79,7 +114,7 @@ def _with_external_data(proto: onnx.ModelProto, base: Path | None) -> onnx.Model
             raise ModelLoadError(f"tensor {t.name!r} keeps its data in the external file {info.location!r}: "
                                  f"a model given as bytes or a ModelProto reads external data only from "
                                  f"parse_onnx(..., external_data_dir=...)")
-        t.raw_data = _read(_inside(base, info.location, t.name), info.offset or 0, info.length, t.name)
+        t.raw_data = _read_external(_inside(base, info.location, t.name), info.offset or 0, info.length, t.name)
         del t.external_data[:]
         t.data_location = onnx.TensorProto.DEFAULT
     return copy
@@ -100,7 +135,7 @@ def _inside(base: Path, location: str, tensor: str) -> Path:
     return regular_file(target, f"external data file of tensor {tensor!r}")
 
 
-def _read(path: Path, offset: int, length: int | None, tensor: str) -> bytes:
+def _read_external(path: Path, offset: int, length: int | None, tensor: str) -> bytes:
     size = path.stat().st_size
     if offset > size or (length is not None and offset + length > size):
         raise ModelLoadError(f"tensor {tensor!r}: external data at offset {offset}, length {length} lies "

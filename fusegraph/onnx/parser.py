@@ -26,7 +26,7 @@ from ..ir.symbolic import symbol_name
 from . import converters  # noqa: F401  (registers every converter)
 from .context import Context
 from .converters.sparse import sparse_constant
-from .loading import ModelSource, load_model
+from .loading import ModelSource, RawWeights, read_model
 from .node import Node, check_text, tensor_to_array
 from .registry import lookup
 from .schema import check_model, check_node
@@ -52,7 +52,8 @@ class OnnxParser:
         self.functions: dict[tuple[str, str], onnx.FunctionProto] = {}
 
     # -- model ------------------------------------------------------------------------------------
-    def parse(self, model: onnx.ModelProto) -> Program:
+    def parse(self, model: onnx.ModelProto, weights: RawWeights | None = None) -> Program:
+        """`model` as a Program; `weights` holds the raw data of the initializers read_model left out."""
         self.opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
         check_model(model, self.opsets)
         self.functions = {(f.domain, f.name): f for f in model.functions}
@@ -60,8 +61,9 @@ class OnnxParser:
         main = self.program.main
         scope: dict[str, Instruction] = {}
         ctx = Context(self, main, self.opsets)
-        for init in graph.initializer:
-            scope[init.name] = ctx.literal(self._initializer(init))
+        weights = weights or RawWeights()
+        for k, init in enumerate(graph.initializer):
+            scope[init.name] = ctx.literal(self._initializer(init, weights.get(k)))
         for sparse in graph.sparse_initializer:
             scope[sparse.values.name] = sparse_constant(ctx, sparse)  # kept sparse (converters/sparse.py)
         for kind, protos in (("graph input", graph.input), ("graph output", graph.output),
@@ -95,9 +97,9 @@ class OnnxParser:
         self.program.metadata["output_names"] = "\x1f".join(o.name for o in graph.output)
         return self.program
 
-    def _initializer(self, t: onnx.TensorProto):
+    def _initializer(self, t: onnx.TensorProto, raw: memoryview | None = None):
         try:
-            return tensor_to_array(t)
+            return tensor_to_array(t, raw)
         except ParseError as e:
             raise ModelLoadError(f"initializer {t.name!r}: {e}") from None
         except (ValueError, TypeError, OSError, onnx.checker.ValidationError) as e:  # external data
@@ -315,11 +317,11 @@ def parse_onnx(model: ModelSource, *,
     External data is read from the model's folder, or for bytes and a ModelProto only from
     `external_data_dir` (loading.py says what is refused).
     """
-    proto = load_model(model, external_data_dir)
+    proto, weights = read_model(model, external_data_dir)
     parser = OnnxParser(map_input_dims, map_dyn_input_dims, default_dim_value, skip_unknown_operators,
                         map_input_values)
     unknown = set(map_input_dims or {}) | set(map_dyn_input_dims or {}) | set(map_input_values or {})
     names = {i.name for i in proto.graph.input}
     if unknown - names:
         raise ParseError(f"map_input_dims/values name unknown input(s) {sorted(unknown - names)}; inputs are {sorted(names)}")
-    return parser.parse(proto)
+    return parser.parse(proto, weights)

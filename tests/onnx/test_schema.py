@@ -9,7 +9,7 @@ from onnx import helper
 
 import fusegraph
 from fusegraph.errors import ModelLoadError, ParseError
-from tests.util import check_vs_ort, make_model
+from tests.util import check_vs_ort, make_model, run_ort
 
 X = {"x": np.arange(6, dtype=np.float32).reshape(2, 3)}
 
@@ -114,6 +114,20 @@ def test_bias_and_clip_bounds_of_the_wrong_rank():
     with pytest.raises(ParseError, match="min must be a scalar"):
         fusegraph.parse_onnx(clip)
     check_vs_ort(one("Clip", ["x", "lo"], inits={"lo": np.full((1,), 2, np.float32)}), X)
+
+
+@pytest.mark.parametrize("node, inits, message", [
+    # numpy broadcasts a [4, 1, 1] C to [4, 2, 4]: ONNX Runtime refuses it (found by tests/fuzz)
+    (helper.make_node("Gemm", ["x", "b", "c"], ["y"], transB=1), {"b": np.ones((4, 3), np.float32),
+     "c": np.ones((4, 1, 1), np.float32)}, r"Gemm's C float32\[4,1,1\] is not unidirectionally broadcastable"),
+    (helper.make_node("Transpose", ["x"], ["y"], perm=[1, -2]), {}, r"perm \[1, -2\] is not a permutation"),
+], ids=["gemm-c-rank-3", "transpose-negative-perm"])
+def test_what_onnx_runtime_refuses_is_refused(node, inits, message):
+    model = make_model([node], X, ["y"], inits)
+    with pytest.raises(Exception):  # noqa: B017  (whatever it raises: ORT refuses the model too)
+        run_ort(model, X)
+    with pytest.raises(ParseError, match=message):
+        fusegraph.parse_onnx(model)
 
 
 @pytest.mark.parametrize("k", [np.array([1], np.int64), np.array(-1, np.int64)])

@@ -78,11 +78,22 @@ def gemm(ctx, node, args):
     alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
     if alpha != 1.0:
         y = ctx.pointwise("mul", y, ctx.scalar_like(alpha, y))
+    if c is not None and not _broadcasts_to(c, y):  # numpy would broadcast [N, 1, 1] to [N, M, N]
+        raise ctx.error(f"Gemm's C {c.shape} is not unidirectionally broadcastable to A'B' {y.shape}")
     if c is None or beta == 0.0:
         return y
     if beta != 1.0:
         c = ctx.pointwise("mul", c, ctx.scalar_like(beta, c))
     return ctx.pointwise("add", y, c)  # C broadcasts to [M, N]
+
+
+def _broadcasts_to(c: Instruction, y: Instruction) -> bool:
+    """Whether C's shape broadcasts to the [M, N] product's without growing it (where both are static)."""
+    if c.shape.ndim > 2:
+        return False
+    if c.shape.is_dynamic or y.shape.is_dynamic:
+        return True
+    return all(d in (1, n) for d, n in zip(c.shape.lens[::-1], y.shape.lens[::-1]))
 
 
 @converter("Det", since=11)

@@ -155,9 +155,9 @@ def unsqueeze(ctx, node, args):
 def transpose(ctx, node, args):
     x = args[0]
     rank = x.shape.ndim
-    perm = axes_of(ctx, node.attr("perm", list(range(rank))[::-1]), rank)
-    if len(perm) != rank:
-        raise ctx.error(f"perm {perm} is not a permutation of rank {rank}")
+    perm = [int(p) for p in node.attr("perm", list(range(rank))[::-1])]
+    if sorted(perm) != list(range(rank)):  # negative entries too: ONNX's shape inference refuses them
+        raise ctx.error(f"perm {perm} is not a permutation of the axes 0..{rank - 1}")
     return x if perm == list(range(rank)) else ctx.add("transpose", x, perm=tuple(perm))
 
 
