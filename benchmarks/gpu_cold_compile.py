@@ -44,20 +44,19 @@ if str(ROOT) not in sys.path:  # after PYTHONPATH: a --variant child imports fus
 
 
 def load_row(model: str, batch: int):
-    """(ONNX model, input dims for the parser, sample feeds at `batch`) of one of fusegraph's built-in
-    models or a row of the architecture corpus (benchmarks/gpu_models.py: exported here, before the clock)."""
-    import onnx
-
+    """(ONNX model as its bytes, as a file holds it; input dims for the parser; sample feeds at `batch`)
+    of one of fusegraph's built-in models or a row of the architecture corpus (benchmarks/gpu_models.py:
+    exported here, before the clock)."""
     from fusegraph import models
 
     if model in models.MODELS:
-        return (models.get_model(model), models.MODELS[model].default_shapes(batch=batch),
+        return (models.get_model(model).SerializeToString(), models.MODELS[model].default_shapes(batch=batch),
                 models.sample_inputs(model, batch=batch))
     from benchmarks.gpu_vs_torch import build, export_onnx
 
     _, export, inputs, names, _ = build(model, batch)
     feeds = {n: x.numpy() for n, x in zip(names, inputs)}
-    return onnx.load_from_string(export_onnx(export, inputs, names)), None, feeds
+    return export_onnx(export, inputs, names), None, feeds
 
 
 def run_ms(executable, feeds: dict, runs: int) -> float:
@@ -146,7 +145,7 @@ def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None,
         import onnxruntime as ort
 
         got = program.run(feeds)[0]
-        want = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        want = ort.InferenceSession(onnx_model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
         err = float(np.max(np.abs(got.astype(np.float64) - want)) / np.max(np.abs(want)))
     cubins = sum(1 for _ in Path(os.environ["TRITON_CACHE_DIR"]).rglob("*.cubin"))
     result = {"parse_s": round(t1 - t0, 3), "compile_s": round(t2 - t1, 3), "cubins": cubins, "rel_err_vs_ort": err,
