@@ -8,7 +8,8 @@ GEMM tuning, graph capture) is done.
 
 A row is `model:batch:fp16|fp32` over fusegraph's built-in models or the rows of the architecture corpus
 (benchmarks/gpu_models.py, exported before the clock starts). Per row: parse and compile seconds,
-how many Triton binaries the compile built (cubins in its Triton cache), its Triton compiles by kernel
+how many Triton binaries the compile built (cubins in its Triton cache) from how many generated sources
+(Triton specializes a source on its integer arguments: 16-divisible, 1), its Triton compiles by kernel
 kind with their summed seconds (threads overlap), its phases (`phases_s`, from Executable.compile_log:
 plan, lowering, compile-all, first run with the GEMM timings, capture), the GEMM tuner's timing of every
 candidate of every problem (what tuning decisions are made from), and at batch 1 the largest
@@ -148,7 +149,9 @@ def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None,
         want = ort.InferenceSession(onnx_model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
         err = float(np.max(np.abs(got.astype(np.float64) - want)) / np.max(np.abs(want)))
     cubins = sum(1 for _ in Path(os.environ["TRITON_CACHE_DIR"]).rglob("*.cubin"))
-    result = {"parse_s": round(t1 - t0, 3), "compile_s": round(t2 - t1, 3), "cubins": cubins, "rel_err_vs_ort": err,
+    sources = len(getattr(program.executable, "sources", {}))  # generated kernels: cubins past it are specializations
+    result = {"parse_s": round(t1 - t0, 3), "compile_s": round(t2 - t1, 3), "cubins": cubins, "sources": sources,
+              "rel_err_vs_ort": err,
               "phases_s": phase_summary(program.executable),
               **compile_summary(compiles, tuners)}
     if runs:
