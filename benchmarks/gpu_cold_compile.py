@@ -8,9 +8,10 @@ GEMM tuning, graph capture) is done.
 
 A row is `model:batch:fp16|fp32` over fusegraph's built-in models or the rows of the architecture corpus
 (benchmarks/gpu_models.py, exported before the clock starts). Per row: parse and compile seconds,
-how many Triton binaries the compile built (cubins in its Triton cache) from how many generated sources
-(Triton specializes a source on its integer arguments: 16-divisible, 1), its Triton compiles by kernel
-kind with their summed seconds (threads overlap), its phases (`phases_s`, from Executable.compile_log:
+the compile's peak CUDA memory (torch's allocator: weights, arena, tuning, libraries' workspaces),
+how many Triton binaries the compile built (cubins in its Triton cache: timed GEMM candidates too, and
+each specialization of a source on its integer arguments) and how many generated sources the program
+runs, its Triton compiles by kernel kind with their summed seconds (threads overlap), its phases (`phases_s`, from Executable.compile_log:
 plan, lowering, compile-all, first run with the GEMM timings, capture), the GEMM tuner's timing of every
 candidate of every problem (what tuning decisions are made from), and at batch 1 the largest
 difference from ONNX Runtime (CPU) relative to the output's largest magnitude. `--variant NAME=DIR`
@@ -123,6 +124,8 @@ def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None,
     compiles, tuners = watch_compile()
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()  # CUDA set up before the clock starts
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
     profile = cProfile.Profile() if profile_to else None
     t0 = time.perf_counter()
     if profile:
@@ -132,6 +135,7 @@ def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None,
     program.compile(GpuTarget(gemm=gemm), fusegraph.CompileOptions(fp16=fp16))
     torch.cuda.synchronize()
     t2 = time.perf_counter()
+    peak_mb = round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)  # the compile's, tuning and first calls too
     if profile:
         profile.disable()
         text = io.StringIO()
@@ -149,9 +153,9 @@ def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None,
         want = ort.InferenceSession(onnx_model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
         err = float(np.max(np.abs(got.astype(np.float64) - want)) / np.max(np.abs(want)))
     cubins = sum(1 for _ in Path(os.environ["TRITON_CACHE_DIR"]).rglob("*.cubin"))
-    sources = len(getattr(program.executable, "sources", {}))  # generated kernels: cubins past it are specializations
-    result = {"parse_s": round(t1 - t0, 3), "compile_s": round(t2 - t1, 3), "cubins": cubins, "sources": sources,
-              "rel_err_vs_ort": err,
+    sources = len(getattr(program.executable, "sources", {}))  # the generated kernel sources the program runs
+    result = {"parse_s": round(t1 - t0, 3), "compile_s": round(t2 - t1, 3), "peak_mb": peak_mb, "cubins": cubins,
+              "sources": sources, "rel_err_vs_ort": err,
               "phases_s": phase_summary(program.executable),
               **compile_summary(compiles, tuners)}
     if runs:
