@@ -99,7 +99,7 @@ def _cut_raw(data: bytes, start: int, end: int) -> tuple[bytes, tuple[int, int]]
             raw.append((at, vstart, vend))
         elif field == _DATA_TYPE and wire == 0:
             types.append(value)
-        elif field in (_SEGMENT, _EXTERNAL, _LOCATION) or field in (_RAW, _DATA_TYPE):
+        elif field in (_SEGMENT, _EXTERNAL, _LOCATION, _RAW, _DATA_TYPE):  # (the last two: another wire type)
             return None
     if len(raw) != 1 or len(types) != 1 or types[0] not in PLAIN_TYPES:
         return None
