@@ -207,18 +207,24 @@ def test_the_half_program_keeps_every_nodes_provenance():
     assert {i.tensor for i in computing if i.tensor} >= {"c", "r", "g", "y"}
 
 
-def test_a_large_weight_is_rounded_in_chunks_exactly_as_a_small_one():
-    """quantize's rounding of a weight above the chunk size (threads): the same as clipping and
-    rounding it whole, out-of-range values, infinities, NaN and a strided source included."""
+@pytest.mark.parametrize("half", [DType.float16, DType.bfloat16])
+def test_a_weight_is_rounded_as_clipping_then_rounding_would(half):
+    """quantize's rounding of a weight, small or above the chunk size (threads): bit for bit what
+    clipping it to half's range and rounding gives: out-of-range values, the edges of the range,
+    infinities, NaN, -0.0, subnormals and a strided source included."""
+    import ml_dtypes
+
     from fusegraph.quantize.fp16 import _CHUNK, _half_literal
 
+    top = np.float32(ml_dtypes.finfo(half.np).max)
+    edges = np.array([np.inf, -np.inf, np.nan, 65504, 65519, 65520, -65520, 7e4, 1e-8, -0.0, 6e-8, 3.38e38,
+                      -3.4e38, np.finfo(np.float32).max, 0.5], np.float32)
     big = rng.standard_normal(((4 * _CHUNK // 7 + 1001) * 7,)).astype(np.float32) * 3e4
     big[[0, 7, -1]] = [np.inf, -np.inf, np.nan]
-    top = np.float32(65504)
-    for value in (big, big.reshape(-1, 7)[:, ::2].T):
-        assert value.size >= 2 * _CHUNK  # (rounded in chunks)
-        want = np.clip(value, -top, top).astype(np.float16)
+    big[100:100 + edges.size] = edges
+    for value in (edges, big, big.reshape(-1, 7)[:, ::2].T):
+        want = np.clip(value, -top, top).astype(half.np)
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            got = _half_literal(value, DType.float16, pool)
-        assert got.shape == value.shape and got.dtype == np.float16
-        np.testing.assert_array_equal(got, want)  # NaN where NaN, ±65504 for the infinities
+            got = _half_literal(value, half, pool)
+        assert got.shape == value.shape and got.dtype == half.np
+        assert got.tobytes() == want.tobytes()  # NaN where NaN, ±top for the infinities
