@@ -130,24 +130,16 @@ def _half_literal(value: np.ndarray, half: DType, pool: concurrent.futures.Execu
     on the 2-core VM the fp16 pass over GPT-2 (124M weights) took 0.25 s instead of 0.49, over
     ViT-B/16 0.23 s instead of 0.35 (benchmarks/compile_time.py --gpu-fp16)."""
     top = float(ml_dtypes.finfo(half.np).max)
-    out = np.empty(value.shape, half.np)
     if value.size < 2 * _CHUNK:
-        _round_into(out, value, top)
-        return out
+        return np.clip(value, -top, top).astype(half.np)
+    out = np.empty(value.shape, half.np)
     src, dst = np.ascontiguousarray(value).reshape(-1), out.reshape(-1)
-    list(pool.map(lambda lo: _round_into(dst[lo:lo + _CHUNK], src[lo:lo + _CHUNK], top),
-                  range(0, src.size, _CHUNK)))
+
+    def part(lo: int) -> None:
+        dst[lo:lo + _CHUNK] = np.clip(src[lo:lo + _CHUNK], -top, top)  # (the assignment rounds)
+
+    list(pool.map(part, range(0, src.size, _CHUNK)))
     return out
-
-
-def _round_into(dst: np.ndarray, src: np.ndarray, top: float) -> None:
-    """dst = src clipped to ±top and rounded: rounded first (one pass, 20 % quicker than clipping
-    first on the VM), then what rounded past half's range (±inf: |src| beyond it, or infinite) set to
-    ±top, which is what clipping first gives; NaN stays NaN."""
-    dst[...] = src
-    over = np.isinf(dst)
-    if over.any():
-        dst[over] = np.where(src[over] > 0, top, -top)
 
 
 def _quantize_module(module: Module, half: DType, keep: frozenset[str]) -> bool:
