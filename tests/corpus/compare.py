@@ -57,7 +57,8 @@ def run_target(model: onnx.ModelProto, feeds: Feeds, target: str) -> list[np.nda
 
     name, _, precision = target.partition("-")
     options = fusegraph.CompileOptions(fp16=bool(precision), fp16_io=precision == "fp16-io")
-    p = fusegraph.parse_onnx(model, map_input_dims={k: list(v.shape) for k, v in feeds.items()})
+    # from its bytes, as a user's file is read (onnx/wire.py's split of the weights)
+    p = fusegraph.parse_onnx(model.SerializeToString(), map_input_dims={k: list(v.shape) for k, v in feeds.items()})
     p.compile(fusegraph.get_target(name), options)
     if not options.fp16_io:
         return p.run(feeds)
