@@ -176,7 +176,8 @@ def _async_compiles(launch: bool) -> Iterator[bool]:
                 _compiling.set(None)  # launches run again (waiting for their kernels' compiles)
                 if first_calls:  # each releases the GIL: the compile threads run on
                     with phases.span("library first calls while compiling"):
-                        _first_calls(first_calls)
+                        for call in first_calls:  # (on this thread: torch keeps cuDNN's plans per thread)
+                            _quietly(call)()
                 if choices or last:
                     with phases.span("choices while compiling"):
                         for call in choices + last:
@@ -184,36 +185,6 @@ def _async_compiles(launch: bool) -> Iterator[bool]:
         finally:
             _compiling.reset(token)
             _after_walk.reset(later)
-
-
-# Threads making the libraries' first calls after the walk (1: one after another, on the walk's
-# thread). Each builds its library's plan for its shapes on the host (cuDNN's depthwise convolutions:
-# 0.2-1.3 s each on the H200, 1.8 s in all for ConvNeXt-T's at batch 32), which threads may do at once;
-# more threads also hold more libraries' workspaces at once. Not yet measured on a device.
-FIRST_CALL_THREADS = 1
-
-
-def _first_calls(calls: list[Callable[[], Any]]) -> None:
-    """`calls` (after_walk's library=True ones), each on this thread's CUDA stream, in
-    FIRST_CALL_THREADS threads; whatever fails fails again where it is used."""
-    threads = min(FIRST_CALL_THREADS, len(calls))
-    if threads <= 1:
-        for call in calls:
-            _quietly(call)()
-        return
-    from .device import torch
-
-    t = torch()
-    stream = t.cuda.current_stream() if t.cuda.is_available() else None
-
-    def on_stream(call: Callable[[], Any]) -> None:
-        # (a thread's current stream is its own: the default one)
-        with contextlib.nullcontext() if stream is None else t.cuda.stream(stream):
-            _quietly(call)()
-
-    with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="fusegraph-first-call") as pool:
-        contexts = [contextvars.copy_context() for _ in calls]  # this thread's (the compile log)
-        list(pool.map(lambda context, call: context.run(on_stream, call), contexts, calls))
 
 
 HANDOFF_S = 0.0005  # the interpreter's switch interval inside the compile scopes (quick_gil_handoff)

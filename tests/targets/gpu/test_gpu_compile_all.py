@@ -4,8 +4,6 @@ candidates its choice will time; generated kernels are compiled and not launched
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import pytest
 
@@ -159,40 +157,6 @@ def test_library_first_calls_come_before_the_choices(compile_all):
         kernels.after_walk(lambda: log.append("cudnn plan 1"), library=True)
         kernels.after_walk(lambda: log.append("cudnn plan 2"), library=True)
     assert log == ["cudnn plan 1", "cudnn plan 2", "choice"]
-
-
-def test_library_first_calls_in_threads_run_on_the_walks_stream(compile_all, monkeypatch):
-    """kernels.FIRST_CALL_THREADS > 1: the first calls run in that many threads at once, each on the
-    stream the walk ran on and in its context (the compile log), a failing one dropped, all before
-    the choices."""
-    import threading
-
-    import torch
-
-    from fusegraph.profile import phases
-    from fusegraph.targets.gpu import kernels
-
-    monkeypatch.setattr(kernels, "FIRST_CALL_THREADS", 3)
-    seen, barrier = [], threading.Barrier(3, timeout=10)  # (it breaks unless three run at once)
-
-    def first_call(k):
-        def call():
-            barrier.wait()
-            stream = torch.cuda.current_stream() if torch.cuda.is_available() else None
-            seen.append((k, threading.current_thread().name, stream, phases.current()))
-            if k == 1:
-                raise RuntimeError("the library cannot take this shape")
-        return call
-
-    side = torch.cuda.Stream() if torch.cuda.is_available() else None
-    with phases.recording() as log, torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-        with compile_all():
-            kernels.after_walk(lambda: seen.append("choice"))
-            for k in range(3):
-                kernels.after_walk(first_call(k), library=True)
-    assert seen[-1] == "choice" and sorted(s[0] for s in seen[:-1]) == [0, 1, 2]
-    assert len({s[1] for s in seen[:-1]}) == 3 and all(s[1].startswith("fusegraph-first-call") for s in seen[:-1])
-    assert all(s[2] == side and s[3] is log for s in seen[:-1])
 
 
 def test_choices_that_compile_nothing_come_after_those_that_may(compile_all):
