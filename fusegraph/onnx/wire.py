@@ -22,7 +22,9 @@ import sys
 
 from onnx import TensorProto
 
-SPLIT_MIN_BYTES = 64  # smaller raw data stays in the message (shape constants): nothing to save
+# smaller initializers stay in the message, unwalked: their copies cost little, and walking 20,000
+# initializers of 128 bytes added ~8 % to such a model's parse on the VM
+SPLIT_MIN_BYTES = 1024
 
 _GRAPH = 7          # ModelProto.graph
 _INITIALIZER = 5    # GraphProto.initializer
@@ -126,7 +128,7 @@ def split_weights(data: bytes) -> tuple[bytes, dict[int, tuple[int, int]]] | Non
         for field, wire, _, key_end, vstart, vend, _ in _fields(data, g_start, g_end):
             if field != _INITIALIZER or wire != _LEN:
                 continue
-            cut = _cut_raw(data, vstart, vend)
+            cut = _cut_raw(data, vstart, vend) if vend - vstart >= SPLIT_MIN_BYTES else None
             if cut is not None:
                 tensor, spans[index] = cut
                 pieces += [data[kept:key_end], _encode_varint(len(tensor)), tensor]

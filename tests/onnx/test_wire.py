@@ -17,20 +17,20 @@ from tests.util import make_model
 
 RNG = np.random.default_rng(0)
 WEIGHTS = {  # one of each plain type, large enough to be split, odd lengths to misalign the next
-    "f32": RNG.standard_normal((3, 7, 5)).astype(np.float32),
-    "f16": RNG.standard_normal(77).astype(np.float16),
-    "bf16": RNG.standard_normal(51).astype(ml_dtypes.bfloat16),
-    "f64": RNG.standard_normal(13),
-    "i8": RNG.integers(-128, 127, 101).astype(np.int8),
-    "u8": RNG.integers(0, 255, 99).astype(np.uint8),
-    "i16": RNG.integers(-999, 999, 41).astype(np.int16),
-    "u16": RNG.integers(0, 999, 43).astype(np.uint16),
-    "i32": RNG.integers(-999, 999, 33).astype(np.int32),
-    "u32": RNG.integers(0, 999, 35).astype(np.uint32),
-    "i64": RNG.integers(-999, 999, 17),
-    "u64": RNG.integers(0, 999, 19).astype(np.uint64),
-    "b": RNG.integers(0, 2, 71).astype(bool),
-    "small": np.array([2, 3], np.int64),  # under SPLIT_MIN_BYTES: stays in the message
+    "f32": RNG.standard_normal((3, 7, 13)).astype(np.float32),
+    "f16": RNG.standard_normal(577).astype(np.float16),
+    "bf16": RNG.standard_normal(531).astype(ml_dtypes.bfloat16),
+    "f64": RNG.standard_normal(131),
+    "i8": RNG.integers(-128, 127, 1101).astype(np.int8),
+    "u8": RNG.integers(0, 255, 1099).astype(np.uint8),
+    "i16": RNG.integers(-999, 999, 541).astype(np.int16),
+    "u16": RNG.integers(0, 999, 543).astype(np.uint16),
+    "i32": RNG.integers(-999, 999, 283).astype(np.int32),
+    "u32": RNG.integers(0, 999, 285).astype(np.uint32),
+    "i64": RNG.integers(-999, 999, 137),
+    "u64": RNG.integers(0, 999, 139).astype(np.uint64),
+    "b": RNG.integers(0, 2, 1071).astype(bool),
+    "small": np.arange(100, dtype=np.int64),  # under SPLIT_MIN_BYTES: stays in the message
 }
 
 
@@ -80,16 +80,16 @@ def test_a_model_from_bytes_computes_what_its_message_computes(tmp_path):
 def test_what_is_not_plain_or_not_alone_stays_in_the_message():
     model = _model({})
     model.graph.initializer.extend([
-        helper.make_tensor("i4", onnx.TensorProto.INT4, [200], RNG.integers(-8, 7, 200)),  # packed
-        helper.make_tensor("fd", onnx.TensorProto.FLOAT, [100], RNG.standard_normal(100)),  # float_data
-        numpy_helper.from_array(np.array(["a" * 100]), "s"),
-        numpy_helper.from_array(RNG.standard_normal(40).astype(np.float32), "plain"),
-        numpy_helper.from_array(RNG.standard_normal(40).astype(np.float32), "twice"),
+        helper.make_tensor("i4", onnx.TensorProto.INT4, [3000], RNG.integers(-8, 7, 3000)),  # packed
+        helper.make_tensor("fd", onnx.TensorProto.FLOAT, [1000], RNG.standard_normal(1000)),  # float_data
+        numpy_helper.from_array(np.array(["a" * 2000]), "s"),
+        numpy_helper.from_array(RNG.standard_normal(400).astype(np.float32), "plain"),
+        numpy_helper.from_array(RNG.standard_normal(400).astype(np.float32), "twice"),
     ])
     data = model.SerializeToString()
     assert set(split_weights(data)[1]) == {3, 4}
     # a second raw_data field: protobuf keeps the last; the split must not pick either
-    last = numpy_helper.from_array(RNG.standard_normal(40).astype(np.float32)).raw_data
+    last = numpy_helper.from_array(RNG.standard_normal(400).astype(np.float32)).raw_data
     data = _with_extra_field(data, "twice", _encode_varint(9 << 3 | 2) + _encode_varint(len(last)) + last)
     assert set(split_weights(data)[1]) == {3}
     proto, weights = read_model(data)
@@ -117,9 +117,9 @@ def _with_extra_field(data: bytes, name: str, field: bytes) -> bytes:
 
 def test_padded_length_prefixes_are_kept_as_written():
     # a writer may pad a varint (0x80 bytes): the split re-encodes lengths it changes, not others
-    model = _model({"w": RNG.standard_normal(30).astype(np.float32)})
+    model = _model({"w": RNG.standard_normal(300).astype(np.float32)})
     model.graph.ClearField("initializer")
-    t = numpy_helper.from_array(RNG.standard_normal(30).astype(np.float32), "w").SerializeToString()
+    t = numpy_helper.from_array(RNG.standard_normal(300).astype(np.float32), "w").SerializeToString()
     padded = bytearray(_encode_varint(len(t)))
     padded[-1] |= 0x80
     padded.append(0)  # the same length in one byte more
@@ -141,15 +141,15 @@ def test_truncated_bytes_are_the_load_error_they_were(cut):
 
 
 def test_raw_data_of_the_wrong_size_names_the_initializer():
-    model = _model({"w": RNG.standard_normal(30).astype(np.float32)})
-    model.graph.initializer[0].dims[:] = [31]
-    with pytest.raises(ModelLoadError, match=r"initializer 'w'.* cannot be read: its raw data holds 120 bytes, its dims 124"):
+    model = _model({"w": RNG.standard_normal(300).astype(np.float32)})
+    model.graph.initializer[0].dims[:] = [301]
+    with pytest.raises(ModelLoadError, match=r"initializer 'w'.* cannot be read: its raw data holds 1200 bytes, its dims 1204"):
         fusegraph.parse_onnx(model.SerializeToString())
 
 
 def test_several_graph_fields_are_parsed_whole():
     # protobuf merges them: the split leaves that to it
-    model = _model({"w": RNG.standard_normal(30).astype(np.float32)})
+    model = _model({"w": RNG.standard_normal(300).astype(np.float32)})
     data = model.SerializeToString()
     extra = onnx.GraphProto(doc_string="merged").SerializeToString()
     twice = data + _encode_varint(7 << 3 | 2) + _encode_varint(len(extra)) + extra
