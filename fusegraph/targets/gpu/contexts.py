@@ -30,9 +30,10 @@ _making = threading.Lock()  # one context built (and captured) at a time in the 
 
 
 def build_static(program: Program, options: CompileOptions, device: Any, tuner: Any, graph_mode: bool,
-                 shared: GpuExecutable | None = None) -> GpuExecutable:
+                 shared: GpuExecutable | None = None, tiered: bool = False) -> GpuExecutable:
     """The static-mode executable of `program`, warmed up (kernels compiled, GEMMs tuned, the graph
-    captured); with `shared`, a context of that executable (its plan and weights)."""
+    captured; `tiered`: the GEMMs' K-constant kernels and the graph after it returns, tiered.py); with
+    `shared`, a context of that executable (its plan and weights)."""
     main = program.main
     ctx = BuildContext(device)
     ctx.tuner = tuner
@@ -54,15 +55,13 @@ def build_static(program: Program, options: CompileOptions, device: Any, tuner: 
     with phases.span("lower steps"):
         steps, step_uids = build_steps(plan, ctx, slots, outputs)
     exe = GpuExecutable(program, options, device, steps, slots, (activations, weights), graph_mode, {},
-                        fp32_exact=True, index_checks=ctx.index_checks)
+                        fp32_exact=True, index_checks=ctx.index_checks, tiered=tiered)
     exe.step_uids = step_uids
     exe.plan = plan
     exe.tuner = tuner
     exe.literal_tensors = {i.uid: slots[i.uid].t for i in main.instructions if i.is_literal}
     exe.warm_up()  # GEMM epilogues are autotuned here, at their first run
-    exe.sources.update(ctx.sources())
-    exe.tuning = ctx.tuning()
-    exe.gemm_kernels = ctx.gemm_kernels()
+    exe.take_kernels(ctx)
     return exe
 
 
