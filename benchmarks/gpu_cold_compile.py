@@ -3,13 +3,11 @@ process whose caches are empty (HOME, so fusegraph's sources and tuning choices;
 inductor's), the clock started after imports and CUDA's set-up and stopped when the compile (kernels,
 GEMM tuning, graph capture) is done.
 
-    python benchmarks/gpu_cold_compile.py [--rows resnet50:1:fp32,resnet50:32:fp16] [--gemm auto] [--tiered]
+    python benchmarks/gpu_cold_compile.py [--rows resnet50:1:fp32,resnet50:32:fp16] [--gemm auto]
                                           [--variant base=DIR] [--repeat N] [--runs N] [--profile] [--log] [--out-dir DIR]
 
 A row is `model:batch:fp16|fp32` over fusegraph's built-in models or the rows of the architecture corpus
-(benchmarks/gpu_models.py, exported before the clock starts). Per row: parse and compile seconds
-(with `--tiered`, GpuTarget(tiered=True), compile_s ends when the compile returns and full_s when its
-deferred K-constant kernels are in and its graph captured; without, the two are one),
+(benchmarks/gpu_models.py, exported before the clock starts). Per row: parse and compile seconds,
 the compile's peak CUDA memory (torch's allocator: weights, arena, tuning, libraries' workspaces),
 how many Triton binaries the compile built (cubins in its Triton cache: timed GEMM candidates too, and
 each specialization of a source on its integer arguments) and how many generated sources the program
@@ -114,8 +112,7 @@ def compile_summary(compiles: list[tuple[str, float]], tuners: list) -> dict:
     return {"compiles_by_kind": kinds, "tuning_us": timings}
 
 
-def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None, runs: int, log_to: str | None,
-          tiered: bool = False) -> dict:
+def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None, runs: int, log_to: str | None) -> dict:
     import numpy as np
     import torch
 
@@ -135,13 +132,9 @@ def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None,
         profile.enable()
     program = fusegraph.parse_onnx(onnx_model, map_input_dims=dims)
     t1 = time.perf_counter()
-    options = {"tiered": True} if tiered else {}  # (a --variant's older GpuTarget may not know it)
-    program.compile(GpuTarget(gemm=gemm, **options), fusegraph.CompileOptions(fp16=fp16))
+    program.compile(GpuTarget(gemm=gemm), fusegraph.CompileOptions(fp16=fp16))
     torch.cuda.synchronize()
     t2 = time.perf_counter()
-    getattr(program.executable, "finish_compile", lambda: None)()  # tiered: the K-constant kernels in, the graph
-    torch.cuda.synchronize()
-    t3 = time.perf_counter()
     peak_mb = round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)  # the compile's, tuning and first calls too
     if profile:
         profile.disable()
@@ -161,8 +154,7 @@ def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None,
         err = float(np.max(np.abs(got.astype(np.float64) - want)) / np.max(np.abs(want)))
     cubins = sum(1 for _ in Path(os.environ["TRITON_CACHE_DIR"]).rglob("*.cubin"))
     sources = len(getattr(program.executable, "sources", {}))  # the generated kernel sources the program runs
-    result = {"parse_s": round(t1 - t0, 3), "compile_s": round(t2 - t1, 3), "full_s": round(t3 - t1, 3),
-              "peak_mb": peak_mb, "cubins": cubins,
+    result = {"parse_s": round(t1 - t0, 3), "compile_s": round(t2 - t1, 3), "peak_mb": peak_mb, "cubins": cubins,
               "sources": sources, "rel_err_vs_ort": err,
               "phases_s": phase_summary(program.executable),
               **compile_summary(compiles, tuners)}
@@ -172,7 +164,7 @@ def child(model: str, batch: int, fp16: bool, gemm: str, profile_to: str | None,
 
 
 def run_row(row: str, gemm: str, variant: str, package_dir: Path, out_dir: Path | None, runs: int,
-            profile: bool, log: bool, tiered: bool = False) -> dict:
+            profile: bool, log: bool) -> dict:
     model, batch, precision = row.split(":")
     home = tempfile.mkdtemp(prefix="fg-cold-")
     env = {**os.environ, "HOME": home, "TRITON_CACHE_DIR": f"{home}/triton", "TORCHINDUCTOR_CACHE_DIR": f"{home}/inductor",
@@ -180,10 +172,9 @@ def run_row(row: str, gemm: str, variant: str, package_dir: Path, out_dir: Path 
     stem = str(out_dir / f"{variant}_{row.replace(':', '_')}") if out_dir else ""
     paths = [stem + ".txt" if profile and stem else "", stem + "_log.json" if log and stem else ""]
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, __file__, "--child", model, batch, precision, gemm, paths[0], str(runs), paths[1],
-                           "tiered" if tiered else ""], env=env, capture_output=True, text=True)
-    result = {"row": row, "variant": variant, "gemm": gemm, "tiered": tiered,
-              "process_s": round(time.perf_counter() - t0, 1)}
+    done = subprocess.run([sys.executable, __file__, "--child", model, batch, precision, gemm, paths[0], str(runs), paths[1]],
+                          env=env, capture_output=True, text=True)
+    result = {"row": row, "variant": variant, "gemm": gemm, "process_s": round(time.perf_counter() - t0, 1)}
     try:
         result.update(json.loads(done.stdout.strip().splitlines()[-1]))
     except (IndexError, ValueError):
@@ -193,9 +184,8 @@ def run_row(row: str, gemm: str, variant: str, package_dir: Path, out_dir: Path 
 
 def main() -> None:
     if sys.argv[1:2] == ["--child"]:
-        model, batch, precision, gemm, profile, runs, log, tiered = sys.argv[2:10]
-        print(json.dumps(child(model, int(batch), precision == "fp16", gemm, profile or None, int(runs), log or None,
-                               tiered == "tiered")))
+        model, batch, precision, gemm, profile, runs, log = sys.argv[2:9]
+        print(json.dumps(child(model, int(batch), precision == "fp16", gemm, profile or None, int(runs), log or None)))
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="resnet50:1:fp32,resnet50:32:fp16")
@@ -206,8 +196,6 @@ def main() -> None:
     ap.add_argument("--log", action="store_true", help="write each compile's spans (Executable.compile_log) to --out-dir")
     ap.add_argument("--runs", type=int, default=0, help="then time this many runs of the compiled program (median ms)")
     ap.add_argument("--out-dir", default=None)
-    ap.add_argument("--tiered", action="store_true",
-                    help="GpuTarget(tiered=True): the GEMMs' K-constant kernels after compile returns (full_s: with them)")
     args = ap.parse_args()
     from benchmarks._common import write_results
 
@@ -219,8 +207,7 @@ def main() -> None:
     for _ in range(args.repeat):
         for row in args.rows.split(","):
             for name, package_dir in variants:  # in turn, row by row
-                results.append(run_row(row, args.gemm, name, package_dir, out_dir, args.runs, args.profile, args.log,
-                                       args.tiered))
+                results.append(run_row(row, args.gemm, name, package_dir, out_dir, args.runs, args.profile, args.log))
                 print(json.dumps({k: v for k, v in results[-1].items() if k != "tuning_us"}), flush=True)
     medians: dict[str, dict[str, float]] = {}
     for field in ("compile_s", "run_ms"):

@@ -26,10 +26,7 @@ cuBLAS + the pointwise kernel for each matmul with a fused reader, once per mach
 cache); on a CPU device nothing is timed and "auto" takes the library. "triton" / "library" force
 one side (tests; FUSEGRAPH_GPU_GEMM sets the default for debugging). `CompileOptions.exhaustive_tune`
 widens the config search. The choices are on `executable.tuning`, saved as autotune.json in a .fgx
-and reused, untimed, when it is loaded. `GpuTarget(tiered=True)` returns from a static compile before
-its GEMMs' chosen K-constant kernels are built: the timed generic kernels run, step by step, until
-they are in; then a run swaps them in and captures the graph (`executable.finish_compile()` waits for
-it; tiered.py). Off by default until measured on a device.
+and reused, untimed, when it is loaded.
 """
 
 from __future__ import annotations
@@ -50,7 +47,7 @@ class GpuTarget(Target):
     specializes_values = True  # an integer input deciding an `if` (a sample rate): one static compile per value
 
     def __init__(self, device: str | None = None, graph_mode: bool = True, host_fallback: bool = True,
-                 gemm: str | None = None, tiered: bool = False):
+                 gemm: str | None = None):
         from ... import debug
         from .autotune import checked_mode
 
@@ -58,7 +55,6 @@ class GpuTarget(Target):
         self.graph_mode = graph_mode  # capture the whole program as one CUDA graph (static mode)
         self.host_fallback = host_fallback  # run steps the device cannot run on the host
         self.gemm = checked_mode(gemm or debug.gpu_gemm() or "auto")  # GEMM epilogues: "auto" | "triton" | "library"
-        self.tiered = tiered  # a static program's GEMMs' K-constant kernels built after compile returns (tiered.py)
 
     def passes(self, options: CompileOptions) -> list:
         from ...passes import eliminate_dead_code, generic_pipeline
@@ -109,7 +105,7 @@ class GpuTarget(Target):
         tuner = Tuner.for_device(device, self.gemm, options.exhaustive_tune, recorded)
         if _fits_static(program):
             try:
-                return self._lower_static(program, options, device, tuner, self.tiered)
+                return self._lower_static(program, options, device, tuner)
             except CompileError:
                 if not self.host_fallback:
                     raise
@@ -138,20 +134,16 @@ class GpuTarget(Target):
         rest = lower_dynamic(split.rest, options, device, self.host_fallback, tuner, literals=shared)
         return SegmentedExecutable(program, options, split, prefix, rest)
 
-    def _lower_static(self, program: Program, options: CompileOptions, device, tuner, tiered: bool = False
-                      ) -> Executable:
+    def _lower_static(self, program: Program, options: CompileOptions, device, tuner) -> Executable:
         from .contexts import build_static
 
         with phases.recording() as log:  # where the compile's time goes: `fusegraph trace`, Executable.compile_log
-            exe = build_static(program, options, device, tuner, self.graph_mode, tiered=tiered)
+            exe = build_static(program, options, device, tuner, self.graph_mode)
         exe.tuning_times = {k: tuner.timings[k] for k in exe.tuning if k in tuner.timings}  # timed by this compile
         exe.compile_log = sorted(log.spans, key=lambda s: s[2])
         return exe
 
     def export_artifacts(self, executable: Executable) -> dict[str, bytes]:
-        finish = getattr(executable, "finish_compile", None)
-        if finish is not None:
-            finish()  # a tiered compile's kernels in: the file keeps what runs
         sources: dict[str, str] = getattr(executable, "sources", {})
         out = {f"triton/{name}.py": src.encode() for name, src in sorted(sources.items())}
         tuning: dict[str, dict] = getattr(executable, "tuning", {})

@@ -30,10 +30,9 @@ _making = threading.Lock()  # one context built (and captured) at a time in the 
 
 
 def build_static(program: Program, options: CompileOptions, device: Any, tuner: Any, graph_mode: bool,
-                 shared: GpuExecutable | None = None, tiered: bool = False) -> GpuExecutable:
+                 shared: GpuExecutable | None = None) -> GpuExecutable:
     """The static-mode executable of `program`, warmed up (kernels compiled, GEMMs tuned, the graph
-    captured; `tiered`: the GEMMs' K-constant kernels and the graph after it returns, tiered.py); with
-    `shared`, a context of that executable (its plan and weights)."""
+    captured); with `shared`, a context of that executable (its plan and weights)."""
     main = program.main
     ctx = BuildContext(device)
     ctx.tuner = tuner
@@ -55,13 +54,15 @@ def build_static(program: Program, options: CompileOptions, device: Any, tuner: 
     with phases.span("lower steps"):
         steps, step_uids = build_steps(plan, ctx, slots, outputs)
     exe = GpuExecutable(program, options, device, steps, slots, (activations, weights), graph_mode, {},
-                        fp32_exact=True, index_checks=ctx.index_checks, tiered=tiered)
+                        fp32_exact=True, index_checks=ctx.index_checks)
     exe.step_uids = step_uids
     exe.plan = plan
     exe.tuner = tuner
     exe.literal_tensors = {i.uid: slots[i.uid].t for i in main.instructions if i.is_literal}
     exe.warm_up()  # GEMM epilogues are autotuned here, at their first run
-    exe.take_kernels(ctx)
+    exe.sources.update(ctx.sources())
+    exe.tuning = ctx.tuning()
+    exe.gemm_kernels = ctx.gemm_kernels()
     return exe
 
 

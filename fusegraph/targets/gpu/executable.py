@@ -59,9 +59,6 @@ class DeviceDoor:
     def _raise_late(self, wait: bool) -> None:
         """The static mode's late index errors (GpuExecutable)."""
 
-    def finish_compile(self) -> None:
-        """What a tiered static compile left building, finished (GpuExecutable); nothing here."""
-
     def run_async(self, inputs: Mapping[str, Any], *, stream: Any = None, after: Any = (),
                   deadline: float | None = None) -> Any:
         """Queue a run on `stream` (None: this executable's own); a DeviceFuture back (streams.py)."""
@@ -76,7 +73,7 @@ SLOW_STEP_NS = 5_000_000  # a step of the warm-up's walks this slow is in the co
 class GpuExecutable(DeviceDoor, Executable):
     def __init__(self, program: Program, options: CompileOptions, device: Any, steps: list[Callable[[], None]],
                  slots: dict[int, Slot], memory: tuple[Any, Any], graph_mode: bool, sources: dict[str, str],
-                 fp32_exact: bool, index_checks: IndexChecks | None = None, tiered: bool = False):
+                 fp32_exact: bool, index_checks: IndexChecks | None = None):
         super().__init__(program, options)
         self.device = device
         self.steps = steps
@@ -96,9 +93,6 @@ class GpuExecutable(DeviceDoor, Executable):
         self._warm = False
         self.plan: Any = None  # the static build's plan.Plan (set when built): its steps' pattern members
         self._order = RunOrder()  # a run on another stream than the last waits for it (streams.py)
-        self.tiered = tiered  # GEMMs' K-constant kernels built after the compile returns (tiered.py)
-        self._upgrades: Any = None  # what a tiered warm-up left building (tiered.Upgrades)
-        self.built_by: Any = None  # the build context whose kernels the steps run (take_kernels)
 
     def step_members(self) -> dict[int, list[Any]]:
         """A pattern step (a GEMM and its epilogue) computes all its members: profiles name them all."""
@@ -154,9 +148,7 @@ class GpuExecutable(DeviceDoor, Executable):
                 return
             side = t.cuda.Stream(self.device)
             side.wait_stream(t.cuda.current_stream(self.device))
-            # one run: kernels compiled, cuDNN algorithms chosen, workspaces made; tiered, the GEMMs'
-            # K-constant kernels left for after (tiered.py)
-            with t.cuda.stream(side), kernels.deferring(self.tiered) as later:
+            with t.cuda.stream(side):  # one run: kernels compiled, cuDNN algorithms chosen, workspaces made
                 with phases.span("compile kernels"), kernels.compile_all() as compiling:  # every step's, at once
                     if compiling:
                         with phases.span("submit compiles"):  # the steps walked; then the wait for the threads
@@ -164,68 +156,14 @@ class GpuExecutable(DeviceDoor, Executable):
                 with phases.span("first run"), kernels.compile_async():  # (waits for kernels still compiling)
                     self._run_steps()
             t.cuda.current_stream(self.device).wait_stream(side)
-            if later:
-                from .tiered import Upgrades
-
-                self._upgrades = Upgrades(later, self.device)  # the graph is captured once they are in
-            elif self.graph_mode:
-                self._capture()
+            if self.graph_mode:
+                graph = t.cuda.CUDAGraph()
+                with phases.span("capture graph"), _own_cublas_workspace(t), no_collection(), t.cuda.graph(graph):
+                    self._run_steps()
+                self.graph = graph
         self._warm = True
 
-    def _capture(self, others_may_run: bool = False) -> None:
-        """Capture the steps as the graph (after a run of them: every kernel loaded, every library's
-        plan made). `others_may_run`: a capture at a run, where other threads may be running other
-        programs (torch's capture mode "thread_local"; the warm-up's is "global")."""
-        t = torch()
-        graph = t.cuda.CUDAGraph()
-        mode = "thread_local" if others_may_run else "global"
-        with phases.span("capture graph"), _own_cublas_workspace(t), no_collection(), \
-                t.cuda.graph(graph, capture_error_mode=mode):
-            self._run_steps()
-        self.graph = graph
-
-    def finish_compile(self) -> None:
-        """Wait for the kernels a tiered compile left building (GpuTarget(tiered=True): the GEMMs'
-        K-constant ones), swap them in and capture the graph; nothing when none are left. Runs do this
-        themselves once the kernels are built; a saved file waits for them."""
-        upgrades = self._upgrades
-        if upgrades is None:
-            return
-        upgrades.wait()
-        with self._lock, StreamScope(None, self.device):
-            if self._upgrades is not None:
-                self._upgrade()
-
-    def _upgrade(self) -> None:
-        """The built K-constant kernels swapped in, one run of the steps on a side stream (they load:
-        no module is loaded in a capture), and the graph captured (with the executable's lock held)."""
-        upgrades, self._upgrades = self._upgrades, None
-        upgrades.apply()
-        t = torch()
-        with self._precision():
-            current = t.cuda.current_stream(self.device)
-            side = t.cuda.Stream(self.device)
-            side.wait_stream(current)
-            with t.cuda.stream(side):
-                self._run_steps()
-            current.wait_stream(side)
-            if self.built_by is not None:  # (after that run: a template's kernel is known once launched)
-                self.take_kernels(self.built_by)
-            if self.graph_mode:
-                self._capture(others_may_run=True)
-
-    def take_kernels(self, ctx: Any) -> None:
-        """The generated sources, GEMM choices and chosen templates' kernels of the build context `ctx`
-        (build.BuildContext), as its steps run now."""
-        self.built_by = ctx
-        self.sources.clear()
-        self.sources.update(ctx.sources())
-        self.tuning = ctx.tuning()
-        self.gemm_kernels = ctx.gemm_kernels()
-
     def _launch(self) -> None:
-        if self._upgrades is not None and self._upgrades.ready():
-            self._upgrade()
         if self.graph is not None:
             run_limits.check_deadline("the graph's launch")  # one step: the whole captured program
             self.graph.replay()

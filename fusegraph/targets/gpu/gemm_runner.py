@@ -120,12 +120,6 @@ class EpilogueGemm:
         known = tuner.decided(key)
         if known in configs:  # chosen before (recorded with the program, or cached): its kernel alone
             try:
-                if background and not final_only and known in tuner.timings.get(key, {}):
-                    # timed by this warm-up (a problem met again): its generic kernel is built
-                    timed = self._triton(configs[known], launchers, generic=True)
-                    later = self._later(key, known, configs[known], args)
-                    if later is not None:
-                        return self._keep(key, known, timed, launchers)
                 chosen = self._triton(configs[known], launchers, generic=not background)
                 chosen.compile(*args)
                 run = self._keep(key, known, chosen, launchers)
@@ -145,22 +139,10 @@ class EpilogueGemm:
             return run if name is None else self._keep(key, name, run, launchers)
         if not background or final_only:  # the timed kernel stays (a dynamic program's run, the interpreter)
             return self._keep(key, name, run, launchers)
-        if self._later(key, name, configs[name], args) is not None:  # tiered: the timed kernel until then
-            return self._keep(key, name, run, launchers)
         final = self._triton(configs[name], launchers)
         final.compile(*args)  # in the background of the warm-up's run; the timed kernel runs this call
         self._keep(key, name, final, launchers)
         return run if name in tuner.timings.get(key, {}) else final
-
-    def _later(self, key, name, cfg, args):
-        """In a tiered warm-up (kernels.defer), the chosen config's K-constant kernel compiled after
-        the compile returns and then swapped in for the timed generic one: its run; else None (the
-        caller compiles it now)."""
-        launchers: dict = {}
-        final = self._triton(cfg, launchers)
-        if not kernels.defer(lambda: final.compile(*args), lambda: self._keep(key, name, final, launchers)):
-            return None
-        return final
 
     def family(self) -> tuple:
         """What the template's source depends on besides K and the operands' layouts: runners of one

@@ -43,8 +43,6 @@ _compiling: contextvars.ContextVar[Any] = contextvars.ContextVar("fusegraph_comp
 # choices that may submit a compile, those that submit none (after_walk)
 _after_walk: contextvars.ContextVar[tuple[list, list, list] | None] = contextvars.ContextVar(
     "fusegraph_after_walk", default=None)
-# a tiered warm-up's compiles left for after it (deferring, defer)
-_deferred: contextvars.ContextVar[list | None] = contextvars.ContextVar("fusegraph_deferred", default=None)
 # Called on every generated module once it is imported (tests use it to give Triton's CPU
 # interpreter numpy forms of the libdevice functions it lacks).
 MODULE_HOOKS: list[Callable[[Any], None]] = []
@@ -238,30 +236,6 @@ def after_walk(call: Callable[[], Any], library: bool = False, compiles: bool = 
         call()
     else:
         calls[0 if library else 1 if compiles else 2].append(call)
-
-
-@contextlib.contextmanager
-def deferring(on: bool) -> Iterator[list[tuple[Callable[[], Any], Callable[[], Any]]]]:
-    """A scope whose `defer` calls are kept, in the list it yields, when `on` (a tiered warm-up:
-    GpuTarget(tiered=True)); off, `defer` declines and its callers compile at once, as before."""
-    later: list[tuple[Callable[[], Any], Callable[[], Any]]] = []
-    token = _deferred.set(later if on else None)
-    try:
-        yield later
-    finally:
-        _deferred.reset(token)
-
-
-def defer(compile: Callable[[], Any], apply: Callable[[], Any]) -> bool:
-    """Inside deferring(True): keep `compile` (a kernel compile the program can run without: a GEMM's
-    chosen K-constant kernel, whose timed generic kernel runs meanwhile) for after the compile
-    returns, and `apply` for when it is done (executable.py swaps it in at a later run), and say so;
-    elsewhere False: the caller compiles now."""
-    later = _deferred.get()
-    if later is None:
-        return False
-    later.append((compile, apply))
-    return True
 
 
 def async_compiling() -> bool:
