@@ -94,10 +94,21 @@ class Pad(MovementOp):
 
 
 def pad_array(x: np.ndarray, begins: Sequence[int], ends: Sequence[int], mode: str, value) -> np.ndarray:
-    """ONNX Pad on an array: negative widths remove elements, then non-negative ones add them."""
-    crop = tuple(slice(max(-b, 0), x.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(zip(begins, ends, strict=True)))
-    widths = [(max(b, 0), max(e, 0)) for b, e in zip(begins, ends, strict=True)]
-    x = x[crop]
+    """ONNX Pad on an array, as ONNX Runtime computes it: negative widths remove elements, then
+    non-negative ones add them. Where the removal passes an axis's data, a constant pad adds first and
+    the removal then takes padding too ([0, 1, 2, 3] by (-5, 3) is [0, 0]); other modes, and widths
+    leaving a negative size, are a ShapeError."""
+    pairs = list(zip(begins, ends, strict=True))
+    for a, (n, (b, e)) in enumerate(zip(x.shape, pairs)):
+        if n + b + e < 0 or (mode != "constant" and n + min(b, 0) + min(e, 0) < 0):
+            raise ShapeError(f"pad: widths ({b}, {e}) remove more than the {n} elements of axis {a}"
+                             + ("" if n + b + e < 0 else f", which {mode} padding would repeat"))
+    widths = [(max(b, 0), max(e, 0)) for b, e in pairs]
+    past = any(n + min(b, 0) + min(e, 0) < 0 for n, (b, e) in zip(x.shape, pairs))
+    if not past:
+        x = x[tuple(slice(max(-b, 0), n - max(-e, 0)) for n, (b, e) in zip(x.shape, pairs))]
     if mode == "constant":
-        return np.pad(x, widths, mode="constant", constant_values=np.asarray(value, x.dtype))
-    return np.pad(x, widths, mode=mode)
+        x = np.pad(x, widths, mode="constant", constant_values=np.asarray(value, x.dtype))
+    else:
+        x = np.pad(x, widths, mode=mode)
+    return x[tuple(slice(max(-b, 0), n - max(-e, 0)) for n, (b, e) in zip(x.shape, pairs))] if past else x

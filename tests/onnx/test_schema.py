@@ -121,7 +121,9 @@ def test_bias_and_clip_bounds_of_the_wrong_rank():
     (helper.make_node("Gemm", ["x", "b", "c"], ["y"], transB=1), {"b": np.ones((4, 3), np.float32),
      "c": np.ones((4, 1, 1), np.float32)}, r"Gemm's C float32\[4,1,1\] is not unidirectionally broadcastable"),
     (helper.make_node("Transpose", ["x"], ["y"], perm=[1, -2]), {}, r"perm \[1, -2\] is not a permutation"),
-], ids=["gemm-c-rank-3", "transpose-negative-perm"])
+    (helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"]), {"s": np.ones((3, 1), np.float32),
+     "b": np.zeros(3, np.float32)}, r"scale float32\[3,1\] must be 1-D of the input's channel count"),
+], ids=["gemm-c-rank-3", "transpose-negative-perm", "instance-norm-scale-rank-2"])
 def test_what_onnx_runtime_refuses_is_refused(node, inits, message):
     model = make_model([node], X, ["y"], inits)
     with pytest.raises(Exception):  # noqa: B017  (whatever it raises: ORT refuses the model too)

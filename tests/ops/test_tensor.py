@@ -139,6 +139,26 @@ def test_pad_value_axes_and_negative_pads():
     node_check("Pad", {"x": X}, {"pads": [0, 1, 0, 0, 2, 0, 0, 0], "value": 3.0}, opset=2)
 
 
+@pytest.mark.parametrize("pads", [i64(0, 0, -5, 0, 0, 0, 3, 0), i64(0, 0, 3, 0, 0, 0, -6, 0),
+                                  i64(-1, 0, -5, 1, 1, 0, 3, 0)], ids=["-5+3", "+3-6", "two-axes"])
+def test_a_constant_pad_whose_cut_passes_the_data(pads):
+    """A negative pad removing more of an axis than its data eats into the other side's padding
+    (ONNX Runtime: [0, 1, 2, 3] padded by (-5, 3) is [0, 0]); cut first, it gave [0, 0, 0]."""
+    node_check("Pad", {"x": X}, {"mode": "constant"}, initializers={"p": pads}, opset=18, everywhere=True)
+    node_check("Pad", {"x": X, "p": pads}, opset=18, everywhere=True)  # run-time pads
+
+
+@pytest.mark.parametrize("mode, pads, message", [
+    ("constant", i64(0, 0, -3, 0, 0, 0, -2, 0), r"leave axis 2 \(of 4\) a negative size, -1"),
+    ("edge", i64(0, 0, -5, 0, 0, 0, 3, 0), r"remove more than the 4 elements of axis 2, which edge padding"),
+], ids=["negative-size", "edge-past-the-data"])
+def test_pads_that_leave_nothing_to_pad_from_are_refused(mode, pads, message):
+    model = make_model([helper.make_node("Pad", ["x", "p"], ["y"], mode=mode)], {"x": X}, ["y"], {"p": pads},
+                       opset=18)
+    with pytest.raises(ParseError, match=message):  # (ONNX Runtime refuses them at run time)
+        fusegraph.parse_onnx(model)
+
+
 # -- tensors from shapes ----------------------------------------------------------------------------
 def test_shape_and_size_are_literals_for_static_inputs():
     node_check("Shape", {"x": X}, {"start": 1, "end": -1}, opset=15)

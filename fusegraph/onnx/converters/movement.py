@@ -359,11 +359,34 @@ def _pad(ctx, x, axes: list[int], pads: Sequence[int], value, mode: str) -> Inst
         begin[a], end[a] = int(pads[k]), int(pads[k + len(axes)])
     # negative pads remove elements: a slice first, then a pad that only adds
     cut = [a for a in range(rank) if begin[a] < 0 or end[a] < 0]
+    widths = tuple(max(p, 0) for p in begin + end)
+    value = np.asarray(value).astype(x.shape.dtype.np).item()
+    if cut and not x.shape.is_dynamic and _cuts_past_the_data(ctx, x.shape.lens, begin, end, pads, mode):
+        # a constant pad whose cut reaches into the other side's padding (ONNX Runtime: [0, 1, 2, 3]
+        # padded by (-5, 3) is [0, 0]): the pad first, then the cut
+        lens = [n + max(b, 0) + max(e, 0) for n, b, e in zip(x.shape.lens, begin, end)]
+        x = ctx.add("pad", x, pads=widths, mode=mode, value=value)
+        return slice_onnx(ctx, x, cut, [max(-begin[a], 0) for a in cut], [lens[a] - max(-end[a], 0) for a in cut],
+                          [1] * len(cut))
     if cut:
         x = slice_onnx(ctx, x, cut, [max(-begin[a], 0) for a in cut],
                        [end[a] if end[a] < 0 else INT64_MAX for a in cut], [1] * len(cut))
-    widths = tuple(max(p, 0) for p in begin + end)
     if not any(widths):
         return x
-    value = np.asarray(value).astype(x.shape.dtype.np).item()
     return ctx.add("pad", x, pads=widths, mode=mode, value=value)
+
+
+def _cuts_past_the_data(ctx, lens, begin, end, pads, mode: str) -> bool:
+    """Whether a pad's negative parts remove more of an axis than its data (then only a constant pad
+    is defined, as ONNX Runtime computes it); a ParseError where the result would have a negative
+    size or the mode would pad from nothing."""
+    past = False
+    for a, n in enumerate(lens):
+        if n + begin[a] + end[a] < 0:
+            raise ctx.error(f"pads {list(pads)} leave axis {a} (of {n}) a negative size, {n + begin[a] + end[a]}")
+        if n + min(begin[a], 0) + min(end[a], 0) < 0:
+            if mode != "constant":
+                raise ctx.error(f"pads {list(pads)} remove more than the {n} elements of axis {a}, which "
+                                f"{mode} padding would repeat")
+            past = True
+    return past

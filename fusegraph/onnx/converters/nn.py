@@ -129,14 +129,20 @@ def _bn_outputs(node) -> tuple[int, ...]:
     return (1, 5) if node.opset >= 9 else (1, 2, 3, 4, 5)
 
 
-@converter("BatchNormalization")
-def batch_norm(ctx, node, args):
-    x, scale, bias, mean, var = args[:5]
+def _check_per_channel(ctx, x, params, names) -> None:
+    """Each of `params` 1-D of x's channel count (dim 1, where both are known); else a ParseError
+    naming it (numpy would broadcast a [C, 1] scale over a 3-D input: ONNX Runtime refuses it)."""
     channels = x.shape.dims[1] if x.shape.ndim > 1 else None
-    for p, what in zip(args[1:5], ("scale", "B", "input_mean", "input_var")):
+    for p, what in zip(params, names):
         if p.shape.ndim != 1 or (channels is not None and channels.is_fixed and p.shape.dims[0].is_fixed
                                  and p.shape.lens[0] != channels.min):
             raise ctx.error(f"{what} {p.shape} must be 1-D of the input's channel count ({channels})")
+
+
+@converter("BatchNormalization")
+def batch_norm(ctx, node, args):
+    x, scale, bias, mean, var = args[:5]
+    _check_per_channel(ctx, x, args[1:5], ("scale", "B", "input_mean", "input_var"))
     n_out, allowed = len(node.outputs), _bn_outputs(node)
     if n_out not in allowed:
         raise ctx.error(f"{n_out} outputs: BatchNormalization at opset {node.opset} "
@@ -166,6 +172,7 @@ def batch_norm(ctx, node, args):
 @converter("InstanceNormalization")
 def instance_norm(ctx, node, args):
     x, scale, bias = args
+    _check_per_channel(ctx, x, (scale, bias), ("scale", "B"))
     ct = compute_type(x)
     y, *_ = normalize(ctx, ctx.convert(x, ct), range(2, x.shape.ndim), float(node.attr("epsilon", 1e-5)))
     return ctx.convert(_affine(ctx, y, scale, bias, True), x.shape.dtype)
