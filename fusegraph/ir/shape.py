@@ -251,6 +251,15 @@ class OptionalShape:
 ValueShape = Shape | SequenceShape | OptionalShape
 
 
+def from_nothing(out: object, inputs: Sequence[object]) -> bool:
+    """Whether a value of static shape `out` with elements is made out of an input of static shape
+    with none (a reduction over an axis of length 0, a product over K = 0): a case the targets'
+    kernels may not cover, which ONNX defines (a sum's 0, a max's lowest value)."""
+    def empty(s: object) -> bool:
+        return isinstance(s, Shape) and not s.is_dynamic and s.elements == 0
+    return isinstance(out, Shape) and not out.is_dynamic and out.elements > 0 and any(empty(x) for x in inputs)
+
+
 # -- joining shapes (If branches, loop-carried values, sequence elements) ----------------------------
 def _join_dim(a: Dim, b: Dim, widen: bool) -> Dim:
     if a.sym != b.sym:  # one of two values: no one symbol names it

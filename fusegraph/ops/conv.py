@@ -68,7 +68,8 @@ def im2col(x: np.ndarray, ks: Sequence[int], pb, pe, strides, dils, out_sp) -> n
     n, c = x.shape[:2]
     cols = np.empty((n, c, math.prod(ks), math.prod(out_sp)), dtype=x.dtype)
     for t, offs in enumerate(np.ndindex(*ks)):
-        cols[:, :, t, :] = xp[(slice(None), slice(None)) + tap_slices(offs, dils, strides, out_sp)].reshape(n, c, -1)
+        cols[:, :, t, :] = xp[(slice(None), slice(None)) + tap_slices(offs, dils, strides, out_sp)].reshape(
+            n, c, math.prod(out_sp))
     return cols
 
 
@@ -88,7 +89,7 @@ def grouped_matmul(w: np.ndarray, cols: np.ndarray, group: int) -> np.ndarray:
     """w (M, C/g * K) times cols (N, C * K, P) per group -> (N, M, P)."""
     n, ck, p = cols.shape
     m = w.shape[0]
-    out = np.matmul(w.reshape(group, m // group, -1), cols.reshape(n, group, ck // group, p))
+    out = np.matmul(w.reshape(group, m // group, w.shape[1]), cols.reshape(n, group, ck // group, p))
     return out.reshape(n, m, p)
 
 
@@ -114,7 +115,9 @@ def conv_reference(x: np.ndarray, w: np.ndarray, pb, pe, strides, dils, group: i
     out_sp = [window_out_len(n, k, b, e, s, d) for n, k, b, e, s, d in zip(x.shape[2:], ks, pb, pe, strides, dils, strict=True)]
     cols = im2col(xs, ks, pb, pe, strides, dils, out_sp)
     n, c = x.shape[:2]
-    y = grouped_matmul(ws.reshape(w.shape[0], -1), cols.reshape(n, c * math.prod(ks), -1), group)
+    # (sizes spelled out: with no input channel the sums are empty, zeros, where -1 is ambiguous)
+    y = grouped_matmul(ws.reshape(w.shape[0], math.prod(w.shape[1:])),
+                       cols.reshape(n, c * math.prod(ks), math.prod(out_sp)), group)
     return y.reshape(n, w.shape[0], *out_sp).astype(x.dtype)
 
 
@@ -181,8 +184,9 @@ class Deconvolution(Op):
         pb, _, strides, dils = window_attrs(self, len(in_sp))
         # w[c, m, taps] as per-group (M/g * K, C/g) matrices applied to x's (C/g, P) -> (M * K, P) columns
         wt = w.astype(ct).reshape(g, c // g, mg * math.prod(ks)).transpose(0, 2, 1)
-        cols = np.matmul(wt, x.astype(ct).reshape(n, g, c // g, -1))
-        cols = cols.reshape(n, g * mg, math.prod(ks), -1)
+        p = math.prod(in_sp)  # (spelled out: -1 is ambiguous for an empty input)
+        cols = np.matmul(wt, x.astype(ct).reshape(n, g, c // g, p))
+        cols = cols.reshape(n, g * mg, math.prod(ks), p)
         y = col2im(cols, ks, pb, strides, dils, in_sp, self._out_sp(in_sp, ks))
         return y.astype(x.dtype)
 
@@ -279,7 +283,8 @@ class DeformConvolution(Op):
             coords = [grid[i] * strides[i] - pb[i] + offs[i] * dils[i] + off[:, :, t, i] for i in range(nsp)]
             v = _sample(xg, sp, coords)
             cols[:, :, :, t] = v if mask is None else v * mask[:, :, t]
-        y = grouped_matmul(w.astype(ct).reshape(w.shape[0], -1), cols.reshape(n, c * k, p), self.group)
+        y = grouped_matmul(w.astype(ct).reshape(w.shape[0], math.prod(w.shape[1:])), cols.reshape(n, c * k, p),
+                           self.group)
         return y.reshape(n, w.shape[0], *out_sp).astype(x.dtype)
 
 

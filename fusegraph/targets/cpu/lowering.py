@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import CompileError
+from ...errors import CompileError, FusegraphError
 from ...ir.builtin import Literal, Param, Return
 from ...ir.module import Instruction, Module
 from ...ir.op import OpKind
-from ...ir.shape import Shape
+from ...ir.shape import Shape, from_nothing
 from ...passes.memory_coloring import is_view
 from ..base import CompileOptions
+from ..ref.interpreter import failed
 from .executable import ModuleSteps, Step, output_buffer
 
 Kernel = Callable[[list, Any], Any]
@@ -113,7 +114,12 @@ def reference_kernel(ins: Instruction, ctx: LowerContext) -> Kernel:
     own = not is_view(ins)
 
     def run(args, out):
-        r = compute(args)
+        try:
+            r = compute(args)
+        except FusegraphError:
+            raise
+        except Exception as e:  # the reference failed on these values: the ref target's error, naming the op
+            raise failed(op, args, e) from e
         if out is None:  # numpy reductions of 0-d values give numpy scalars; kernels take arrays
             if isinstance(r, np.generic):
                 return np.asarray(r)
@@ -133,6 +139,11 @@ def _into(out: np.ndarray, r: Any) -> np.ndarray:
 
 
 def lower_instruction(ins: Instruction, ctx: LowerContext) -> Kernel:
+    # a value made out of an empty input (a reduction over an axis of length 0, a product over
+    # K = 0): the reference computes what ONNX defines there; the generated reductions left such an
+    # output unwritten (ReduceMax over [2, 0] gave the arena's old bytes), oneDNN refused the shapes
+    if ins.op.kind is not OpKind.MOVEMENT and from_nothing(ins.shape, [x.shape for x in ins.inputs]):
+        return reference_kernel(ins, ctx)
     factory = LOWERINGS.get(ins.op.name)
     if factory is not None:
         return factory(ins, ctx)

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from ...ir.module import Instruction
-from ...ir.shape import AnyShape, Shape, TupleShape
+from ...ir.op import OpKind
+from ...ir.shape import AnyShape, Shape, TupleShape, from_nothing
 from ..ref.interpreter import evaluate
 from .device import has_torch_dtype, to_device, to_host, torch
 from .lowering import LOWERINGS, load_tables
@@ -39,6 +40,8 @@ def why_host(step: Step) -> str | None:
     for x in (*step.inputs, step.ins):
         if not device_type_ok(x.shape):
             return f"{x.shape} has no device tensor type"
+    if step.ins.op.kind is OpKind.CONV and from_nothing(step.ins.shape, [x.shape for x in step.inputs]):
+        return "a convolution over no input channels (cuDNN refuses it; the reference gives its zeros)"
     return None
 
 

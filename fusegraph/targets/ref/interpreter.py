@@ -86,5 +86,10 @@ def evaluate(ins: Instruction, args: list[Any], env: Mapping[int, Any]) -> Any:
     except FusegraphError:
         raise
     except Exception as e:  # the op's reference failed on these values: say which instruction
-        shapes = ", ".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(np.shape(a))}" for a in args)
-        raise ExecutionError(f"{op} failed on inputs ({shapes}): {type(e).__name__}: {e}") from e
+        raise failed(op, args, e) from e
+
+
+def failed(op: Any, args: Sequence[Any], e: Exception) -> ExecutionError:
+    """The ExecutionError of `op`'s reference failing on `args` with `e` (naming the op and its inputs)."""
+    shapes = ", ".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(np.shape(a))}" for a in args)
+    return ExecutionError(f"{op} failed on inputs ({shapes}): {type(e).__name__}: {e}")
