@@ -255,9 +255,10 @@ def from_nothing(out: object, inputs: Sequence[object]) -> bool:
     """Whether a value of static shape `out` with elements is made out of an input of static shape
     with none (a reduction over an axis of length 0, a product over K = 0): a case the targets'
     kernels may not cover, which ONNX defines (a sum's 0, a max's lowest value)."""
-    def empty(s: object) -> bool:
-        return isinstance(s, Shape) and not s.is_dynamic and s.elements == 0
-    return isinstance(out, Shape) and not out.is_dynamic and out.elements > 0 and any(empty(x) for x in inputs)
+    def count(s: object) -> int | None:
+        return s.elements if isinstance(s, Shape) and not s.is_dynamic else None
+    outs = out.elements if isinstance(out, TupleShape) else (out,)  # (an LSTM's Y_h beside its empty Y)
+    return any((count(o) or 0) > 0 for o in outs) and any(count(x) == 0 for x in inputs)
 
 
 # -- joining shapes (If branches, loop-carried values, sequence elements) ----------------------------

@@ -63,3 +63,41 @@ def test_a_convolution_of_no_channels(op):
     w = np.zeros((2, 0, 3, 3) if op == "Conv" else (0, 2, 3, 3), np.float32)
     model = make_model([N(op, ["x", "w", "b"], ["y"])], x, ["y"], {"w": w, "b": np.ones(2, np.float32)}, opset=18)
     check_on_every_target(model, x)
+
+
+def _empty_batch_cases():
+    rng = np.random.default_rng(0)
+
+    def f32(*s):
+        return rng.standard_normal(s).astype(np.float32)
+    return {
+        "conv": ([N("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])], {"x": np.zeros((0, 3, 8, 8), np.float32)},
+                 {"w": f32(4, 3, 3, 3), "b": f32(4)}),
+        "matmul": ([N("Gemm", ["x", "w", "b"], ["y"])], {"x": np.zeros((0, 5), np.float32)}, {"w": f32(5, 4), "b": f32(4)}),
+        "layernorm": ([N("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1)], {"x": np.zeros((0, 5), np.float32)},
+                      {"s": f32(5), "b": f32(5)}),
+        "instancenorm": ([N("InstanceNormalization", ["x", "s", "b"], ["y"])], {"x": np.zeros((0, 3, 4), np.float32)},
+                         {"s": f32(3), "b": f32(3)}),
+        "softmax": ([N("Softmax", ["x"], ["y"], axis=1)], {"x": np.zeros((0, 5), np.float32)}, {}),
+        "gathered-sum": ([N("Gather", ["x", "i"], ["g"], axis=0), N("ReduceSum", ["g", "a"], ["y"], keepdims=0)],
+                         {"x": f32(4, 3), "i": np.zeros((0,), np.int64)}, {"a": i64(0)}),
+    }
+
+
+@pytest.mark.parametrize("case", list(_empty_batch_cases()))
+def test_a_batch_of_nothing(case):
+    """An empty batch (a detector's second stage with no proposal): empty results, and a sum of
+    nothing its zeros. On the cpu target the generated reductions of a LayerNorm or InstanceNorm over
+    no row wrote past their empty buffer (heap corruption, found by valgrind): an empty value now
+    runs no kernel."""
+    nodes, x, inits = _empty_batch_cases()[case]
+    check_on_every_target(make_model(nodes, x, ["y"], inits, opset=18), x)
+
+
+def test_a_recurrence_over_no_step():
+    """An LSTM over a sequence of 0 steps: Y empty, Y_h the initial state (zeros)."""
+    rng = np.random.default_rng(1)
+    x = {"x": np.zeros((0, 1, 3), np.float32)}
+    inits = {"w": rng.standard_normal((1, 8, 3)).astype(np.float32), "r": rng.standard_normal((1, 8, 2)).astype(np.float32)}
+    model = make_model([N("LSTM", ["x", "w", "r"], ["y", "h"], hidden_size=2)], x, ["y", "h"], inits, opset=18)
+    check_on_every_target(model, x)

@@ -139,6 +139,10 @@ def _into(out: np.ndarray, r: Any) -> np.ndarray:
 
 
 def lower_instruction(ins: Instruction, ctx: LowerContext) -> Kernel:
+    if isinstance(ins.shape, Shape) and not ins.shape.is_dynamic and ins.shape.elements == 0:
+        # an empty value: no kernel runs (the generated reductions wrote past the empty buffer of a
+        # LayerNorm or InstanceNorm over a batch of 0: heap corruption, found by valgrind)
+        return _nothing(ins)
     # a value made out of an empty input (a reduction over an axis of length 0, a product over
     # K = 0): the reference computes what ONNX defines there; the generated reductions left such an
     # output unwritten (ReduceMax over [2, 0] gave the arena's old bytes), oneDNN refused the shapes
@@ -150,6 +154,17 @@ def lower_instruction(ins: Instruction, ctx: LowerContext) -> Kernel:
     if ins.op.kind in REFERENCE_KINDS or ins.op.name in REFERENCE_OPS:
         return reference_kernel(ins, ctx)
     raise CompileError(f"cpu target: no kernel for {ins.op} (an op of kind {ins.op.kind.value})")
+
+
+def _nothing(ins: Instruction) -> Kernel:
+    """The kernel of an instruction whose value has no element: its planned (empty) buffer, or a new
+    empty array."""
+    lens, dtype = ins.shape.lens, ins.shape.dtype.np
+
+    def run(args, out):
+        return out if out is not None else np.empty(lens, dtype)
+
+    return run
 
 
 def lower_module(module: Module, ctx: LowerContext) -> ModuleSteps:
