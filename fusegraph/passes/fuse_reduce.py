@@ -28,6 +28,11 @@ def _axes(ins: Instruction) -> tuple[int, ...] | None:
     return None
 
 
+def _dynamic_input(ins: Instruction) -> bool:
+    x = ins.inputs[0].shape
+    return not isinstance(x, Shape) or x.is_dynamic
+
+
 class _Region:
     def __init__(self, seed: Instruction, pos: dict[int, int], taken: set[int]):
         self.full = seed.inputs[0].shape.lens
@@ -45,7 +50,7 @@ class _Region:
         if ins.op.name == "get_tuple_elem":  # mean or variance out of moments
             return ins.inputs[0].uid in self.members
         if _axes(ins) is not None:
-            return ins.inputs[0].shape.lens == self.full and _axes(ins) == self.axes
+            return not _dynamic_input(ins) and ins.inputs[0].shape.lens == self.full and _axes(ins) == self.axes
         if not isinstance(s, Shape):
             return False
         if ins.op.kind is OpKind.POINTWISE:
@@ -122,8 +127,8 @@ def fuse_reduce(module: Module) -> bool:
     changed = False
     pos = {ins.uid: k for k, ins in enumerate(module.instructions)}
     for seed in module:
-        if seed.uid in done or _axes(seed) is None or seed.shape.is_dynamic:
-            continue
+        if seed.uid in done or _axes(seed) is None or seed.shape.is_dynamic or _dynamic_input(seed):
+            continue  # (a reduction of a dynamic tensor may give a static one: a max over boxes)
         region = _Region(seed, pos, done)
         region.grow()
         outs = region.outputs(module)

@@ -101,3 +101,19 @@ def test_a_recurrence_over_no_step():
     inits = {"w": rng.standard_normal((1, 8, 3)).astype(np.float32), "r": rng.standard_normal((1, 8, 2)).astype(np.float32)}
     model = make_model([N("LSTM", ["x", "w", "r"], ["y", "h"], hidden_size=2)], x, ["y", "h"], inits, opset=18)
     check_on_every_target(model, x)
+
+
+@pytest.mark.parametrize("score", [0.1, 1.0], ids=["none-kept", "three-kept"])
+def test_reductions_over_the_boxes_a_detector_kept(score):
+    """NonMaxSuppression's kept boxes ([k, 4], k known at run time, 0 when none passes the score)
+    reduced over k: a static value out of a dynamic tensor, which the fusion of reductions read as
+    fixed (a ShapeError out of the cpu target's compile)."""
+    rng = np.random.default_rng(3)
+    b = rng.random((1, 6, 4)).astype(np.float32)
+    x = {"b": b, "s": np.linspace(0.6, 1, 6, dtype=np.float32).reshape(1, 1, 6) * score, "b0": b[0]}
+    nodes = [N("NonMaxSuppression", ["b", "s", "m", "iou", "st"], ["sel"]), N("Gather", ["sel", "two"], ["idx"], axis=1),
+             N("Gather", ["b0", "idx"], ["kept"], axis=0), N("ReduceMax", ["kept", "a"], ["mx"], keepdims=0),
+             N("ReduceSum", ["kept", "a"], ["sm"], keepdims=0), N("Exp", ["sm"], ["y"])]
+    inits = {"m": i64(3), "iou": np.array([0.5], np.float32), "st": np.array([0.5], np.float32),
+             "two": np.array(2, np.int64), "a": i64(0)}
+    check_on_every_target(make_model(nodes, x, ["mx", "y"], inits, opset=18), x)

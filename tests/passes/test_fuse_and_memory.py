@@ -216,6 +216,21 @@ def test_reduction_with_two_outside_users_keeps_only_prologue():
     assert ops.count("fused_reduce") == 1 and "exp" not in ops and "neg" in ops and "sqrt" in ops
 
 
+def test_a_reduction_of_a_dynamic_tensor_to_a_static_one_stays_unfused():
+    # a max over a detector's kept boxes ([{0..6}, 4] -> [1, 4]): its output is static, its input is
+    # not, which the region's shape rule read as fixed (a ShapeError out of the cpu target's compile)
+    from fusegraph.passes import fuse_reduce
+
+    p, _ = apply("""
+        module main
+          %0 = @param[param_name='x'] : float32[{0..6},4]
+          %1 = reduce_max[axes=(0,)](%0) : float32[1,4]
+          %2 = exp(%1) : float32[1,4]
+          @return(%2)
+    """, fuse_reduce, eliminate_dead_code, check=False)
+    assert [i.op.name for i in p.main.instructions if not i.op.name.startswith("@")] == ["reduce_max", "exp"]
+
+
 def test_moments_whose_mean_and_variance_are_read_outside_stay_unfused():
     # the prologue alone would fuse with moments, whose value is a tuple: a fused_reduce is one
     # tensor (the gpu plan met such a tuple in a vision transformer's layer norm)
