@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.util import check_on_every_target, make_model
+from tests.util import check_on_every_target, every_target, make_model
 
 N = helper.make_node
 
@@ -103,17 +103,42 @@ def test_a_recurrence_over_no_step():
     check_on_every_target(model, x)
 
 
-@pytest.mark.parametrize("score", [0.1, 1.0], ids=["none-kept", "three-kept"])
-def test_reductions_over_the_boxes_a_detector_kept(score):
-    """NonMaxSuppression's kept boxes ([k, 4], k known at run time, 0 when none passes the score)
-    reduced over k: a static value out of a dynamic tensor, which the fusion of reductions read as
-    fixed (a ShapeError out of the cpu target's compile)."""
+def _kept_boxes(score: float, tail: list, outputs: list[str]):
+    """A detector's NonMaxSuppression and the boxes it kept ([k, 4], k known at run time: 0 when no
+    score passes 0.5, 3 at most), then `tail` over them."""
     rng = np.random.default_rng(3)
     b = rng.random((1, 6, 4)).astype(np.float32)
     x = {"b": b, "s": np.linspace(0.6, 1, 6, dtype=np.float32).reshape(1, 1, 6) * score, "b0": b[0]}
     nodes = [N("NonMaxSuppression", ["b", "s", "m", "iou", "st"], ["sel"]), N("Gather", ["sel", "two"], ["idx"], axis=1),
-             N("Gather", ["b0", "idx"], ["kept"], axis=0), N("ReduceMax", ["kept", "a"], ["mx"], keepdims=0),
-             N("ReduceSum", ["kept", "a"], ["sm"], keepdims=0), N("Exp", ["sm"], ["y"])]
+             N("Gather", ["b0", "idx"], ["kept"], axis=0), *tail]
     inits = {"m": i64(3), "iou": np.array([0.5], np.float32), "st": np.array([0.5], np.float32),
-             "two": np.array(2, np.int64), "a": i64(0)}
-    check_on_every_target(make_model(nodes, x, ["mx", "y"], inits, opset=18), x)
+             "two": np.array(2, np.int64), "a": i64(0), "z": np.array(0, np.int64)}
+    used = {k: v for k, v in inits.items() if any(k in n.input for n in nodes)}
+    return make_model(nodes, x, outputs, used, opset=18), x
+
+
+@pytest.mark.parametrize("score", [0.1, 1.0], ids=["none-kept", "three-kept"])
+def test_reductions_over_the_boxes_a_detector_kept(score):
+    """The kept boxes reduced over k: a static value out of a dynamic tensor, which the fusion of
+    reductions read as fixed (a ShapeError out of the cpu target's compile); and their mean as a sum
+    over the count Shape gives, whose 0-d Gather the cpu target's native program could not place."""
+    tail = [N("ReduceMax", ["kept", "a"], ["mx"], keepdims=0), N("ReduceSum", ["kept", "a"], ["sm"], keepdims=0),
+            N("Exp", ["sm"], ["y"]), N("Shape", ["kept"], ["sh"]), N("Gather", ["sh", "z"], ["n"], axis=0),
+            N("Cast", ["n"], ["nf"], to=1), N("Div", ["sm", "nf"], ["mean"])]
+    check_on_every_target(*_kept_boxes(score, tail, ["mx", "y", "mean"]))
+
+
+def test_an_arg_extremum_over_an_axis_that_may_be_empty():
+    """ArgMax over the kept boxes compiles (the axis is {0..3}: its shape rule refused the 0 end of
+    the range, so the whole model) and runs where boxes are kept; where none is, it is the op's
+    ExecutionError (ONNX Runtime refuses it too)."""
+    import fusegraph
+    from fusegraph.errors import ExecutionError
+
+    check_on_every_target(*_kept_boxes(1.0, [N("ArgMax", ["kept"], ["y"], axis=0)], ["y"]))
+    model, x = _kept_boxes(0.1, [N("ArgMax", ["kept"], ["y"], axis=0)], ["y"])
+    for target in every_target():
+        p = fusegraph.parse_onnx(model)
+        p.compile(target)
+        with pytest.raises(ExecutionError, match="argmax"):
+            p.run(x)

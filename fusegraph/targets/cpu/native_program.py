@@ -318,10 +318,11 @@ def take(dst: np.ndarray, src: np.ndarray, index: np.ndarray, fill: np.ndarray |
             or (fill is not None and not dst.flags.c_contiguous)):
         return None
     places = np.flatnonzero(flat >= 0)
-    coords = np.unravel_index(flat[places], src.shape)
+    # (a 0-d array has one place, at offset 0: unravel_index takes no empty shape)
+    coords = np.unravel_index(flat[places], src.shape) if src.ndim else ()
     offsets = sum((c.astype(np.int64) * s for c, s in zip(coords, src.strides)), np.zeros(len(places), np.int64))
     # where each goes, in dst's elements from its first
-    at = np.unravel_index(places, dst.shape)
+    at = np.unravel_index(places, dst.shape) if dst.ndim else ()
     places = sum((c.astype(np.int64) * (s // dst.itemsize) for c, s in zip(at, dst.strides)),
                  np.zeros(len(places), np.int64))
     table = np.ascontiguousarray(np.concatenate([offsets, places]), np.int64)
