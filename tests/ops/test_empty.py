@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from tests.util import check_on_every_target, every_target, make_model
 
@@ -126,6 +126,16 @@ def test_reductions_over_the_boxes_a_detector_kept(score):
             N("Exp", ["sm"], ["y"]), N("Shape", ["kept"], ["sh"]), N("Gather", ["sh", "z"], ["n"], axis=0),
             N("Cast", ["n"], ["nf"], to=1), N("Div", ["sm", "nf"], ["mean"])]
     check_on_every_target(*_kept_boxes(score, tail, ["mx", "y", "mean"]))
+
+
+def test_the_best_of_the_kept_boxes():
+    """A static row taken out of a dynamic tensor (the kept box of the highest summed score): the cpu
+    target's Gather read the dynamic input's lens (a ShapeError out of its compile)."""
+    tail = [N("ReduceSum", ["kept", "one"], ["sc"], keepdims=0), N("ArgMax", ["sc"], ["am"], axis=0, keepdims=0),
+            N("Gather", ["kept", "am"], ["y"], axis=0)]
+    model, x = _kept_boxes(1.0, tail, ["y"])
+    model.graph.initializer.append(numpy_helper.from_array(i64(1), "one"))
+    check_on_every_target(model, x)
 
 
 def test_an_arg_extremum_over_an_axis_that_may_be_empty():

@@ -227,10 +227,11 @@ def gather(ins: Instruction, ctx: LowerContext) -> Kernel:
     """numpy's take straight into the planned buffer: its negative indices count from the end, as
     ONNX's do (the reference first normalizes them: a copy more); the op's range check first, so an
     index out of range is its ExecutionError, not numpy's IndexError."""
-    if not isinstance(ins.shape, Shape) or ins.shape.is_dynamic:
-        return reference_kernel(ins, ctx)
+    data = ins.inputs[0].shape
+    if not isinstance(ins.shape, Shape) or ins.shape.is_dynamic or not isinstance(data, Shape) or data.is_dynamic:
+        return reference_kernel(ins, ctx)  # (a static row of a dynamic tensor too: the best of the kept boxes)
     op = ins.op
-    axis, n = op.axis, ins.inputs[0].shape.lens[op.axis]
+    axis, n = op.axis, data.lens[op.axis]
     index = ctx.const(ins.inputs[1])
     if index is not None and _in_range(op, index, n):  # checked once (silero-vad's state[0]: 13 -> 3 us)
         def constant_index(args, out):
