@@ -62,9 +62,25 @@ class Op:
         # smallest and at the largest inputs bounds each output dim. Unbounded dims are probed a
         # little above their minimum: output dims that move with them are unbounded too, the
         # others stay fixed.
-        lo = self.compute_shape([_corner(s, "min") for s in inputs])
+        try:
+            lo = self.compute_shape([_corner(s, "min") for s in inputs])
+        except ShapeError as refusal:
+            # a rule that refuses the smallest inputs (a window wider than a dim that may be 0: the
+            # boxes a detector kept) bounds the output from the smallest it takes; a run below that
+            # is the op's error then, as it is ONNX Runtime's
+            lo = self._smallest_taken(inputs, refusal)
         hi = self.compute_shape([_corner(s, "max") for s in inputs])
         return _merge(lo, hi, unbounded=any(_unbounded(s) for s in inputs))
+
+    def _smallest_taken(self, inputs: Sequence[AnyShape], refusal: ShapeError) -> AnyShape:
+        """The rule's output at the smallest inputs it takes, every dynamic dim raised from its
+        minimum together (the rules are monotonic); `refusal` (the minimum's) where none is."""
+        for step in _RAISES:
+            try:
+                return self.compute_shape([_corner(s, "min", step) for s in inputs])
+            except ShapeError:
+                continue
+        raise refusal
 
     # -- reference --------------------------------------------------------------------------------
     def compute(self, args: list[np.ndarray]) -> Any:
@@ -80,17 +96,23 @@ class Op:
         return format_op(self)
 
 
-def _corner(s: AnyShape, which: str) -> AnyShape:
+def _corner(s: AnyShape, which: str, raised: int = 0) -> AnyShape:
+    """`s` at its smallest ("min", each dynamic dim `raised` above its minimum, up to its maximum)
+    or largest dims."""
     if isinstance(s, TupleShape):
-        return TupleShape(tuple(_corner(e, which) for e in s.elements))
+        return TupleShape(tuple(_corner(e, which, raised) for e in s.elements))
     if not s.is_dynamic:
         return s
     if which == "min":
-        return Shape.of(s.dtype, s.min_lens)
+        if not raised:
+            return Shape.of(s.dtype, s.min_lens)
+        return Shape.of(s.dtype, [d.min if d.is_fixed else min(d.min + raised, d.max if d.max is not None else d.min + raised)
+                                  for d in s.dims])
     return Shape.of(s.dtype, [d.max if d.max is not None else d.min + _PROBE for d in s.dims])
 
 
 _PROBE = 7  # how far above its minimum an unbounded dim is probed
+_RAISES = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)  # how far above their minimum dims are raised to find a size a rule takes
 
 
 def _unbounded(s: AnyShape) -> bool:

@@ -113,6 +113,8 @@ def conv_reference(x: np.ndarray, w: np.ndarray, pb, pe, strides, dils, group: i
     xs, ws = x.astype(ct, copy=False), w.astype(ct, copy=False)
     ks = w.shape[2:]
     out_sp = [window_out_len(n, k, b, e, s, d) for n, k, b, e, s, d in zip(x.shape[2:], ks, pb, pe, strides, dils, strict=True)]
+    if min(out_sp) < 1:  # (a run-time size: the shape rule's check, for dims it could not know)
+        raise ShapeError(f"convolution: window {list(ks)} does not fit input {list(x.shape)}")
     cols = im2col(xs, ks, pb, pe, strides, dils, out_sp)
     n, c = x.shape[:2]
     # (sizes spelled out: with no input channel the sums are empty, zeros, where -1 is ambiguous)

@@ -152,3 +152,30 @@ def test_an_arg_extremum_over_an_axis_that_may_be_empty():
         p.compile(target)
         with pytest.raises(ExecutionError, match="argmax"):
             p.run(x)
+
+
+@pytest.mark.parametrize("op", ["Conv", "MaxPool", "AveragePool"])
+def test_a_window_over_a_dim_that_may_be_empty(op):
+    """A 2x2 window over the kept boxes as an image ([1, 1, k, 4]): the shape rule refused k's range
+    (0 is smaller than the window), so the whole model; now its output is bounded from the smallest
+    k it takes (ir/op.py), the run with three boxes is ONNX Runtime's, and the run with none the op's
+    error (ONNX Runtime refuses it too). The cpu target's passes and oneDNN kernels read such dims
+    as fixed: they leave them to the reference."""
+    import fusegraph
+    from fusegraph.errors import FusegraphError
+
+    rng = np.random.default_rng(0)
+    window = N(op, ["u", "w"], ["y"]) if op == "Conv" else N(op, ["u"], ["y"], kernel_shape=[2, 2])
+    tail = [N("Unsqueeze", ["kept", "ax01"], ["u"]), window]
+    extra = {"ax01": i64(0, 1), **({"w": rng.standard_normal((2, 1, 2, 2)).astype(np.float32)} if op == "Conv" else {})}
+    for score, kept in ((1.0, True), (0.1, False)):
+        model, x = _kept_boxes(score, tail, ["y"])
+        model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in extra.items())
+        if kept:
+            check_on_every_target(model, x)
+            continue
+        for target in every_target():
+            p = fusegraph.parse_onnx(model)
+            p.compile(target)
+            with pytest.raises(FusegraphError, match="does not fit|window"):
+                p.run(x)

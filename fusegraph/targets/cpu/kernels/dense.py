@@ -58,6 +58,11 @@ class Operand:
         return v if same_steps(v.strides, self.byte_strides, self.lens) else None
 
 
+def _dynamic(ins: Instruction) -> bool:
+    """Whether `ins` or one of its inputs has dims known only at run time."""
+    return any(not isinstance(s, Shape) or s.is_dynamic for s in (ins.shape, *(x.shape for x in ins.inputs)))
+
+
 @lowering("convolution", "conv_epilogue", "deconvolution", "deconv_epilogue")
 def window(ins: Instruction, ctx: LowerContext) -> Kernel:
     """(De)convolutions with constant weights, their epilogues as bias + post-ops."""
@@ -65,7 +70,7 @@ def window(ins: Instruction, ctx: LowerContext) -> Kernel:
     from .. import onednn
 
     w = ctx.const(ins.inputs[1])
-    if w is None or ins.shape.ndim not in (3, 4, 5):
+    if w is None or ins.shape.ndim not in (3, 4, 5) or _dynamic(ins):  # (oneDNN's primitives take fixed shapes)
         return reference_kernel(ins, ctx)
     if ins.shape.dtype in (DType.float16, DType.bfloat16) and ins.op.name == "convolution":
         return widened_convolution(ins, w, ctx) or reference_kernel(ins, ctx)
@@ -168,6 +173,8 @@ def pooling(ins: Instruction, ctx: LowerContext) -> Kernel:
     from .. import onednn
 
     op = ins.op
+    if _dynamic(ins):  # (a window over the boxes a detector kept)
+        return reference_kernel(ins, ctx)
     if ins.shape.dtype in (DType.float16, DType.bfloat16) and op.mode == "average" and op.name == "pooling":
         return widened_pooling(ins, ctx) or reference_kernel(ins, ctx)
     if not _f32(ins) or op.mode not in ("max", "average") or ins.shape.ndim not in (3, 4, 5):

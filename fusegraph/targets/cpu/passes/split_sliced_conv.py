@@ -27,7 +27,7 @@ def _split(module: Module, conv: Instruction) -> bool:
     if op.name not in SPLITTABLE or op.group != 1 or not conv.inputs[1].is_literal or getattr(op, "n_residual", 0):
         return False
     w = conv.inputs[1]
-    channels = conv.shape.lens[1]
+    channels = conv.shape.dims[1].max  # (the output channels: fixed, its spatial dims may not be)
     ranges = [_channel_range(u, channels) for u in conv.users]
     if not ranges or None in ranges or len(conv.users) < 2:
         return False
