@@ -106,7 +106,7 @@ def _corner(s: AnyShape, which: str, raised: int = 0) -> AnyShape:
     if which == "min":
         if not raised:
             return Shape.of(s.dtype, s.min_lens)
-        return Shape.of(s.dtype, [d.min if d.is_fixed else min(d.min + raised, d.max if d.max is not None else d.min + raised)
+        return Shape.of(s.dtype, [d.min if d.is_fixed else d.min + raised if d.max is None else min(d.min + raised, d.max)
                                   for d in s.dims])
     return Shape.of(s.dtype, [d.max if d.max is not None else d.min + _PROBE for d in s.dims])
 
