@@ -172,15 +172,6 @@ class ArgReduceOp(Op):
             raise ShapeError(f"{self}: cannot take the arg-extremum of an empty axis of {x}")
         return Shape.of(DType.int64, [1 if i == self.axis else n for i, n in enumerate(x.lens)])
 
-    def compute_dynamic_shape(self, inputs: Sequence[Shape]) -> Shape:
-        # refused only where the axis is empty whatever the run: an axis that may be empty (the boxes
-        # a detector kept, {0..6}) is one at run time, where an empty one is the op's ExecutionError
-        (x,) = inputs
-        check_axes(self, x, (self.axis,))
-        if x.dims[self.axis].max == 0:
-            raise ShapeError(f"{self}: cannot take the arg-extremum of an empty axis of {x}")
-        return Shape.dynamic(DType.int64, [Dim.fixed(1) if i == self.axis else d for i, d in enumerate(x.dims)])
-
     def compute(self, args):
         x = np.asarray(args[0])
         if not self.select_last_index:
