@@ -93,18 +93,30 @@ class Pad(MovementOp):
         return pad_array(args[0], self.pads[:r], self.pads[r:], self.mode, self.value)
 
 
+def cuts_past_the_data(lens: Sequence[int], begins: Sequence[int], ends: Sequence[int], mode: str) -> bool:
+    """Whether a pad's negative widths remove more of an axis than its data holds (then only a
+    constant pad is defined: it adds first and the removal takes padding too, as ONNX Runtime
+    computes it); a ShapeError where the result would have a negative size or a reflect, edge or wrap
+    pad would repeat what is not there."""
+    past = False
+    for a, (n, b, e) in enumerate(zip(lens, begins, ends, strict=True)):
+        if n + b + e < 0:
+            raise ShapeError(f"pad widths ({b}, {e}) leave axis {a} (of {n}) a negative size, {n + b + e}")
+        if n + min(b, 0) + min(e, 0) < 0:
+            if mode != "constant":
+                raise ShapeError(f"pad widths ({b}, {e}) remove more than the {n} elements of axis {a}, "
+                                 f"which {mode} padding would repeat")
+            past = True
+    return past
+
+
 def pad_array(x: np.ndarray, begins: Sequence[int], ends: Sequence[int], mode: str, value) -> np.ndarray:
     """ONNX Pad on an array, as ONNX Runtime computes it: negative widths remove elements, then
-    non-negative ones add them. Where the removal passes an axis's data, a constant pad adds first and
-    the removal then takes padding too ([0, 1, 2, 3] by (-5, 3) is [0, 0]); other modes, and widths
-    leaving a negative size, are a ShapeError."""
+    non-negative ones add them; where the removal passes an axis's data, a constant pad adds first
+    ([0, 1, 2, 3] by (-5, 3) is [0, 0]: cuts_past_the_data)."""
     pairs = list(zip(begins, ends, strict=True))
-    for a, (n, (b, e)) in enumerate(zip(x.shape, pairs)):
-        if n + b + e < 0 or (mode != "constant" and n + min(b, 0) + min(e, 0) < 0):
-            raise ShapeError(f"pad: widths ({b}, {e}) remove more than the {n} elements of axis {a}"
-                             + ("" if n + b + e < 0 else f", which {mode} padding would repeat"))
     widths = [(max(b, 0), max(e, 0)) for b, e in pairs]
-    past = any(n + min(b, 0) + min(e, 0) < 0 for n, (b, e) in zip(x.shape, pairs))
+    past = cuts_past_the_data(x.shape, begins, ends, mode)
     if not past:
         x = x[tuple(slice(max(-b, 0), n - max(-e, 0)) for n, (b, e) in zip(x.shape, pairs))]
     if mode == "constant":

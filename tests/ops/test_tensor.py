@@ -149,8 +149,8 @@ def test_a_constant_pad_whose_cut_passes_the_data(pads):
 
 
 @pytest.mark.parametrize("mode, pads, message", [
-    ("constant", i64(0, 0, -3, 0, 0, 0, -2, 0), r"leave axis 2 \(of 4\) a negative size, -1"),
-    ("edge", i64(0, 0, -5, 0, 0, 0, 3, 0), r"remove more than the 4 elements of axis 2, which edge padding"),
+    ("constant", i64(0, 0, -3, 0, 0, 0, -2, 0), r"pad widths \(-3, -2\) leave axis 2 \(of 4\) a negative size, -1"),
+    ("edge", i64(0, 0, -5, 0, 0, 0, 3, 0), r"pad widths \(-5, 3\) remove more than the 4 elements of axis 2, which edge padding"),
 ], ids=["negative-size", "edge-past-the-data"])
 def test_pads_that_leave_nothing_to_pad_from_are_refused(mode, pads, message):
     model = make_model([helper.make_node("Pad", ["x", "p"], ["y"], mode=mode)], {"x": X}, ["y"], {"p": pads},

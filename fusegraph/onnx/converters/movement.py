@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ...errors import ValueDependentError
+from ...errors import ShapeError, ValueDependentError
 from ...ir.dtypes import DType
 from ...ir.module import Instruction
-from ...ops.layout import PAD_MODES
+from ...ops.layout import PAD_MODES, cuts_past_the_data
 from ...ops.movement import resolve_reshape_dims, slice_bounds
 from ..registry import converter
 from .shape_values import reshape_dims_of
@@ -361,7 +361,7 @@ def _pad(ctx, x, axes: list[int], pads: Sequence[int], value, mode: str) -> Inst
     cut = [a for a in range(rank) if begin[a] < 0 or end[a] < 0]
     widths = tuple(max(p, 0) for p in begin + end)
     value = np.asarray(value).astype(x.shape.dtype.np).item()
-    if cut and not x.shape.is_dynamic and _cuts_past_the_data(ctx, x.shape.lens, begin, end, pads, mode):
+    if cut and not x.shape.is_dynamic and _cuts_past_the_data(ctx, x.shape.lens, begin, end, mode):
         # a constant pad whose cut reaches into the other side's padding (ONNX Runtime: [0, 1, 2, 3]
         # padded by (-5, 3) is [0, 0]): the pad first, then the cut
         lens = [n + max(b, 0) + max(e, 0) for n, b, e in zip(x.shape.lens, begin, end)]
@@ -376,17 +376,9 @@ def _pad(ctx, x, axes: list[int], pads: Sequence[int], value, mode: str) -> Inst
     return ctx.add("pad", x, pads=widths, mode=mode, value=value)
 
 
-def _cuts_past_the_data(ctx, lens, begin, end, pads, mode: str) -> bool:
-    """Whether a pad's negative parts remove more of an axis than its data (then only a constant pad
-    is defined, as ONNX Runtime computes it); a ParseError where the result would have a negative
-    size or the mode would pad from nothing."""
-    past = False
-    for a, n in enumerate(lens):
-        if n + begin[a] + end[a] < 0:
-            raise ctx.error(f"pads {list(pads)} leave axis {a} (of {n}) a negative size, {n + begin[a] + end[a]}")
-        if n + min(begin[a], 0) + min(end[a], 0) < 0:
-            if mode != "constant":
-                raise ctx.error(f"pads {list(pads)} remove more than the {n} elements of axis {a}, which "
-                                f"{mode} padding would repeat")
-            past = True
-    return past
+def _cuts_past_the_data(ctx, lens, begin, end, mode: str) -> bool:
+    """ops.layout.cuts_past_the_data, its refusal a ParseError naming the node."""
+    try:
+        return cuts_past_the_data(lens, begin, end, mode)
+    except ShapeError as e:
+        raise ctx.error(str(e)) from None
