@@ -41,15 +41,10 @@ def _model(weights=WEIGHTS) -> onnx.ModelProto:
     return make_model(nodes, {"x": np.zeros((2,), np.float32)}, outs, dict(weights))
 
 
-def _split_initializers(data: bytes):
-    proto, weights = read_model(data)
-    whole = onnx.load_from_string(data)
-    return proto, weights, whole
-
-
 def test_every_plain_initializer_reads_as_numpy_helper_reads_it():
     data = _model().SerializeToString()
-    proto, weights, whole = _split_initializers(data)
+    proto, weights = read_model(data)
+    whole = onnx.load_from_string(data)
     split = {k for k, t in enumerate(whole.graph.initializer) if len(t.raw_data) >= SPLIT_MIN_BYTES}
     assert set(weights.spans) == split and len(split) == len(WEIGHTS) - 1
     for k, (cut, full) in enumerate(zip(proto.graph.initializer, whole.graph.initializer)):
