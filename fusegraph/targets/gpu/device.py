@@ -29,6 +29,9 @@ def triton() -> Any:
         import triton as _triton
     except ModuleNotFoundError:
         raise TargetError("target 'gpu' needs triton for its generated kernels: pip install 'fusegraph[gpu]'") from None
+    from .triton_key import use_quick_key
+
+    use_quick_key(_triton)  # before any compile or cache lookup of this process keys on it
     return _triton
 
 

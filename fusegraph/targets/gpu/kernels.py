@@ -86,13 +86,15 @@ class Kernel:
 
 def set_up_triton() -> None:
     """Start Triton's per-process set-up in the background, while a program is lowered: the hash of
-    its installation that every compile's cache key needs (0.92 s on the H200 machine) and its CUDA
-    driver (0.47 s there in a fresh process: it builds and loads a C extension), in two threads.
-    Both are kept for the process; the compile scopes wait for this work before they begin."""
+    its installation that every compile's cache key needs (triton_key.py: 3 ms; Triton's own, where
+    its library has no build ID, 0.92 s on the H200 machine) and its CUDA driver (0.47 s there in a
+    fresh process: it builds and loads a C extension), in two threads. Both are kept for the
+    process; the compile scopes wait for this work before they begin."""
     global _set_up
 
     def work() -> None:
         try:  # (imported in one thread: two importing at once can deadlock on the module locks)
+            triton()  # (which puts the quick hash in Triton's place)
             from triton.runtime.cache import triton_key
             from triton.runtime.driver import driver
         except Exception:  # noqa: BLE001 - whatever fails here fails again, with its error, where it is used

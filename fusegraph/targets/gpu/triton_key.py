@@ -1,0 +1,108 @@
+"""Triton's hash of its own installation, without reading its 500 MB library.
+
+Every Triton compile and cache lookup keys on `triton.runtime.cache.triton_key()`: a sha256 over
+Triton's Python sources and the whole of `libtriton.so` (500 MB in Triton 3.6-3.9). On the H200
+machine that took 0.92 s in a new process (the library read from disk), and a cold compile waits
+for it before its first kernel compiles; every new process (a server's replica, a CLI run) pays it
+again. The linker already wrote a content hash of that library into it: its GNU build ID, the note
+`ld --build-id` computes over the linked output. `quick_key` hashes what Triton hashes, with the
+library's build ID (and size) in place of its bytes: the same on every machine with the same
+installation, as Triton's is (a saved program's kernels, keyed by it, load elsewhere: binaries.py),
+and different wherever Triton's would be, save for a library rebuilt with its build ID stripped or
+forged. A library without a build ID keeps Triton's own hash.
+
+`use_quick_key` puts the quick key in Triton's place for the process, as Triton's own compile
+workers put their parent's (its `_compile_warmup_pool`), unless Triton's was computed already (it
+is then free, and the keys of compiles made with it stay valid).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+_HASHED_FOLDERS = ("compiler", "backends", "language")  # Triton's Python sources in its key
+_PT_NOTE, _NT_GNU_BUILD_ID = 4, 3
+
+
+def elf_build_id(path: Path) -> bytes | None:
+    """The GNU build ID note of a 64-bit little-endian ELF file, from its program headers; None for
+    any other file, or one without the note."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 64 or head[:6] != b"\x7fELF\x02\x01":  # 64-bit, little-endian
+                return None
+            phoff, = struct.unpack_from("<Q", head, 0x20)
+            phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
+            if phentsize < 56 or phnum > 4096:
+                return None
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+            for i in range(min(phnum, len(table) // phentsize)):
+                kind, _, offset, _, _, size = struct.unpack_from("<IIQQQQ", table, i * phentsize)
+                if kind == _PT_NOTE and 0 < size <= 1 << 16:
+                    f.seek(offset)
+                    found = _build_id_note(f.read(size))
+                    if found is not None:
+                        return found
+    except OSError:
+        return None
+    return None
+
+
+def _build_id_note(notes: bytes) -> bytes | None:
+    at = 0
+    while at + 12 <= len(notes):
+        namesz, descsz, kind = struct.unpack_from("<III", notes, at)
+        name_at = at + 12
+        desc_at = name_at + (-(-namesz // 4) * 4)
+        end = desc_at + (-(-descsz // 4) * 4)
+        if end > len(notes):
+            return None
+        if kind == _NT_GNU_BUILD_ID and notes[name_at:name_at + namesz] == b"GNU\0" and descsz >= 8:
+            return notes[desc_at:desc_at + descsz]
+        at = end
+    return None
+
+
+def quick_key(root: Path, version: str) -> str | None:
+    """The key of the Triton installed at `root` (its package folder), or None where its library has
+    no build ID."""
+    library = next((p for p in sorted((root / "_C").glob("libtriton.*")) if p.suffix == ".so"
+                    or p.name.endswith((".pyd", ".dylib")) or ".so" in p.suffixes), None)
+    build_id = elf_build_id(library) if library is not None else None
+    if build_id is None:
+        return None
+    digest = hashlib.sha256(f"triton {version}\0".encode())
+    sources = [root / "runtime" / "cache.py"]
+    for folder in _HASHED_FOLDERS:
+        for parent, dirs, files in os.walk(root / folder):
+            dirs.sort()
+            sources += [Path(parent) / name for name in sorted(files) if name.endswith(".py")]
+    for path in sources:
+        digest.update(f"{path.relative_to(root).as_posix()}\0".encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    digest.update(f"libtriton {library.stat().st_size}\0".encode() + build_id)
+    return digest.hexdigest()
+
+
+def use_quick_key(triton: Any) -> None:
+    """Triton's installation hash replaced by `quick_key` for this process (see the module's doc);
+    nothing changes where Triton's is computed already, or the library has no build ID."""
+    try:
+        import triton.runtime.cache as cache
+    except ImportError:
+        return
+    own = getattr(cache.triton_key, "cache_info", None)
+    if own is None or own().currsize:  # replaced already, or Triton's computed (then it costs nothing)
+        return
+    try:
+        key = quick_key(Path(triton.__file__).parent, triton.__version__)
+    except OSError:
+        return
+    if key is not None:
+        cache.triton_key = lambda: key
