@@ -14,7 +14,10 @@ once, recording those cold compile times (`cold_compile_s`, taken N at a time: C
 `--prepare-only` stops there, `--cold FILE` attaches an earlier prepare's times; `--fresh` gives each
 row's process empty caches of its own, fusegraph's, Triton's and inductor's: `--prepare 1 --fresh
 --prepare-only` is each row's compile on a new machine, one at a time; `--logs` writes each row's
-fusegraph compile log into --out-dir, which phases and kernels its compile waited on),
+fusegraph compile log into --out-dir, which phases and kernels its compile waited on; `--apart`
+with `--fresh` compiles each engine of a row in a process of its own, as a new machine running that
+engine alone meets it: otherwise torch.compile, compiling after fusegraph and eager in their process,
+finds the libraries they share set up by them),
 then times the rows one by one: their compiles (`compile_s`) find Triton's and inductor's caches
 warm; fusegraph's autotuning cache is the children's own, so each row's GEMM choices are timed again
 on a quiet GPU, never taken from timings made while other compiles ran.
@@ -211,22 +214,69 @@ def check_rows(rows: list[tuple[str, int]]) -> None:
             print(f"FAIL {name:26s} {type(e).__name__}: {str(e)[:150]}", flush=True)
 
 
+def compile_alone(name: str, batch: int, engine: str, fp16_io: bool = False, log_to: str | None = None) -> dict:
+    """One engine's compile of one row, the only compile of this process, as a new machine meets it
+    (`prepare(apart=True)` gives the process empty caches): the clock starts once CUDA is set up
+    (a context on the device) and the engine's input is at hand (fusegraph: the ONNX bytes; torch:
+    the fp16 module and inputs on the device), and stops once the compiled program's result is on
+    the device: fusegraph's parse and compile; torch.compile's first three calls (reduce-overhead
+    records its graph on the later ones); eager's first call. No other engine has warmed the
+    libraries the two share (Triton's hash of itself and its driver, cuBLAS, cuDNN) for it."""
+    from benchmarks._common import phase_summary, write_compile_log
+    from benchmarks.gpu_vs_torch import build, export_onnx
+
+    timed, export, inputs, names, convnet = build(name, batch)
+    dev = torch.device("cuda")
+    torch.zeros(1, device=dev)
+    torch.cuda.synchronize()
+    out: dict = {"engine": engine}
+    if engine == "fusegraph":
+        import fusegraph
+
+        onnx_bytes = export_onnx(export, inputs, names)
+        t0 = time.perf_counter()
+        program = fusegraph.parse_onnx(onnx_bytes)
+        out["parse_s"] = round(time.perf_counter() - t0, 3)
+        program.compile(fusegraph.get_target("gpu"), fusegraph.CompileOptions(fp16=True, fp16_io=fp16_io))
+        torch.cuda.synchronize()
+        out["compile_s"] = round(time.perf_counter() - t0, 2)
+        out["phases_s"] = phase_summary(program.executable)
+        if log_to:
+            write_compile_log(program.executable, log_to)
+        return out
+    fmt = torch.channels_last if convnet else torch.contiguous_format
+    model = timed.to(dev).half().to(memory_format=fmt)
+    targs = tuple(x.to(dev).half().contiguous(memory_format=fmt) if x.is_floating_point() else x.to(dev)
+                  for x in inputs)
+    torch.cuda.synchronize()
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        fn = model if engine == "eager" else torch.compile(model, mode=engine)
+        for _ in range(1 if engine == "eager" else 3):
+            fn(*targs)
+        torch.cuda.synchronize()
+        out["compile_s"] = round(time.perf_counter() - t0, 2)
+    return out
+
+
 def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | None,
-            fresh: bool = False, fp16_io: bool = False, logs: bool = False) -> dict[str, dict]:
+            fresh: bool = False, fp16_io: bool = False, logs: bool = False, apart: bool = False) -> dict[str, dict]:
     """Compile every row in `jobs` processes at once (see the module's docstring); their cold compile
     times (or the error a row's compile raised) by "name:batch", written to gpu_models_cold-<host>.json
     as each row finishes. `fresh`: each row's process with empty caches of its own (fusegraph's,
     Triton's, inductor's), as a new machine has; else the rows share them. `logs` (with `out_dir`):
-    each row's fusegraph compile log there too, <name>_<batch>_log.json."""
+    each row's fusegraph compile log there too, <name>_<batch>_log.json. `apart` (with `fresh`): each
+    engine of a row in a process of its own (`compile_alone`), fusegraph's first, then each mode's."""
     from benchmarks._common import write_results
 
     home = tempfile.mkdtemp(prefix="gpu_models_prepare_")  # the children's fusegraph autotuning cache
     env = {**os.environ, "HOME": home, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
 
-    def one(row: tuple[str, int]) -> dict:
+    def child(row: tuple[str, int], engine: str | None) -> dict:
         args = [sys.executable, __file__, "--rows", f"{row[0]}:{row[1]}", "--modes", modes, "--compile-only"]
         args += ["--fp16-io"] if fp16_io else []
         args += ["--log-dir", out_dir] if logs and out_dir else []
+        args += ["--engine", engine] if engine else []
         own = env
         if fresh:
             new = tempfile.mkdtemp(prefix="gpu_models_fresh_")
@@ -237,7 +287,19 @@ def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | N
         except (IndexError, ValueError):
             return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1][:300]}
 
-    payload: dict = {"jobs": jobs, "fresh": fresh, "rows": {}}
+    def one(row: tuple[str, int]) -> dict:
+        if not apart:
+            return child(row, None)
+        results = {engine: child(row, engine) for engine in ["fusegraph", *modes.split(",")]}
+        failed = [f"{engine}: {r['error']}" for engine, r in results.items() if "error" in r]
+        if failed:
+            return {"error": "; ".join(failed)[:300]}
+        merged = {"compile_s": {engine: r["compile_s"] for engine, r in results.items()}, "apart": True}
+        merged["fusegraph_parse_s"] = results["fusegraph"]["parse_s"]
+        merged["fusegraph_phases_s"] = results["fusegraph"]["phases_s"]
+        return merged
+
+    payload: dict = {"jobs": jobs, "fresh": fresh, "apart": apart, "rows": {}}
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         futures = {pool.submit(one, row): row for row in rows}
@@ -272,6 +334,10 @@ def main() -> None:
     ap.add_argument("--prepare", type=int, default=0, help="compile the rows in this many processes first")
     ap.add_argument("--prepare-only", action="store_true", help="stop after --prepare")
     ap.add_argument("--fresh", action="store_true", help="(for --prepare) each row with empty caches of its own")
+    ap.add_argument("--apart", action="store_true",
+                    help="(for --prepare --fresh) each engine of a row in a process of its own (compile_alone)")
+    ap.add_argument("--engine", default=None, help="(for --compile-only) this engine's compile alone: fusegraph | "
+                    "eager | a torch.compile mode")
     ap.add_argument("--cold", default=None, help="a gpu_models_cold JSON of an earlier --prepare: its times")
     ap.add_argument("--compile-only", action="store_true", help="(for --prepare) print each row's compile times")
     ap.add_argument("--logs", action="store_true", help="(for --prepare, with --out-dir) each row's compile log there")
@@ -300,6 +366,9 @@ def main() -> None:
     if args.compile_only:
         for name, batch in rows:
             log_to = str(Path(args.log_dir) / f"{name}_{batch}_log.json") if args.log_dir else None
+            if args.engine:
+                print(json.dumps(compile_alone(name, batch, args.engine, args.fp16_io, log_to)), flush=True)
+                continue
             print(json.dumps(measure_row(name, batch, deadline, args.modes.split(","), compile_only=True,
                                          fp16_io=args.fp16_io, log_to=log_to)), flush=True)
         return
@@ -308,7 +377,8 @@ def main() -> None:
     if args.out_dir:
         Path(args.out_dir).mkdir(parents=True, exist_ok=True)
     if args.prepare:
-        cold = prepare(rows, args.prepare, args.modes, args.out_dir, args.fresh, args.fp16_io, args.logs)
+        cold = prepare(rows, args.prepare, args.modes, args.out_dir, args.fresh, args.fp16_io, args.logs,
+                       args.apart)
         if args.prepare_only:
             return
     payload = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": []}
