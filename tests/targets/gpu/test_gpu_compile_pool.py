@@ -63,7 +63,7 @@ def _job(tmp_path: Path, block: int) -> tuple[dict, tuple]:
         fn = JITFunction(fn.fn)
     job = {"path": str(path), "module": "fusegraph_triton_test", "name": "scale",
            "spec": serialize_specialization_data(*args), "target": [target.backend, target.arch, target.warp_size],
-           "cache_dir": str(tmp_path / "cache")}
+           "cache_dir": str(tmp_path / "cache"), "triton_key": compile_pool._triton_key()}  # (as _Executor's jobs)
     return job, (fn, signature, constants, attrs, options, target)
 
 
