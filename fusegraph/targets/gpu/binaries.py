@@ -153,13 +153,13 @@ def build_launchers(signatures: list[tuple[str, ...]]) -> None:
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    from triton.runtime.cache import triton_key
+    from .triton_key import fusegraph_key
 
     jobs = [(build_launcher, sig) for sig in signatures]
     if not _driver_started():  # its utility extension is built the same way, once per machine
         jobs.append((_build_once, nvidia, "cuda_utils", lambda: (Path(nvidia.dirname) / "driver.c").read_text()))
     with ThreadPoolExecutor(min(len(jobs) + 1, os.cpu_count() or 1)) as pool:
-        futures = [pool.submit(triton_key)] + [pool.submit(*job) for job in jobs]
+        futures = [pool.submit(fusegraph_key)] + [pool.submit(*job) for job in jobs]
         for future in futures:
             try:
                 future.result()

@@ -12,8 +12,8 @@ but time: the thread's compile then compiles (and raises) as it would have.
 On the H200 machine (16 cores) threads alone spent 0.6-0.7 s of a thread per kernel and the walk that
 submits them waited for the GIL (ResNet-50 at batch 32: 48 kernels, 5.8 s cold; MobileNetV3-Large: 93,
 13.5 s); with workers 3.9 s and 7.2 s (benchmarks/gpu_cold_compile.py, issue 23). A job carries the
-parent's hash of the Triton installation (`triton_key`, 0.9 s to compute there), which the worker then
-takes as its own.
+parent's hash of the Triton installation (triton_key.py; Triton's own took 0.9 s to compute there), which
+the worker then takes as its own.
 
 Workers start when a target begins to compile (`prestart`: in the passes, with Triton's set-up, where
 there is a CUDA device), serve every compile of the process, and exit after `IDLE_S` without work or
@@ -271,11 +271,11 @@ def _job(fn: Any, compile: dict) -> dict | None:
 
 
 def _triton_key() -> str:
-    """The hash of this Triton installation in every compile's cache key (kept for the process; 0.92 s to
-    compute on the H200 machine): a worker takes the parent's, and finds it the same files."""
-    from triton.runtime.cache import triton_key
+    """The hash of this Triton installation in fusegraph's compiles' cache keys (triton_key.py): a
+    worker takes the parent's, and finds it the same files."""
+    from .triton_key import fusegraph_key
 
-    return triton_key()
+    return fusegraph_key()
 
 
 def _target() -> list | None:

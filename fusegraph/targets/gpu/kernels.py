@@ -87,20 +87,21 @@ class Kernel:
 def set_up_triton() -> None:
     """Start Triton's per-process set-up in the background, while a program is lowered: the hash of
     its installation that every compile's cache key needs (triton_key.py: 3 ms; Triton's own, where
-    its library has no build ID, 0.92 s on the H200 machine) and its CUDA driver (0.47 s there in a
+    its library has no build ID: 0.92 s on the H200 machine) and its CUDA driver (0.47 s there in a
     fresh process: it builds and loads a C extension), in two threads. Both are kept for the
     process; the compile scopes wait for this work before they begin."""
     global _set_up
 
     def work() -> None:
         try:  # (imported in one thread: two importing at once can deadlock on the module locks)
-            triton()  # (which puts the quick hash in Triton's place)
-            from triton.runtime.cache import triton_key
+            triton()  # (which installs the quick hash for fusegraph's compiles)
             from triton.runtime.driver import driver
+
+            from .triton_key import fusegraph_key
         except Exception:  # noqa: BLE001 - whatever fails here fails again, with its error, where it is used
             return
-        key = threading.Thread(target=_quietly(triton_key), daemon=True, name="fusegraph-triton-key")
-        key.start()  # the two at once (both mostly outside the GIL: hashing files, the C compiler)
+        key = threading.Thread(target=_quietly(fusegraph_key), daemon=True, name="fusegraph-triton-key")
+        key.start()  # the two at once (Triton's own hash: mostly outside the GIL, as the C compiler is)
         try:
             driver.active.get_current_target()
         except Exception:  # noqa: BLE001 - no device: no compile workers either
@@ -166,9 +167,11 @@ def _async_compiles(launch: bool) -> Iterator[bool]:
 
     from ..asynchronous import cores
     from .compile_pool import executor
+    from .triton_key import mark_thread, ours
 
     _set_up_done()
-    with quick_gil_handoff(), ThreadPoolExecutor(cores()) as pool, executor(pool) as compiles:
+    with ours(), quick_gil_handoff(), ThreadPoolExecutor(cores(), initializer=mark_thread) as pool, \
+            executor(pool) as compiles:
         mode = AsyncCompileMode(_WithLauncher(compiles), ignore_errors=True)
         token, later = _compiling.set(None if launch else mode), _after_walk.set(None if launch else ([], [], []))
         try:

@@ -11,21 +11,28 @@ installation, as Triton's is (a saved program's kernels, keyed by it, load elsew
 and different wherever Triton's would be, save for a library rebuilt with its build ID stripped or
 forged. A library without a build ID keeps Triton's own hash.
 
-`use_quick_key` puts the quick key in Triton's place for the process, as Triton's own compile
-workers put their parent's (its `_compile_warmup_pool`), unless Triton's was computed already (it
-is then free, and the keys of compiles made with it stay valid).
+`use_quick_key` makes Triton's key function answer the quick key in fusegraph's compile threads
+(`ours()`: the compile scopes of kernels.py and their pool's threads; compile workers take their
+parent's key, compile_pool.py) and Triton's own everywhere else, so that another user of Triton in
+the process (torch.compile's inductor, whose compile workers compute Triton's key in processes of
+their own) keeps the key its workers share. A kernel fusegraph compiles elsewhere (a dynamic
+program's run-time compiles) keys on Triton's hash, computed where it is first needed, as before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import struct
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 _HASHED_FOLDERS = ("compiler", "backends", "language")  # Triton's Python sources in its key
 _PT_NOTE, _NT_GNU_BUILD_ID = 4, 3
+_lock = threading.Lock()
 
 
 def elf_build_id(path: Path) -> bytes | None:
@@ -90,19 +97,60 @@ def quick_key(root: Path, version: str) -> str | None:
     return digest.hexdigest()
 
 
+_here = threading.local()
+_quick: list[str] = []  # the quick key, once use_quick_key installed it
+
+
+@contextlib.contextmanager
+def ours() -> Iterator[None]:
+    """A scope in which this thread's Triton compiles and cache lookups key on the quick key."""
+    before = getattr(_here, "ours", False)
+    _here.ours = True
+    try:
+        yield
+    finally:
+        _here.ours = before
+
+
+def mark_thread() -> None:
+    """This thread's compiles key on the quick key from now on (a ThreadPoolExecutor's initializer for
+    fusegraph's compile threads)."""
+    _here.ours = True
+
+
+def installed() -> bool:
+    """Whether fusegraph's compiles key on the quick key in this process."""
+    return bool(_quick)
+
+
+def fusegraph_key() -> str:
+    """The key fusegraph's compiles use: the quick key, or Triton's own where there is none."""
+    from triton.runtime.cache import triton_key
+
+    with ours():
+        return triton_key()
+
+
 def use_quick_key(triton: Any) -> None:
-    """Triton's installation hash replaced by `quick_key` for this process (see the module's doc);
-    nothing changes where Triton's is computed already, or the library has no build ID."""
+    """Install the quick key for fusegraph's compiles (see the module's doc), once per process;
+    nothing changes where the library has no build ID."""
     try:
         import triton.runtime.cache as cache
     except ImportError:
         return
-    own = getattr(cache.triton_key, "cache_info", None)
-    if own is None or own().currsize:  # replaced already, or Triton's computed (then it costs nothing)
-        return
-    try:
-        key = quick_key(Path(triton.__file__).parent, triton.__version__)
-    except OSError:
-        return
-    if key is not None:
-        cache.triton_key = lambda: key
+    with _lock:
+        if _quick:
+            return
+        try:
+            key = quick_key(Path(triton.__file__).parent, triton.__version__)
+        except OSError:
+            key = None
+        if key is None:
+            return
+        own = cache.triton_key
+
+        def triton_key() -> str:
+            return key if getattr(_here, "ours", False) else own()
+        triton_key.cache_clear = getattr(own, "cache_clear", lambda: None)  # (what callers of Triton's may use)
+        cache.triton_key = triton_key
+        _quick.append(key)

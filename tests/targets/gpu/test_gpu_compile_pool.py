@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from fusegraph.targets.gpu import compile_pool
+from fusegraph.targets.gpu.triton_key import ours
 
 SOURCE = '''import triton
 import triton.language as tl
@@ -82,7 +83,8 @@ def test_a_worker_compiles_the_kernel_this_process_then_finds(tmp_path, monkeypa
         assert pool.run(job)
         assert _cubins(tmp_path) == 1
         monkeypatch.setattr(knobs.cache, "dir", job["cache_dir"])
-        compiled = triton.compile(ASTSource(fn, signature, constants, attrs), target=target, options=options.__dict__)
+        with ours():  # (as in the compile scopes of kernels.py)
+            compiled = triton.compile(ASTSource(fn, signature, constants, attrs), target=target, options=options.__dict__)
         assert _cubins(tmp_path) == 1  # found, not compiled again: the worker's key is this process's
         assert compiled.metadata.num_warps == 4
     finally:
@@ -104,7 +106,8 @@ def test_a_worker_takes_the_parents_hash_of_triton(tmp_path, monkeypatch):
         assert pool.run({**job, "triton_key": compile_pool._triton_key()})
         assert _cubins(tmp_path) == 2  # not the entry of the other key
         monkeypatch.setattr(knobs.cache, "dir", job["cache_dir"])
-        triton.compile(ASTSource(fn, signature, constants, attrs), target=target, options=options.__dict__)
+        with ours():
+            triton.compile(ASTSource(fn, signature, constants, attrs), target=target, options=options.__dict__)
         assert _cubins(tmp_path) == 2  # found under this process's key
     finally:
         pool.close_idle()

@@ -73,16 +73,25 @@ def test_the_key_changes_with_what_triton_hashes_and_nothing_else(tmp_path):
     assert quick_key(installation(tmp_path / "stripped", None), "3.6.0") is None  # Triton's own hash then
 
 
-def test_compiles_key_on_it():
+def test_fusegraph_compiles_key_on_it_and_other_users_on_tritons_own():
     triton = pytest.importorskip("triton")
+    import concurrent.futures
+
     import triton.runtime.cache as cache
 
+    from fusegraph.targets.gpu import kernels
     from fusegraph.targets.gpu.device import triton as load
+    from fusegraph.targets.gpu.triton_key import fusegraph_key, mark_thread, ours
 
     assert load() is triton
     expected = quick_key(Path(triton.__file__).parent, triton.__version__)
     if expected is None:
         pytest.skip("this Triton's library has no build ID")
-    if getattr(cache.triton_key, "cache_info", None) is not None:
-        pytest.skip("Triton computed its own key in this process before fusegraph loaded it")
-    assert cache.triton_key() == expected
+    assert fusegraph_key() == expected
+    with ours():
+        assert cache.triton_key() == expected
+    with kernels.compile_all():  # the compile scopes, on this thread
+        assert cache.triton_key() == expected
+    with concurrent.futures.ThreadPoolExecutor(1, initializer=mark_thread) as pool:  # and in their pools'
+        assert pool.submit(cache.triton_key).result() == expected
+    assert cache.triton_key() != expected  # anywhere else, Triton's own hash of its files
