@@ -56,6 +56,7 @@ from ...errors import CompiledFileError, CompileError
 from ...ir.dtypes import DType
 from ...profile import phases
 from . import kernels
+from .compile_queue import urgent
 from .measure import cuda_measure
 from .triton_gemm import GemmConfig
 
@@ -374,7 +375,8 @@ class Tuner:
                 run = c.make()
                 hook = getattr(run, "compile", None)
                 if hook is not None:
-                    hook(*args)
+                    with urgent():  # the choice after the walk waits for it
+                        hook(*args)
             except candidate_errors():
                 continue
             runs.append(run)
@@ -447,7 +449,7 @@ def precompile(runs: list[Callable[..., None]], args: tuple) -> None:
     open_scope = kernels.async_compiling()  # the warm-up's: its pool takes them
     if len(hooks) < 2 and not open_scope:
         return
-    with contextlib.nullcontext() if open_scope else kernels.compile_async():
+    with contextlib.nullcontext() if open_scope else kernels.compile_async(), urgent():
         for hook in hooks:
             try:
                 hook(*args)

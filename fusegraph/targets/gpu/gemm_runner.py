@@ -12,6 +12,7 @@ from typing import Any
 from ...ir.dtypes import DType
 from ...ops.scalar import Var
 from . import kernels
+from .compile_queue import urgent
 from .device import torch
 from .triton_expr import literal_exponents
 
@@ -140,7 +141,8 @@ class EpilogueGemm:
         if not background or final_only:  # the timed kernel stays (a dynamic program's run, the interpreter)
             return self._keep(key, name, run, launchers)
         final = self._triton(configs[name], launchers)
-        final.compile(*args)  # in the background of the warm-up's run; the timed kernel runs this call
+        with urgent():  # in the background of the warm-up's run (before the compiles no choice waits
+            final.compile(*args)  # for); the timed kernel runs this call
         self._keep(key, name, final, launchers)
         return run if name in tuner.timings.get(key, {}) else final
 

@@ -163,14 +163,13 @@ def _async_compiles(launch: bool) -> Iterator[bool]:
     except ImportError:
         yield False
         return
-    from concurrent.futures import ThreadPoolExecutor
-
     from ..asynchronous import cores
     from .compile_pool import executor
+    from .compile_queue import PriorityThreads
     from .triton_key import mark_thread, ours
 
     _set_up_done()
-    with ours(), quick_gil_handoff(), ThreadPoolExecutor(cores(), initializer=mark_thread) as pool, \
+    with ours(), quick_gil_handoff(), PriorityThreads(cores(), initializer=mark_thread) as pool, \
             executor(pool) as compiles:
         mode = AsyncCompileMode(_WithLauncher(compiles), ignore_errors=True)
         token, later = _compiling.set(None if launch else mode), _after_walk.set(None if launch else ([], [], []))
