@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import importlib
 import json
 import os
 import subprocess
@@ -217,11 +218,12 @@ def check_rows(rows: list[tuple[str, int]]) -> None:
 def compile_alone(name: str, batch: int, engine: str, fp16_io: bool = False, log_to: str | None = None) -> dict:
     """One engine's compile of one row, the only compile of this process, as a new machine meets it
     (`prepare(apart=True)` gives the process empty caches): the clock starts once CUDA is set up
-    (a context on the device) and the engine's input is at hand (fusegraph: the ONNX bytes; torch:
-    the fp16 module and inputs on the device), and stops once the compiled program's result is on
-    the device: fusegraph's parse and compile; torch.compile's first three calls (reduce-overhead
-    records its graph on the later ones); eager's first call. No other engine has warmed the
-    libraries the two share (Triton's hash of itself and its driver, cuBLAS, cuDNN) for it."""
+    (a context on the device), the engine's modules are imported (fusegraph's gpu target and Triton;
+    torch's dynamo and inductor, Triton with them) and its input is at hand (fusegraph: the ONNX
+    bytes; torch: the fp16 module and inputs on the device), and stops once the compiled program's
+    result is on the device: fusegraph's parse and compile; torch.compile's first three calls
+    (reduce-overhead records its graph on the later ones); eager's first call. No other engine has
+    warmed the libraries the two share (Triton's hash of itself and its driver, cuBLAS, cuDNN) for it."""
     from benchmarks._common import phase_summary, write_compile_log
     from benchmarks.gpu_vs_torch import build, export_onnx
 
@@ -231,7 +233,10 @@ def compile_alone(name: str, batch: int, engine: str, fp16_io: bool = False, log
     torch.cuda.synchronize()
     out: dict = {"engine": engine}
     if engine == "fusegraph":
+        import triton  # noqa: F401 - imported before the clock, as torch's compiler is
+
         import fusegraph
+        import fusegraph.targets.gpu  # noqa: F401
 
         onnx_bytes = export_onnx(export, inputs, names)
         t0 = time.perf_counter()
@@ -244,6 +249,9 @@ def compile_alone(name: str, batch: int, engine: str, fp16_io: bool = False, log
         if log_to:
             write_compile_log(program.executable, log_to)
         return out
+    for module in ("torch._dynamo", "torch._inductor.compile_fx"):  # before the clock, as fusegraph's gpu target
+        importlib.import_module(module)
+
     fmt = torch.channels_last if convnet else torch.contiguous_format
     model = timed.to(dev).half().to(memory_format=fmt)
     targs = tuple(x.to(dev).half().contiguous(memory_format=fmt) if x.is_floating_point() else x.to(dev)
