@@ -8,8 +8,8 @@ again. The linker already wrote a content hash of that library into it: its GNU 
 `ld --build-id` computes over the linked output. `quick_key` hashes what Triton hashes, with the
 library's build ID (and size) in place of its bytes: the same on every machine with the same
 installation, as Triton's is (a saved program's kernels, keyed by it, load elsewhere: binaries.py),
-and different wherever Triton's would be, save for a library rebuilt with its build ID stripped or
-forged. A library without a build ID keeps Triton's own hash.
+and different wherever Triton's would be, save for a library whose build ID was forged (a library
+without one keeps Triton's own hash).
 
 `use_quick_key` makes Triton's key function answer the quick key in fusegraph's compile threads
 (`ours()`: the compile scopes of kernels.py and their pool's threads; compile workers take their
@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import os
 import struct
+import sysconfig
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,9 +80,8 @@ def _build_id_note(notes: bytes) -> bytes | None:
 def quick_key(root: Path, version: str) -> str | None:
     """The key of the Triton installed at `root` (its package folder), or None where its library has
     no build ID."""
-    library = next((p for p in sorted((root / "_C").glob("libtriton.*")) if p.suffix == ".so"
-                    or p.name.endswith((".pyd", ".dylib")) or ".so" in p.suffixes), None)
-    build_id = elf_build_id(library) if library is not None else None
+    library = root / "_C" / f"libtriton.{sysconfig.get_config_var('EXT_SUFFIX').split('.')[-1]}"  # (as Triton names it)
+    build_id = elf_build_id(library)
     if build_id is None:
         return None
     digest = hashlib.sha256(f"triton {version}\0".encode())
