@@ -12,12 +12,12 @@ with fp16=True, contenders alternated with CUDA events) and followed by fusegrap
 `--prepare N` first compiles every row (export, fusegraph, the torch.compile modes) in N processes at
 once, recording those cold compile times (`cold_compile_s`, taken N at a time: CPU and GPU shared;
 `--prepare-only` stops there, `--cold FILE` attaches an earlier prepare's times; `--fresh` gives each
-row's process empty caches of its own, fusegraph's, Triton's and inductor's: `--prepare 1 --fresh
---prepare-only` is each row's compile on a new machine, one at a time; `--logs` writes each row's
-fusegraph compile log into --out-dir, which phases and kernels its compile waited on; `--apart`
-with `--fresh` compiles each engine of a row in a process of its own, as a new machine running that
-engine alone meets it: otherwise torch.compile, compiling after fusegraph and eager in their process,
-finds the libraries they share set up by them),
+row's process empty caches of its own, fusegraph's, Triton's and inductor's, and `--apart` with it
+compiles each engine of a row in a process of its own: `--prepare 1 --fresh --apart --prepare-only`
+is each engine's compile on a new machine, one at a time (without `--apart`, torch.compile compiles
+after fusegraph and eager in their process and finds the libraries they share set up by them);
+`--logs` writes each row's fusegraph compile log into --out-dir, which phases and kernels its
+compile waited on),
 then times the rows one by one: their compiles (`compile_s`) find Triton's and inductor's caches
 warm; fusegraph's autotuning cache is the children's own, so each row's GEMM choices are timed again
 on a quiet GPU, never taken from timings made while other compiles ran.
