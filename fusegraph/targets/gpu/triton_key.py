@@ -113,14 +113,9 @@ def ours() -> Iterator[None]:
 
 
 def mark_thread() -> None:
-    """This thread's compiles key on the quick key from now on (a ThreadPoolExecutor's initializer for
-    fusegraph's compile threads)."""
+    """This thread's compiles key on the quick key from now on (the initializer of the compile scopes'
+    threads, compile_queue.PriorityThreads)."""
     _here.ours = True
-
-
-def installed() -> bool:
-    """Whether fusegraph's compiles key on the quick key in this process."""
-    return bool(_quick)
 
 
 def fusegraph_key() -> str:
