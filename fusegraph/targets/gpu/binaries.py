@@ -167,7 +167,8 @@ def build_launchers(signatures: list[tuple[str, ...]]) -> None:
                 continue
 
 
-_built: set[tuple[str, Any]] = set()  # (Triton cache folder, signature or module name) this process built
+# (Triton cache folder, signature or module name) -> set once this process built it
+_built: dict[tuple[str, Any], threading.Event] = {}
 _built_lock = threading.Lock()
 
 
@@ -182,18 +183,27 @@ def build_launcher(signature: tuple[str, ...]) -> None:
 
 def _build_once(nvidia: Any, what: tuple[str, ...] | str, source: Callable[[], str]) -> None:
     """Build a launcher (`what` its signature) or the named utility module into the current Triton
-    cache, unless this process did already."""
+    cache, unless this process did already; a thread asking while another builds it waits for that
+    build (compile_pool.early_launcher starts them before the kernel is compiled)."""
     key = (_cache_dir(), what)
     with _built_lock:
-        if key in _built:
-            return
-        _built.add(key)  # (another thread asking meanwhile leaves it to this one)
+        done = _built.get(key)
+        if done is None:
+            _built[key] = done = threading.Event()
+            building = True
+        else:
+            building = False
+    if not building:
+        done.wait()
+        return
     try:
         _build(nvidia, source(), what if isinstance(what, str) else "__triton_launcher")
     except Exception:
         with _built_lock:
-            _built.discard(key)
+            _built.pop(key, None)
         raise
+    finally:
+        done.set()
 
 
 def _cache_dir() -> str:

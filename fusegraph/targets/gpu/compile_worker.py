@@ -32,9 +32,9 @@ def _module(path: str, name: str) -> Any:
     return module
 
 
-def _tuples(value: Any) -> Any:
+def tuples(value: Any) -> Any:
     """JSON's lists back to the tuples Triton wrote (its signatures and options hold no lists)."""
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+    return tuple(tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def compile_job(job: dict) -> None:
@@ -54,15 +54,15 @@ def compile_job(job: dict) -> None:
         if isinstance(value, str) and tl.dtype.is_dtype(value):
             return tl.dtype(value)
         if isinstance(value, dict) and "constexpr" in value:
-            return tl.constexpr(_tuples(value["constexpr"]))
+            return tl.constexpr(tuples(value["constexpr"]))
         if isinstance(value, dict):
             raise ValueError(f"a constant this worker cannot rebuild: {value}")
-        return _tuples(value)
+        return tuples(value)
 
     constants = {tuple(k): constant(v) for k, v in zip(data["constant_keys"], data["constant_vals"])}
     attrs = {tuple(k): v for k, v in zip(data["attrs_keys"], data["attrs_vals"])}
-    signature = {k: _tuples(v) for k, v in data["signature"].items()}
-    options = {k: _tuples(v) for k, v in data["options"].items()}
+    signature = {k: tuples(v) for k, v in data["signature"].items()}
+    options = {k: tuples(v) for k, v in data["options"].items()}
     knobs.cache.dir = job["cache_dir"]
     key = job.get("triton_key")
     if key:  # the parent's hash of the same installation (not computed again here: 0.9 s)

@@ -143,7 +143,7 @@ def test_launchers_are_built_from_tritons_own_template(monkeypatch, tmp_path):
 
     built = []
     monkeypatch.setattr(build, "compile_module_from_src", lambda src, name, **kw: built.append((name, src)))
-    monkeypatch.setattr(binaries, "_built", set())  # the signatures this process built
+    monkeypatch.setattr(binaries, "_built", {})  # the signatures this process built
     monkeypatch.setattr(nvidia, "library_dirs", lambda: [])
     signatures = [("*fp16", "*fp16", "i32", "constexpr"), ("*fp32", "i64")]
     monkeypatch.setattr(binaries, "_driver_started", lambda: False)
@@ -169,10 +169,47 @@ def test_launchers_are_built_from_tritons_own_template(monkeypatch, tmp_path):
         binaries.build_launcher(signatures[0])
     assert [name for name, _ in built] == ["__triton_launcher"]
     built.clear()
-    monkeypatch.setattr(binaries, "_built", set())
+    monkeypatch.setattr(binaries, "_built", {})
     monkeypatch.setattr(binaries, "_driver_started", lambda: True)  # set up already: its extension is loaded
     binaries.build_launchers(signatures)
     assert sorted(name for name, _ in built) == ["__triton_launcher"] * 2
+
+
+def test_a_launcher_asked_for_while_it_builds_is_waited_for(monkeypatch):
+    """A compile thread asking for its kernel's launcher while compile_pool.early_launcher's thread
+    builds it returns once that build is done, not before (the first launch would build it again,
+    on the launching thread); a failed build is tried again by the next asker."""
+    import threading
+
+    from fusegraph.targets.gpu import binaries
+
+    release, started, answered, builds = threading.Event(), threading.Event(), threading.Event(), []
+
+    def build(nvidia, source, name):
+        builds.append(name)
+        if len(builds) == 1:
+            started.set()
+            release.wait(10)
+        if len(builds) == 2:
+            raise RuntimeError("the compiler failed")
+    template = SimpleNamespace(make_launcher=lambda constants, signature, meta: repr(signature))
+    monkeypatch.setattr(binaries, "_launcher_template", lambda: template)
+    monkeypatch.setattr(binaries, "_build", build)
+    monkeypatch.setattr(binaries, "_built", {})
+    first = threading.Thread(target=binaries.build_launcher, args=(("*fp16", "i32"),))
+    first.start()
+    assert started.wait(10)
+    second = threading.Thread(target=lambda: (binaries.build_launcher(("*fp16", "i32")), answered.set()))
+    second.start()
+    assert not answered.wait(0.3)  # waiting for the first build
+    release.set()
+    assert answered.wait(10) and builds == ["__triton_launcher"]
+    first.join(10)
+    second.join(10)
+    with pytest.raises(RuntimeError):
+        binaries.build_launcher(("*fp32",))
+    binaries.build_launcher(("*fp32",))  # tried again
+    assert builds == ["__triton_launcher"] * 3
 
 
 def test_launchers_that_cannot_be_built_are_left_to_the_first_launch():

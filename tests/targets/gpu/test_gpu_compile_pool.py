@@ -149,6 +149,34 @@ def test_the_executor_runs_each_compiles_job_first(monkeypatch):
     assert pool.jobs[0]["triton_key"] == compile_pool._triton_key()
 
 
+def test_the_executor_starts_the_kernels_launcher_while_its_worker_compiles(monkeypatch):
+    """The launcher (a C build per argument signature) is built from the job's signature beside the
+    worker's compile, not after it; a job without a readable signature starts nothing."""
+    _triton_for_cuda()
+    import queue
+
+    from fusegraph.targets.gpu import binaries
+
+    started = queue.Queue()
+    monkeypatch.setattr(binaries, "build_launcher", started.put)
+
+    class Pool:
+        def run(self, job):
+            self.seen = started.get(timeout=10)  # begun before the worker answered
+            return True
+    pool = Pool()
+    spec = json.dumps({"signature": {"a_ptr": "*fp16", "n": "i32", "BLOCK": "constexpr", "t": ["*fp16", "i32"]}})
+    with concurrent.futures.ThreadPoolExecutor(1) as threads:
+        executor = compile_pool._Executor(threads, pool, ["cuda", 90, 32])
+        compile_pool._pending.job = {"name": "k", "spec": spec}
+        executor.submit(lambda: None).result()
+    assert pool.seen == ("*fp16", "i32", "constexpr", ("*fp16", "i32"))
+    for job in ({"spec": "not json"}, {"spec": json.dumps({"signature": ["*fp16"]})}, {}):
+        compile_pool.early_launcher(job)
+    with pytest.raises(queue.Empty):
+        started.get(timeout=0.2)
+
+
 def test_the_executor_logs_each_jobs_wait_and_worker():
     """In a compile log, a job's wait for a thread (one lane) and its worker's span (its thread's
     lane), under the kernel's name: where a cold compile waited on one kernel, the log names it."""
