@@ -53,7 +53,7 @@ def compile_seconds(m: int, n: int, k: int, config, generic: bool) -> float:
         value = next(values)
         if isinstance(value, torch.Tensor) or value % 16 == 0:
             attrs[(index,)] = [["tt.divisibility", 16]]
-        if value is not None and not isinstance(value, torch.Tensor) and value == 1:
+        if not isinstance(value, torch.Tensor) and value == 1:
             signature[name], constants[name] = "constexpr", 1
         else:
             signature[name] = "*fp16" if isinstance(value, torch.Tensor) else "i32"

@@ -225,7 +225,7 @@ def compile_alone(name: str, batch: int, engine: str, fp16_io: bool = False, log
     (reduce-overhead records its graph on the later ones); eager's first call. No other engine has
     warmed the libraries the two share (Triton's hash of itself and its driver, cuBLAS, cuDNN) for it."""
     from benchmarks._common import phase_summary, write_compile_log
-    from benchmarks.gpu_vs_torch import build, export_onnx
+    from benchmarks.gpu_vs_torch import build, export_onnx, half_on_device
 
     timed, export, inputs, names, convnet = build(name, batch)
     dev = torch.device("cuda")
@@ -252,10 +252,7 @@ def compile_alone(name: str, batch: int, engine: str, fp16_io: bool = False, log
     for module in ("torch._dynamo", "torch._inductor.compile_fx"):  # before the clock, as fusegraph's gpu target
         importlib.import_module(module)
 
-    fmt = torch.channels_last if convnet else torch.contiguous_format
-    model = timed.to(dev).half().to(memory_format=fmt)
-    targs = tuple(x.to(dev).half().contiguous(memory_format=fmt) if x.is_floating_point() else x.to(dev)
-                  for x in inputs)
+    model, targs = half_on_device(timed, inputs, convnet, dev)
     torch.cuda.synchronize()
     with torch.no_grad():
         t0 = time.perf_counter()

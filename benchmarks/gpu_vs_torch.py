@@ -271,6 +271,14 @@ def time_alternating(fns: dict, rounds: int = ROUNDS) -> dict[str, list[float]]:
     return {k: [a.elapsed_time(b) for a, b in v] for k, v in events.items()}
 
 
+def half_on_device(timed: nn.Module, inputs, convnet: bool, dev) -> tuple[nn.Module, tuple]:
+    """The torch contenders' module and inputs: float16 on `dev`, channels-last for a conv net."""
+    fmt = torch.channels_last if convnet else torch.contiguous_format
+    model = timed.to(dev).half().to(memory_format=fmt)
+    return model, tuple(x.to(dev).half().contiguous(memory_format=fmt) if x.is_floating_point() else x.to(dev)
+                        for x in inputs)
+
+
 def measure_row(name: str, batch: int, deadline: float, modes: list[str], inspect=None,
                 compile_only: bool = False, fp16_io: bool = False, log_to: str | None = None) -> dict:
     """One row; `inspect(row, executable, inputs, names)`, if given, runs once the timing is done.
@@ -311,11 +319,8 @@ def measure_row(name: str, batch: int, deadline: float, modes: list[str], inspec
     fns["fusegraph"] = lambda: exe.run_device(feeds)
 
     # torch: the module in fp16 on the GPU (channels-last for conv nets)
-    fmt = torch.channels_last if convnet else torch.contiguous_format
     base = memory_base()
-    model = timed.to(dev).half().to(memory_format=fmt)
-    targs = tuple(x.to(dev).half().contiguous(memory_format=fmt) if x.is_floating_point() else x.to(dev)
-                  for x in inputs)
+    model, targs = half_on_device(timed, inputs, convnet, dev)
     weights = torch.cuda.memory_allocated() - base
     with torch.no_grad():
         t0 = time.perf_counter()

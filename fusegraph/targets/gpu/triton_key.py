@@ -98,7 +98,7 @@ def quick_key(root: Path, version: str) -> str | None:
 
 
 _here = threading.local()
-_quick: list[str] = []  # the quick key, once use_quick_key installed it
+_installed = False  # (use_quick_key's, under _lock)
 
 
 @contextlib.contextmanager
@@ -129,12 +129,13 @@ def fusegraph_key() -> str:
 def use_quick_key(triton: Any) -> None:
     """Install the quick key for fusegraph's compiles (see the module's doc), once per process;
     nothing changes where the library has no build ID."""
+    global _installed
     try:
         import triton.runtime.cache as cache
     except ImportError:
         return
     with _lock:
-        if _quick:
+        if _installed:
             return
         try:
             key = quick_key(Path(triton.__file__).parent, triton.__version__)
@@ -146,6 +147,5 @@ def use_quick_key(triton: Any) -> None:
 
         def triton_key() -> str:
             return key if getattr(_here, "ours", False) else own()
-        triton_key.cache_clear = getattr(own, "cache_clear", lambda: None)  # (what callers of Triton's may use)
         cache.triton_key = triton_key
-        _quick.append(key)
+        _installed = True
