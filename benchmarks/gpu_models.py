@@ -215,7 +215,21 @@ def check_rows(rows: list[tuple[str, int]]) -> None:
             print(f"FAIL {name:26s} {type(e).__name__}: {str(e)[:150]}", flush=True)
 
 
-def compile_alone(name: str, batch: int, engine: str, fp16_io: bool = False, log_to: str | None = None) -> dict:
+def onnx_file(folder: str, name: str, batch: int) -> Path:
+    return Path(folder) / f"{name}_{batch}.onnx"
+
+
+def export_rows(rows: list[tuple[str, int]], folder: str) -> None:
+    """Each row's ONNX export written to `folder` (`onnx_file`), for `compile_alone` to read; no GPU."""
+    from benchmarks.gpu_vs_torch import build, export_onnx
+
+    for name, batch in rows:
+        _, export, inputs, names, _ = build(name, batch)
+        onnx_file(folder, name, batch).write_bytes(export_onnx(export, inputs, names))
+
+
+def compile_alone(name: str, batch: int, engine: str, fp16_io: bool = False, log_to: str | None = None,
+                  onnx_dir: str | None = None) -> dict:
     """One engine's compile of one row, the only compile of this process, as a new machine meets it
     (`prepare(apart=True)` gives the process empty caches): the clock starts once CUDA is set up
     (a context on the device), the engine's modules are imported (fusegraph's gpu target and Triton;
@@ -223,11 +237,15 @@ def compile_alone(name: str, batch: int, engine: str, fp16_io: bool = False, log
     bytes; torch: the fp16 module and inputs on the device), and stops once the compiled program's
     result is on the device: fusegraph's parse and compile; torch.compile's first three calls
     (reduce-overhead records its graph on the later ones); eager's first call. No other engine has
-    warmed the libraries the two share (Triton's hash of itself and its driver, cuBLAS, cuDNN) for it."""
+    warmed the libraries the two share (Triton's hash of itself and its driver, cuBLAS, cuDNN) for it.
+    fusegraph reads the row's export from `onnx_dir` where `export_rows` wrote it, else exports it."""
     from benchmarks._common import phase_summary, write_compile_log
     from benchmarks.gpu_vs_torch import build, export_onnx, half_on_device
 
-    timed, export, inputs, names, convnet = build(name, batch)
+    exported = onnx_file(onnx_dir, name, batch) if onnx_dir and engine == "fusegraph" else None
+    onnx_bytes = exported.read_bytes() if exported is not None and exported.exists() else None
+    if onnx_bytes is None:
+        timed, export, inputs, names, convnet = build(name, batch)
     dev = torch.device("cuda")
     torch.zeros(1, device=dev)
     torch.cuda.synchronize()
@@ -238,7 +256,8 @@ def compile_alone(name: str, batch: int, engine: str, fp16_io: bool = False, log
         import fusegraph
         import fusegraph.targets.gpu  # noqa: F401
 
-        onnx_bytes = export_onnx(export, inputs, names)
+        if onnx_bytes is None:
+            onnx_bytes = export_onnx(export, inputs, names)
         t0 = time.perf_counter()
         program = fusegraph.parse_onnx(onnx_bytes)
         out["parse_s"] = round(time.perf_counter() - t0, 3)
@@ -264,6 +283,26 @@ def compile_alone(name: str, batch: int, engine: str, fp16_io: bool = False, log
     return out
 
 
+def export_ahead(rows: list[tuple[str, int]], env: dict[str, str]) -> str:
+    """A new folder holding every row's ONNX export, made by a few processes at once before any clock
+    runs (`export_rows`), so that `compile_alone`'s fusegraph processes only read theirs. A row whose
+    export failed is only reported: its fusegraph process exports it again and reports the error."""
+    folder = tempfile.mkdtemp(prefix="gpu_models_onnx_")
+
+    def export(row: tuple[str, int]) -> None:
+        done = subprocess.run([sys.executable, __file__, "--rows", f"{row[0]}:{row[1]}", "--export-to", folder],
+                              env=env, capture_output=True, text=True)
+        if done.returncode:
+            print(f"export {row[0]}:{row[1]} failed: {(done.stderr.strip().splitlines() or ['?'])[-1][:200]}",
+                  flush=True)
+
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(len(rows), (os.cpu_count() or 1) // 4))) as pool:
+        list(pool.map(export, rows))
+    print(f"exported {len(rows)} rows in {time.perf_counter() - t0:.1f} s", flush=True)
+    return folder
+
+
 def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | None,
             fresh: bool = False, fp16_io: bool = False, logs: bool = False, apart: bool = False) -> dict[str, dict]:
     """Compile every row in `jobs` processes at once (see the module's docstring); their cold compile
@@ -271,17 +310,21 @@ def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | N
     as each row finishes. `fresh`: each row's process with empty caches of its own (fusegraph's,
     Triton's, inductor's), as a new machine has; else the rows share them. `logs` (with `out_dir`):
     each row's fusegraph compile log there too, <name>_<batch>_log.json. `apart` (with `fresh`): each
-    engine of a row in a process of its own (`compile_alone`), fusegraph's first, then each mode's."""
+    engine of a row in a process of its own (`compile_alone`), fusegraph's first, then each mode's,
+    every row's export made first (`export_ahead`) and each removed once its row is done."""
     from benchmarks._common import write_results
 
     home = tempfile.mkdtemp(prefix="gpu_models_prepare_")  # the children's fusegraph autotuning cache
     env = {**os.environ, "HOME": home, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+
+    onnx_dir = export_ahead(rows, env) if apart else None
 
     def child(row: tuple[str, int], engine: str | None) -> dict:
         args = [sys.executable, __file__, "--rows", f"{row[0]}:{row[1]}", "--modes", modes, "--compile-only"]
         args += ["--fp16-io"] if fp16_io else []
         args += ["--log-dir", out_dir] if logs and out_dir else []
         args += ["--engine", engine] if engine else []
+        args += ["--onnx-dir", onnx_dir] if onnx_dir and engine == "fusegraph" else []
         own = env
         if fresh:
             new = tempfile.mkdtemp(prefix="gpu_models_fresh_")
@@ -296,6 +339,7 @@ def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | N
         if not apart:
             return child(row, None)
         results = {engine: child(row, engine) for engine in ["fusegraph", *modes.split(",")]}
+        onnx_file(onnx_dir, *row).unlink(missing_ok=True)
         failed = [f"{engine}: {r['error']}" for engine, r in results.items() if "error" in r]
         if failed:
             return {"error": "; ".join(failed)[:300]}
@@ -347,6 +391,8 @@ def main() -> None:
     ap.add_argument("--compile-only", action="store_true", help="(for --prepare) print each row's compile times")
     ap.add_argument("--logs", action="store_true", help="(for --prepare, with --out-dir) each row's compile log there")
     ap.add_argument("--log-dir", default=None, help="(for --compile-only) write each row's compile log here")
+    ap.add_argument("--export-to", default=None, help="write each row's ONNX export into this folder (no GPU)")
+    ap.add_argument("--onnx-dir", default=None, help="(for --engine fusegraph) read the row's export from here")
     ap.add_argument("--fp16-io", action="store_true",
                     help="fusegraph with float16 inputs and outputs, as the torch contenders (CompileOptions.fp16_io)")
     args = ap.parse_args()
@@ -358,6 +404,9 @@ def main() -> None:
         for n, m in MODELS.items():
             shapes = [tuple(x.shape) for x in m.inputs(1)[0]]
             print(f"{n:26s} {m.family:32s} batches {m.batches}  inputs {shapes}")
+        return
+    if args.export_to:
+        export_rows(rows, args.export_to)
         return
     if args.check:
         check_rows(sorted({(n, 1) for n, _ in rows}) if args.rows != "all" else [(n, 1) for n in MODELS])
@@ -372,7 +421,8 @@ def main() -> None:
         for name, batch in rows:
             log_to = str(Path(args.log_dir) / f"{name}_{batch}_log.json") if args.log_dir else None
             if args.engine:
-                print(json.dumps(compile_alone(name, batch, args.engine, args.fp16_io, log_to)), flush=True)
+                print(json.dumps(compile_alone(name, batch, args.engine, args.fp16_io, log_to, args.onnx_dir)),
+                      flush=True)
                 continue
             print(json.dumps(measure_row(name, batch, deadline, args.modes.split(","), compile_only=True,
                                          fp16_io=args.fp16_io, log_to=log_to)), flush=True)
