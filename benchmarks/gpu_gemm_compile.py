@@ -1,20 +1,31 @@
 """Seconds Triton takes to compile fusegraph's GEMM template (triton_gemm.py) for an sm_90 GPU (the
-H200) on any machine, no GPU needed: per config and K, its generic form (K an argument: what tuning
-times) against its K-constant form (what a static program runs once a config is chosen). A
+H200) on any machine, no GPU needed, and, with `--time` on a GPU, each form's kernel time. Per config
+and K, three forms: generic (K an argument: what tuning times), K-constant (what a static program
+runs once a config is chosen) and K-constant with ptxas told not to unroll its main loop. A
 K-constant compile is the one a cold compile waits for after its last choice.
+
+Triton emits the same PTX main loop whether K is an argument or a constant; as a constant, the trip
+count is known to ptxas, which may unroll the loop, and that unrolling is the slow compile: on the
+2-core VM (Triton 3.6, sm_90) 128x128x32 at K = 1024 (32 trips) took ptxas 4.1 s for 2160 SASS
+instructions, 0.14 s for 1056 with `.pragma "nounroll"` at the loop's header: the size of the same
+kernel at K = 2048, which ptxas leaves rolled. `--time` weighs what the unrolling buys.
 
     python benchmarks/gpu_gemm_compile.py [--problems 6272x256x960,6272x256x1024]
                                           [--configs 128,128,32,8,4,4;128,128,64,8,8,3]
+    python benchmarks/gpu_gemm_compile.py --time [--problems ...] [--rounds 5]   # on a GPU
 
 A problem is MxNxK of a float16 dot with a bias-ReLU epilogue; a config is block_m, block_n,
-block_k, group_m, warps, stages. Each compile goes into an empty Triton cache. Needs triton and torch
-(CPU tensors give the strides; nothing runs).
+block_k, group_m, warps, stages (by default, with --time, the configs the tuner would time for the
+problem: autotune.worth_timing). Each compile goes into an empty Triton cache. Needs triton and torch.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import re
+import statistics
 import sys
 import tempfile
 import time
@@ -23,27 +34,84 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 PROBLEMS = "6272x256x256,6272x256x960,6272x256x1024,6272x256x2048"
+# ResNet-50 b32's and DeepLabV3 b32's 1x1 convolutions, implicit-GEMM sizes of 3x3 ones, BERT-base b32's
+TIMED_PROBLEMS = ("6272x256x960,6272x256x1024,1568x256x1024,1568x1024x256,392x512x2048,392x2048x512,"
+                  "25088x64x256,6272x128x1152,1568x256x2304,4096x768x768,4096x768x3072")
 CONFIGS = "128,128,32,8,4,4;64,128,32,8,4,4;64,64,32,8,4,4;64,128,64,8,4,3;128,128,64,8,8,3"
+# generic-x2: the generic form with its main loop unrolled twice by Triton (`tl.range`'s loop_unroll_factor)
+FORMS = ("generic", "K-constant", "no-unroll", "generic-x2")
+SUFFIX = "_nounroll"  # the kernel name of the no-unroll form: what the PTX hook looks for
+MAIN_LOOP = "for k in range(0, K, BLOCK_K):"
+LOOP_HEADER = re.compile(r"^(\$L__BB\d+_\d+:[^\n]*Inner Loop Header[^\n]*\n)", re.M)
 
 
-def compile_seconds(m: int, n: int, k: int, config, generic: bool) -> float:
+def no_unroll(ptx: str) -> str:
+    """`ptx` with `.pragma "nounroll"` at each loop header LLVM marked; RuntimeError where it marked none."""
+    text, count = LOOP_HEADER.subn(lambda m: m.group(1) + '\t.pragma "nounroll";\n', ptx)
+    if not count:
+        raise RuntimeError("no loop header found in the PTX")
+    return text
+
+
+def install_no_unroll_hook() -> None:
+    """Triton's PTX stage rewritten by `no_unroll` for kernels named ...SUFFIX (Triton 3.5+'s hook)."""
+    from triton import knobs
+
+    def hook(backend, stages, options, language, capability):
+        make_ptx = stages["ptx"]
+
+        def ptx(src, metadata):
+            text = make_ptx(src, metadata)
+            return no_unroll(text) if metadata["name"].endswith(SUFFIX) else text
+        stages["ptx"] = ptx
+    knobs.runtime.add_stages_inspection_hook = hook
+
+
+def operands(m: int, n: int, k: int, device: str = "cpu") -> tuple:
+    """(out, a, b, bias) of the problem: float16, random, the bias broadcast over the rows."""
+    import torch
+
+    half = torch.float16
+    a, b = torch.randn(m, k, dtype=half, device=device), torch.randn(k, n, dtype=half, device=device) / k ** 0.5
+    out, bias = torch.empty(m, n, dtype=half, device=device), torch.randn(n, dtype=half, device=device).expand(m, n)
+    return out, a, b, bias
+
+
+def gemm(config, form: str, tensors: tuple):
+    """The launcher of the problem of `tensors` (`operands`) in `form`, configured for them."""
+    from fusegraph.ir.dtypes import DType
+    from fusegraph.ops.scalar import Var, call
+    from fusegraph.targets.gpu.kernels import load_kernel
+    from fusegraph.targets.gpu.triton_gemm import GemmLauncher
+
+    body = call("max", call("add", Var(0), Var(1)), 0.0)
+    launcher = GemmLauncher(body, [DType.float16] * 2, (0,), DType.float16, DType.float16, config,
+                            form.startswith("generic"))
+    out, a, b, bias = tensors
+    launcher._ready(out, a, b, (bias,))
+    if form in ("no-unroll", "generic-x2"):
+        (name, source), = launcher.sources.items()
+        suffix = SUFFIX if form == "no-unroll" else "_x2"
+        source = source.replace(f"def {name}(", f"def {name}{suffix}(")
+        if form == "generic-x2":
+            assert MAIN_LOOP in source
+            source = source.replace(MAIN_LOOP, MAIN_LOOP.replace("range(", "tl.range(").replace("):", ", loop_unroll_factor=2):"))
+        launcher.fn = load_kernel(source, name + suffix)
+        launcher.launch = launcher.fn[launcher.grid]
+    return launcher
+
+
+def compile_seconds(m: int, n: int, k: int, config, form: str) -> float:
+    """Seconds of triton.compile for sm_90 of the problem's kernel in `form`, into the current cache."""
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from fusegraph.ir.dtypes import DType
-    from fusegraph.ops.scalar import Var, call
-    from fusegraph.targets.gpu.triton_gemm import GemmLauncher
-
-    body = call("max", call("add", Var(0), Var(1)), 0.0)
-    launcher = GemmLauncher(body, [DType.float16] * 2, (0,), DType.float16, DType.float16, config, generic)
-    half = torch.float16
-    a, b, out = torch.empty(m, k, dtype=half), torch.empty(k, n, dtype=half), torch.empty(m, n, dtype=half)
-    bias = torch.empty(n, dtype=half).expand(m, n)
-    launcher._configure(out, a, b, [bias])
+    tensors = operands(m, n, k)
+    launcher = gemm(config, form, tensors)
     fn = launcher.fn.fn
-    values = iter([a, b, out, bias, *launcher.args])
+    values = iter([tensors[1], tensors[2], tensors[0], tensors[3], *launcher.args])
     constants = {name: v for name, v in launcher.meta.items() if name not in ("num_warps", "num_stages")}
     signature, attrs = {}, {}
     for index, name in enumerate(fn.arg_names):  # as Triton's launcher specializes the arguments
@@ -64,23 +132,60 @@ def compile_seconds(m: int, n: int, k: int, config, generic: bool) -> float:
     return time.perf_counter() - t0
 
 
+def fresh_compile_seconds(m: int, n: int, k: int, config, form: str) -> float:
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="gemm_compile_")
+    return compile_seconds(m, n, k, config, form)
+
+
+def time_forms(m: int, n: int, k: int, config, rounds: int) -> dict:
+    """Each form's kernel time on the GPU (median of `rounds` alternating rounds, each the median of
+    cuda_measure's runs) and how far its output is from the generic form's (they should agree)."""
+    from fusegraph.targets.gpu.measure import cuda_measure
+
+    tensors = operands(m, n, k, "cuda")
+    outs = {form: tensors[0].clone() for form in FORMS}
+    launchers = {form: gemm(config, form, (outs[form], *tensors[1:])) for form in FORMS}
+    runs = {form: functools.partial(launchers[form], outs[form], *tensors[1:]) for form in FORMS}
+    samples: dict[str, list[float]] = {form: [] for form in FORMS}
+    for _ in range(rounds):
+        for form in FORMS:
+            samples[form].append(cuda_measure(runs[form], reps=30))
+    return {"us": {form: round(statistics.median(s) * 1e6, 2) for form, s in samples.items()},
+            "max_diff": max(float((outs[f].float() - outs["generic"].float()).abs().max()) for f in FORMS)}
+
+
 def main() -> None:
+    from fusegraph.targets.gpu.autotune import worth_timing
     from fusegraph.targets.gpu.triton_gemm import GemmConfig
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--problems", default=PROBLEMS)
-    ap.add_argument("--configs", default=CONFIGS)
+    ap.add_argument("--problems", default=None)
+    ap.add_argument("--configs", default=None, help="default: CONFIGS; with --time, the tuner's for each problem")
+    ap.add_argument("--time", action="store_true", help="also time each form on the GPU")
+    ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    for problem in args.problems.split(","):
+    install_no_unroll_hook()
+    rows = []
+    for problem in (args.problems or (TIMED_PROBLEMS if args.time else PROBLEMS)).split(","):
         m, n, k = map(int, problem.split("x"))
-        for text in args.configs.split(";"):
-            config = GemmConfig(*map(int, text.split(",")))
-            times = []
-            for generic in (True, False):
-                os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="gemm_compile_")
-                times.append(compile_seconds(m, n, k, config, generic))
-            print(f"{problem:16s} {config.name():22s} K/BLOCK_K {k // config.block_k:4d}  generic {times[0]:5.2f} s"
-                  f"  K-constant {times[1]:5.2f} s", flush=True)
+        if args.configs or not args.time:
+            configs = [GemmConfig(*map(int, text.split(","))) for text in (args.configs or CONFIGS).split(";")]
+        else:
+            configs = worth_timing(m, n, k, 132)
+        for config in configs:
+            seconds = {form: round(fresh_compile_seconds(m, n, k, config, form), 2) for form in FORMS}
+            row = {"problem": problem, "config": config.name(), "trips": k // config.block_k, "compile_s": seconds}
+            line = (f"{problem:16s} {config.name():22s} K/BLOCK_K {k // config.block_k:4d}  compile "
+                    + "  ".join(f"{form} {s:5.2f} s" for form, s in seconds.items()))
+            if args.time:
+                row |= time_forms(m, n, k, config, args.rounds)
+                line += "  " + "  ".join(f"{form} {us:8.2f} us" for form, us in row["us"].items())
+            rows.append(row)
+            print(line, flush=True)
+    if args.time:
+        from benchmarks._common import write_results
+
+        print(f"results: {write_results('gpu_gemm_compile', {'rows': rows})}")
 
 
 if __name__ == "__main__":
