@@ -43,6 +43,7 @@ FORMS = ("generic", "K-constant", "no-unroll", "generic-x2")
 SUFFIX = "_nounroll"  # the kernel name of the no-unroll form: what the PTX hook looks for
 MAIN_LOOP = "for k in range(0, K, BLOCK_K):"
 LOOP_HEADER = re.compile(r"^(\$L__BB\d+_\d+:[^\n]*Inner Loop Header[^\n]*\n)", re.M)
+REWRITTEN: set[str] = set()  # the kernels whose PTX the hook rewrote in this process
 
 
 def no_unroll(ptx: str) -> str:
@@ -62,7 +63,10 @@ def install_no_unroll_hook() -> None:
 
         def ptx(src, metadata):
             text = make_ptx(src, metadata)
-            return no_unroll(text) if metadata["name"].endswith(SUFFIX) else text
+            if not metadata["name"].endswith(SUFFIX):
+                return text
+            REWRITTEN.add(metadata["name"])
+            return no_unroll(text)
         stages["ptx"] = ptx
     knobs.runtime.add_stages_inspection_hook = hook
 
@@ -147,6 +151,10 @@ def time_forms(m: int, n: int, k: int, config, rounds: int) -> dict:
     launchers = {form: gemm(config, form, (outs[form], *tensors[1:])) for form in FORMS}
     runs = {form: functools.partial(launchers[form], outs[form], *tensors[1:]) for form in FORMS}
     samples: dict[str, list[float]] = {form: [] for form in FORMS}
+    for run in runs.values():
+        run()  # compiled here, in this process (the hook's): a no-unroll kernel built elsewhere is not one
+    if launchers["no-unroll"].fn.fn.__name__ not in REWRITTEN:
+        raise RuntimeError("the no-unroll kernel was compiled without its PTX rewritten")
     for _ in range(rounds):
         for form in FORMS:
             samples[form].append(cuda_measure(runs[form], reps=30))
