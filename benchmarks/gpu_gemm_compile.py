@@ -55,20 +55,19 @@ def no_unroll(ptx: str) -> str:
 
 
 def install_no_unroll_hook() -> None:
-    """Triton's PTX stage rewritten by `no_unroll` for kernels named ...SUFFIX (Triton 3.5+'s hook)."""
-    from triton import knobs
+    """Triton's PTX rewritten by `no_unroll` for kernels named ...SUFFIX: its NVIDIA backend's make_ptx
+    wrapped (Triton's stages hook changed its calling convention between 3.6 and 3.8)."""
+    from triton.backends.nvidia.compiler import CUDABackend
 
-    def hook(backend, stages, options, language, capability):
-        make_ptx = stages["ptx"]
+    make_ptx = CUDABackend.make_ptx
 
-        def ptx(src, metadata):
-            text = make_ptx(src, metadata)
-            if not metadata["name"].endswith(SUFFIX):
-                return text
-            REWRITTEN.add(metadata["name"])
-            return no_unroll(text)
-        stages["ptx"] = ptx
-    knobs.runtime.add_stages_inspection_hook = hook
+    def wrapped(self, src, metadata, *args, **kwargs):
+        text = make_ptx(self, src, metadata, *args, **kwargs)
+        if not metadata["name"].endswith(SUFFIX):
+            return text
+        REWRITTEN.add(metadata["name"])
+        return no_unroll(text)
+    CUDABackend.make_ptx = wrapped
 
 
 def operands(m: int, n: int, k: int, device: str = "cpu") -> tuple:
