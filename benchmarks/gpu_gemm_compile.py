@@ -1,8 +1,9 @@
 """Seconds Triton takes to compile fusegraph's GEMM template (triton_gemm.py) for an sm_90 GPU (the
 H200) on any machine, no GPU needed, and, with `--time` on a GPU, each form's kernel time. Per config
-and K, three forms: generic (K an argument: what tuning times), K-constant (what a static program
-runs once a config is chosen) and K-constant with ptxas told not to unroll its main loop. A
-K-constant compile is the one a cold compile waits for after its last choice.
+and K, four forms: generic (K an argument: what tuning times), K-constant (what a static program
+runs once a config is chosen), no-unroll (K-constant, ptxas told not to unroll its main loop) and
+generic-x2 (the generic form's main loop unrolled twice by Triton). A K-constant compile is the one
+a cold compile waits for after its last choice.
 
 Triton emits the same PTX main loop whether K is an argument or a constant; as a constant, the trip
 count is known to ptxas, which may unroll the loop, and that unrolling is the slow compile: on the
