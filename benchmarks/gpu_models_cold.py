@@ -107,20 +107,24 @@ def warm_page_cache() -> None:
 
 
 def export_ahead(rows: list[tuple[str, int]], env: dict[str, str]) -> str:
-    """A new folder holding every row's ONNX export, made by a few processes at once before any clock
-    runs (`export_rows`), so that `compile_alone`'s fusegraph processes only read theirs. A row whose
-    export failed is only reported: its fusegraph process exports it again and reports the error."""
+    """A new folder holding every row's ONNX export, made before any clock runs (`export_rows`) by
+    processes of two threads each, half as many as the CPUs, so that `compile_alone`'s fusegraph
+    processes only read theirs. A row whose export failed is only reported: its fusegraph process
+    exports it again and reports the error."""
     folder = tempfile.mkdtemp(prefix="gpu_models_onnx_")
+
+    jobs = max(1, min(len(rows), (os.cpu_count() or 1) // 2))
+    threads = {**env, "OMP_NUM_THREADS": "2"}  # (tracing is mostly Python: more processes, fewer threads each)
 
     def export(row: tuple[str, int]) -> None:
         done = subprocess.run([sys.executable, GPU_MODELS, "--rows", f"{row[0]}:{row[1]}", "--export-to", folder],
-                              env=env, capture_output=True, text=True)
+                              env=threads, capture_output=True, text=True)
         if done.returncode:
             print(f"export {row[0]}:{row[1]} failed: {(done.stderr.strip().splitlines() or ['?'])[-1][:200]}",
                   flush=True)
 
     t0 = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(max(1, min(len(rows), (os.cpu_count() or 1) // 4))) as pool:
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         list(pool.map(export, rows))
     print(f"exported {len(rows)} rows in {time.perf_counter() - t0:.1f} s", flush=True)
     return folder
