@@ -14,6 +14,7 @@ kernel at K = 2048, which ptxas leaves rolled. `--time` weighs what the unrollin
     python benchmarks/gpu_gemm_compile.py [--problems 6272x256x960,6272x256x1024]
                                           [--configs 128,128,32,8,4,4;128,128,64,8,8,3]
     python benchmarks/gpu_gemm_compile.py --time [--problems ...] [--rounds 5]   # on a GPU
+    python benchmarks/gpu_gemm_compile.py --recorded   # the winners the H200 tuner recorded, per row
 
 A problem is MxNxK of a float16 dot with a bias-ReLU epilogue; a config is block_m, block_n,
 block_k, group_m, warps, stages (by default, with --time, the configs the tuner would time for the
@@ -48,11 +49,8 @@ REWRITTEN: set[str] = set()  # the kernels whose PTX the hook rewrote in this pr
 
 
 def no_unroll(ptx: str) -> str:
-    """`ptx` with `.pragma "nounroll"` at each loop header LLVM marked; RuntimeError where it marked none."""
-    text, count = LOOP_HEADER.subn(lambda m: m.group(1) + '\t.pragma "nounroll";\n', ptx)
-    if not count:
-        raise RuntimeError("no loop header found in the PTX")
-    return text
+    """`ptx` with `.pragma "nounroll"` at each loop header LLVM marked (a kernel of one trip has none)."""
+    return LOOP_HEADER.sub(lambda m: m.group(1) + '\t.pragma "nounroll";\n', ptx)
 
 
 def install_no_unroll_hook() -> None:
@@ -162,6 +160,36 @@ def time_forms(m: int, n: int, k: int, config, rounds: int) -> dict:
             "max_diff": max(float((outs[f].float() - outs["generic"].float()).abs().max()) for f in FORMS)}
 
 
+def recorded_winners() -> dict[tuple, list[str]]:
+    """(M, N, K, config) of each float16 problem a template won in the tuner timings recorded in
+    benchmarks/results (gpu_config_wins.recorded) -> the rows that recorded it: the K-constant kernels
+    those rows' cold compiles built."""
+    from benchmarks.gpu_config_wins import problem_dims, recorded
+    from fusegraph.targets.gpu.triton_gemm import GemmConfig
+
+    winners: dict[tuple, list[str]] = {}
+    for (row, problem), times in recorded(Path(__file__).resolve().parent / "results").items():
+        match = re.fullmatch(r"(\d+)x(\d+)x(\d+)_g(\d+)_w(\d+)_s(\d+)", min(times, key=times.__getitem__))
+        if match and " float16->" in problem:  # (the library's wins, and float32 products, build no template)
+            winners.setdefault((*problem_dims(problem), GemmConfig(*map(int, match.groups()))), []).append(row)
+    return winners
+
+
+def compile_recorded() -> None:
+    """Each recorded winner's K-constant and no-unroll compile, then per row their sums and the longest."""
+    per_row: dict[str, list[tuple[float, float]]] = {}
+    for (m, n, k, config), rows in sorted(recorded_winners().items(), key=lambda item: item[0][:3]):
+        seconds = [round(fresh_compile_seconds(m, n, k, config, form), 2) for form in ("K-constant", "no-unroll")]
+        print(f"{m}x{n}x{k:<6d} {config.name():22s} K/BLOCK_K {k // config.block_k:4d}  K-constant {seconds[0]:5.2f} s"
+              f"  no-unroll {seconds[1]:5.2f} s  {','.join(sorted(set(rows)))}", flush=True)
+        for row in set(rows):
+            per_row.setdefault(row, []).append((seconds[0], seconds[1]))
+    for row, pairs in sorted(per_row.items()):
+        print(f"{row:34s} {len(pairs):3d} kernels  K-constant {sum(a for a, _ in pairs):6.2f} s (longest "
+              f"{max(a for a, _ in pairs):5.2f})  no-unroll {sum(b for _, b in pairs):6.2f} s (longest "
+              f"{max(b for _, b in pairs):5.2f})", flush=True)
+
+
 def main() -> None:
     from fusegraph.targets.gpu.autotune import worth_timing
     from fusegraph.targets.gpu.triton_gemm import GemmConfig
@@ -171,8 +199,13 @@ def main() -> None:
     ap.add_argument("--configs", default=None, help="default: CONFIGS; with --time, the tuner's for each problem")
     ap.add_argument("--time", action="store_true", help="also time each form on the GPU")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--recorded", action="store_true",
+                    help="the K-constant kernels of every template win the tuner recorded (benchmarks/results)")
     args = ap.parse_args()
     install_no_unroll_hook()
+    if args.recorded:
+        compile_recorded()
+        return
     rows = []
     for problem in (args.problems or (TIMED_PROBLEMS if args.time else PROBLEMS)).split(","):
         m, n, k = map(int, problem.split("x"))
