@@ -43,7 +43,8 @@ CONFIGS = "128,128,32,8,4,4;64,128,32,8,4,4;64,64,32,8,4,4;64,128,64,8,4,3;128,1
 # generic-x2: the generic form with its main loop unrolled twice by Triton (`tl.range`'s loop_unroll_factor)
 FORMS = ("generic", "K-constant", "no-unroll", "generic-x2")
 SUFFIX = "_nounroll"  # the kernel name of the no-unroll form: what the PTX hook looks for
-MAIN_LOOP = "for k in range(0, K, BLOCK_K):"
+MAIN_LOOP = "for k in range(0, K, BLOCK_K):"  # (triton_gemm.gemm_source's)
+UNROLLED_LOOP = "for k in tl.range(0, K, BLOCK_K, loop_unroll_factor=2):"
 LOOP_HEADER = re.compile(r"^(\$L__BB\d+_\d+:[^\n]*Inner Loop Header[^\n]*\n)", re.M)
 REWRITTEN: set[str] = set()  # the kernels whose PTX the hook rewrote in this process
 
@@ -96,8 +97,9 @@ def gemm(config, form: str, tensors: tuple):
         suffix = SUFFIX if form == "no-unroll" else "_x2"
         source = source.replace(f"def {name}(", f"def {name}{suffix}(")
         if form == "generic-x2":
-            assert MAIN_LOOP in source
-            source = source.replace(MAIN_LOOP, MAIN_LOOP.replace("range(", "tl.range(").replace("):", ", loop_unroll_factor=2):"))
+            if MAIN_LOOP not in source:
+                raise RuntimeError("the GEMM template's main loop is no longer written as this benchmark expects")
+            source = source.replace(MAIN_LOOP, UNROLLED_LOOP)
         launcher.fn = load_kernel(source, name + suffix)
         launcher.launch = launcher.fn[launcher.grid]
     return launcher
@@ -160,18 +162,18 @@ def time_forms(m: int, n: int, k: int, config, rounds: int) -> dict:
             "max_diff": max(float((outs[f].float() - outs["generic"].float()).abs().max()) for f in FORMS)}
 
 
-def recorded_winners() -> dict[tuple, list[str]]:
+def recorded_winners() -> dict[tuple, set[str]]:
     """(M, N, K, config) of each float16 problem a template won in the tuner timings recorded in
     benchmarks/results (gpu_config_wins.recorded) -> the rows that recorded it: the K-constant kernels
     those rows' cold compiles built."""
     from benchmarks.gpu_config_wins import problem_dims, recorded
     from fusegraph.targets.gpu.triton_gemm import GemmConfig
 
-    winners: dict[tuple, list[str]] = {}
+    winners: dict[tuple, set[str]] = {}
     for (row, problem), times in recorded(Path(__file__).resolve().parent / "results").items():
         match = re.fullmatch(r"(\d+)x(\d+)x(\d+)_g(\d+)_w(\d+)_s(\d+)", min(times, key=times.__getitem__))
         if match and " float16->" in problem:  # (the library's wins, and float32 products, build no template)
-            winners.setdefault((*problem_dims(problem), GemmConfig(*map(int, match.groups()))), []).append(row)
+            winners.setdefault((*problem_dims(problem), GemmConfig(*map(int, match.groups()))), set()).add(row)
     return winners
 
 
@@ -181,8 +183,8 @@ def compile_recorded() -> None:
     for (m, n, k, config), rows in sorted(recorded_winners().items(), key=lambda item: item[0][:3]):
         seconds = [round(fresh_compile_seconds(m, n, k, config, form), 2) for form in ("K-constant", "no-unroll")]
         print(f"{m}x{n}x{k:<6d} {config.name():22s} K/BLOCK_K {k // config.block_k:4d}  K-constant {seconds[0]:5.2f} s"
-              f"  no-unroll {seconds[1]:5.2f} s  {','.join(sorted(set(rows)))}", flush=True)
-        for row in set(rows):
+              f"  no-unroll {seconds[1]:5.2f} s  {','.join(sorted(rows))}", flush=True)
+        for row in rows:
             per_row.setdefault(row, []).append((seconds[0], seconds[1]))
     for row, pairs in sorted(per_row.items()):
         print(f"{row:34s} {len(pairs):3d} kernels  K-constant {sum(a for a, _ in pairs):6.2f} s (longest "

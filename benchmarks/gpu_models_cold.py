@@ -7,7 +7,7 @@ exports made (`export_ahead`) and the shared libraries read (`warm_page_cache`) 
 from __future__ import annotations
 
 import concurrent.futures
-import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -93,8 +93,6 @@ def warm_page_cache() -> None:
     """Read once every shared library the engines load (torch's, the NVIDIA wheels' cuBLAS and cuDNN,
     Triton's), so that no row's first engine pays the disk for the others that follow it in the
     same call: every row's compiles then find them in memory, as on a machine that ran anything."""
-    import importlib.util
-
     t0, size = time.perf_counter(), 0
     for package in ("torch", "triton", "nvidia"):
         spec = importlib.util.find_spec(package)
@@ -112,7 +110,6 @@ def export_ahead(rows: list[tuple[str, int]], env: dict[str, str]) -> str:
     processes only read theirs. A row whose export failed is only reported: its fusegraph process
     exports it again and reports the error."""
     folder = tempfile.mkdtemp(prefix="gpu_models_onnx_")
-
     jobs = max(1, min(len(rows), (os.cpu_count() or 1) // 2))
     threads = {**env, "OMP_NUM_THREADS": "2"}  # (tracing is mostly Python: more processes, fewer threads each)
 

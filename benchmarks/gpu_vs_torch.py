@@ -199,7 +199,7 @@ def build(name: str, batch: int):
         ids = torch.randint(0, 30522, (batch, 128))
         return timed, export, (ids, torch.ones(batch, 128, dtype=torch.int64)), ["input_ids", "attention_mask"], False
     if name not in ("resnet50", "yolo"):
-        raise SystemExit(f"no row named {name!r}: resnet50, bert, yolo or one of {', '.join(MODELS)}")
+        raise ValueError(f"no row named {name!r}: resnet50, bert, yolo or one of {', '.join(MODELS)}")
     model = resnet50() if name == "resnet50" else YoloV8n().eval()
     size = 224 if name == "resnet50" else 640
     return model, model, (torch.randn(batch, 3, size, size),), ["input"], True
