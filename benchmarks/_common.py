@@ -46,6 +46,11 @@ def write_results(name: str, payload: dict[str, Any]) -> Path:
     return path
 
 
+def last_line(text: str, default: str = "?") -> str:
+    """The last non-blank line of a child's output (its error, where it failed), else `default`."""
+    return (text.strip().splitlines() or [default])[-1]
+
+
 def run_child(script: str | Path, args: list[str]) -> dict[str, Any]:
     """Run `python script *args` in a fresh process (the repository on its path) and return the JSON
     object its last line of output holds, or {"error": its last line of stderr}: how the benchmarks
@@ -55,7 +60,7 @@ def run_child(script: str | Path, args: list[str]) -> dict[str, Any]:
     done = subprocess.run([sys.executable, str(Path(script).resolve()), *args], env=env, capture_output=True,
                           text=True, cwd=root)
     if done.returncode != 0:
-        return {"error": (done.stderr.strip().splitlines() or ["?"])[-1]}
+        return {"error": last_line(done.stderr)}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -109,6 +109,8 @@ def export_ahead(rows: list[tuple[str, int]], env: dict[str, str]) -> str:
     processes of two threads each, half as many as the CPUs, so that `compile_alone`'s fusegraph
     processes only read theirs. A row whose export failed is only reported: its fusegraph process
     exports it again and reports the error."""
+    from benchmarks._common import last_line
+
     folder = tempfile.mkdtemp(prefix="gpu_models_onnx_")
     jobs = max(1, min(len(rows), (os.cpu_count() or 1) // 2))
     threads = {**env, "OMP_NUM_THREADS": "2"}  # (tracing is mostly Python: more processes, fewer threads each)
@@ -117,7 +119,7 @@ def export_ahead(rows: list[tuple[str, int]], env: dict[str, str]) -> str:
         done = subprocess.run([sys.executable, GPU_MODELS, "--rows", f"{row[0]}:{row[1]}", "--export-to", folder],
                               env=threads, capture_output=True, text=True)
         if done.returncode:
-            print(f"export {row[0]}:{row[1]} failed: {(done.stderr.strip().splitlines() or ['?'])[-1][:200]}",
+            print(f"export {row[0]}:{row[1]} failed: {last_line(done.stderr)[:200]}",
                   flush=True)
 
     t0 = time.perf_counter()
@@ -137,7 +139,7 @@ def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | N
     engine of a row in a process of its own (`compile_alone`), fusegraph's first, then each mode's,
     every row's export made first (`export_ahead`) and each removed once its row is done, the
     libraries read into memory before the first (`warm_page_cache`)."""
-    from benchmarks._common import write_results
+    from benchmarks._common import last_line, write_results
 
     home = tempfile.mkdtemp(prefix="gpu_models_prepare_")  # the children's fusegraph autotuning cache
     env = {**os.environ, "HOME": home, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
@@ -160,7 +162,7 @@ def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | N
         try:
             return json.loads(done.stdout.strip().splitlines()[-1])
         except (IndexError, ValueError):
-            return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+            return {"error": last_line(done.stderr, "no output")[:300]}
 
     def one(row: tuple[str, int]) -> dict:
         if not apart:
