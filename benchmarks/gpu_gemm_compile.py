@@ -112,10 +112,10 @@ def compile_seconds(m: int, n: int, k: int, config, form: str) -> float:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    tensors = operands(m, n, k)
-    launcher = gemm(config, form, tensors)
+    out, a, b, bias = operands(m, n, k)
+    launcher = gemm(config, form, (out, a, b, bias))
     fn = launcher.fn.fn
-    values = iter([tensors[1], tensors[2], tensors[0], tensors[3], *launcher.args])
+    values = iter([a, b, out, bias, *launcher.args])  # the kernel's arguments, in order
     constants = {name: v for name, v in launcher.meta.items() if name not in ("num_warps", "num_stages")}
     signature, attrs = {}, {}
     for index, name in enumerate(fn.arg_names):  # as Triton's launcher specializes the arguments

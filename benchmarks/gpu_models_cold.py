@@ -193,34 +193,36 @@ def prepare(rows: list[tuple[str, int]], jobs: int, modes: str, out_dir: str | N
             if out_dir:
                 (Path(out_dir) / path.name).write_text(path.read_text())
             print(f"compiled {name}:{batch} {payload['rows'][f'{name}:{batch}']}", flush=True)
-    for row, times in payload["rows"].items():  # issue 23's bar: fusegraph's cold compile <= 1/3 of reduce-overhead's
-        if isinstance(times, dict) and times.get("reduce-overhead"):
-            print(f"{row:32s} fusegraph {times['fusegraph']:6.1f} s  reduce-overhead {times['reduce-overhead']:6.1f} s"
-                  f"  ratio {times['fusegraph'] / times['reduce-overhead']:.2f}", flush=True)
+    print(ratio_table(payload["rows"]), flush=True)
     return payload["rows"]
 
 
 def cold_table(paths: list[str]) -> str:
     """The cold compiles that `--prepare ... --apart` runs wrote (gpu_models_cold JSON files, later ones
-    winning a row measured twice) as a markdown table in the corpus's order, each row's fusegraph /
-    reduce-overhead ratio against issue 23's 1/3, the rows of the corpus no file has, and the worst."""
-    from benchmarks.gpu_models import MODELS
-
+    winning a row measured twice) as `ratio_table`."""
     measured: dict[str, dict] = {}
     for path in paths:
-        for row, times in json.loads(Path(path).read_text())["rows"].items():
-            if isinstance(times, dict) and times.get("fusegraph") and times.get("reduce-overhead"):
-                measured[row] = times
+        measured |= {row: t for row, t in json.loads(Path(path).read_text())["rows"].items() if isinstance(t, dict)}
+    return ratio_table(measured)
+
+
+def ratio_table(rows: dict[str, dict | str]) -> str:
+    """Cold compiles by "name:batch" (a row's failure, a string, is skipped) as a markdown table in the
+    corpus's order, each row's fusegraph / reduce-overhead ratio against issue 23's 1/3, the worst,
+    and the rows of the corpus not measured."""
+    from benchmarks.gpu_models import MODELS
+
     lines = ["| row | fusegraph s | reduce-overhead s | ratio |", "| --- | --- | --- | --- |"]
     ratios, missing = {}, []
     for row in (f"{n}:{b}" for n, m in MODELS.items() for b in m.batches):
-        if row not in measured:
+        times = rows.get(row)
+        if not (isinstance(times, dict) and times.get("fusegraph") and times.get("reduce-overhead")):
             missing.append(row)
             continue
-        fg, ro = measured[row]["fusegraph"], measured[row]["reduce-overhead"]
+        fg, ro = times["fusegraph"], times["reduce-overhead"]
         ratios[row] = fg / ro
-        lines.append(f"| {row} | {fg:.2f} | {ro:.2f} | {'**' if fg / ro > 1 / 3 else ''}{fg / ro:.2f}"
-                     f"{'**' if fg / ro > 1 / 3 else ''} |")
+        mark = "**" if fg / ro > 1 / 3 else ""
+        lines.append(f"| {row} | {fg:.2f} | {ro:.2f} | {mark}{fg / ro:.2f}{mark} |")
     if ratios:
         worst = max(ratios, key=ratios.__getitem__)
         lines.append(f"\n{len(ratios)} rows; above 1/3: {sum(r > 1 / 3 for r in ratios.values())}; "
